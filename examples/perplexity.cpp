@@ -1,0 +1,2 @@
+// placeholder until the program lands
+int main() { return 1; }

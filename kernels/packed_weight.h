@@ -1,0 +1,48 @@
+#pragma once
+// A linear layer's weight W [N out, K in] (PyTorch's nn.Linear layout) in one of the
+// weight formats, as the tensors a packed checkpoint stores for it. Each format's
+// quantizer builds one, its CPU reference reads it, and the GPU kernels upload it.
+//
+// Parts by format (names are the safetensors suffixes after "<module>."):
+//   Dense  "weight"  [N, K] F32/F16/BF16
+//   QN     "qweight" [N, Kw] I32  warp-strided words, see kernels/qn/qn_format.h
+//          "scales"  [N, n_groups] F16,  "zeros" [N, n_groups] F16
+//   S7     "qweight" [N, Kw] I32  see kernels/s7/s7_format.h
+//          "scales"  [N, n_groups] F16,  "zeros" [N, n_groups] F16
+//   FPX    "codes"   [N, K] U8 (one logical code per byte, low bits)
+//          "scales"  [N] F16
+// An optional "bias" [N] F32 (Qwen2's q/k/v) travels with any format.
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "kernels/weight_format.h"
+#include "runtime/host_tensor.h"
+
+namespace gemlite {
+
+struct PackedWeight {
+  WeightFormat format;
+  int64_t rows = 0;  // N, output features
+  int64_t cols = 0;  // K, input features
+  std::map<std::string, HostTensor> parts;
+
+  const HostTensor& part(const std::string& name) const;  // throws Error when missing
+  size_t nbytes() const;  // all parts, what a GEMV reads
+};
+
+// Quantizes a float weight w [N, K] (row-major) into `format`.
+PackedWeight quantize_weight(const float* w, int64_t N, int64_t K, const WeightFormat& format);
+
+// CPU reference: row n of the dequantized weight, out [K].
+void dequantize_row(const PackedWeight& w, int64_t n, float* out);
+
+// CPU reference QuantLinear: y [M, N] = x [M, K] · Wᵀ (+ bias), fp32 accumulation,
+// multi-threaded over output rows; each weight row is dequantized once per call.
+void linear_reference(const PackedWeight& w, const float* x, int64_t M, float* y);
+
+// Checks that the parts have the types and shapes the format requires; throws
+// Error("<where>: ...") naming the tensor otherwise. Used by the checkpoint loader.
+void validate_packed_weight(const PackedWeight& w, const std::string& where);
+
+}  // namespace gemlite

@@ -1,0 +1,56 @@
+#include "runtime/host_tensor.h"
+
+#include <cstring>
+
+#include "runtime/error.h"
+
+namespace gemlite {
+
+int64_t HostTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+HostTensor HostTensor::zeros(DType dtype, std::vector<int64_t> shape) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  auto storage = std::make_shared<std::vector<uint8_t>>(t.nbytes(), 0);
+  t.data = storage->data();
+  t.owner = storage;
+  return t;
+}
+
+HostTensor HostTensor::copy_of(DType dtype, std::vector<int64_t> shape, const void* bytes) {
+  HostTensor t = zeros(dtype, std::move(shape));
+  if (t.nbytes()) std::memcpy(t.mutable_as<uint8_t>(), bytes, t.nbytes());
+  return t;
+}
+
+std::vector<float> HostTensor::to_float() const {
+  std::vector<float> out(size_t(numel()));
+  switch (dtype) {
+    case DType::F32:
+      if (!out.empty()) std::memcpy(out.data(), data, out.size() * 4);
+      break;
+    case DType::F16:
+      for (size_t i = 0; i < out.size(); ++i) out[i] = half_to_float(as<uint16_t>()[i]);
+      break;
+    case DType::BF16:
+      for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_float(as<uint16_t>()[i]);
+      break;
+    default:
+      throw Error(std::string("tensor of type ") + dtype_name(dtype) +
+                  " cannot be read as floating point");
+  }
+  return out;
+}
+
+std::string HostTensor::shape_string() const {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace gemlite

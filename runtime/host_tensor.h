@@ -1,0 +1,36 @@
+#pragma once
+// A tensor in host memory: either a view into a memory-mapped checkpoint (kept alive by
+// `owner`) or its own bytes. Weights flow through the project as HostTensors, so loading
+// a packed checkpoint copies nothing.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/dtype.h"
+
+namespace gemlite {
+
+struct HostTensor {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;     // nbytes() bytes
+  std::shared_ptr<const void> owner; // keeps `data` valid (an mmap or a byte vector)
+
+  int64_t numel() const;
+  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype); }
+  template <typename T> const T* as() const { return reinterpret_cast<const T*>(data); }
+
+  // A tensor that owns zero-initialised storage of the given type and shape.
+  static HostTensor zeros(DType dtype, std::vector<int64_t> shape);
+  // A tensor that owns a copy of `bytes`.
+  static HostTensor copy_of(DType dtype, std::vector<int64_t> shape, const void* bytes);
+  // Writable pointer; only for tensors created by zeros()/copy_of() (owned storage).
+  template <typename T> T* mutable_as() { return const_cast<T*>(as<T>()); }
+
+  // Converts F32/F16/BF16 elements to float (throws Error for integer types).
+  std::vector<float> to_float() const;
+  std::string shape_string() const;  // "[4096, 11008]"
+};
+
+}  // namespace gemlite
