@@ -1,2 +1,217 @@
-// placeholder until the program lands
-int main() { return 1; }
+// gemlite-bench: prompt processing (pp) and text generation (tg) speed, printed as
+// llama-bench's table plus the bandwidth the weights moved at.
+//   gemlite-bench -m DIR [-m DIR2 ...]
+//   gemlite-bench --synthetic stories110m -f q4g64,q8,f16 -p 512 -n 128 -r 5 -o md
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "examples/common/generation.h"
+#include "examples/common/program.h"
+#include "models/synthetic_model.h"
+#include "runtime/error.h"
+
+using namespace gemlite;
+
+namespace {
+
+struct Result {
+  std::string model, backend, test;
+  size_t weight_bytes = 0;
+  int64_t params = 0;
+  int threads = 0, n_prompt = 0, n_gen = 0;
+  double mean_tps = 0, std_tps = 0;
+  double gbps = 0;  // weight bytes per second moved by tg (every token reads them once)
+};
+
+// Host memcpy bandwidth (bytes read + written per second) over 256 MiB, best of 3: the
+// ceiling that "% of copy bandwidth" refers to on the CPU backend.
+double measure_copy_bandwidth() {
+  const size_t bytes = size_t(256) << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const double start = now_seconds();
+    std::memcpy(b.data(), a.data(), bytes);
+    best = std::min(best, now_seconds() - start);
+  }
+  return 2.0 * bytes / best;
+}
+
+int64_t count_params(const ModelConfig& c) {
+  const int64_t per_layer = int64_t(c.q_dim()) * c.dim * 2 + int64_t(c.kv_dim()) * c.dim * 2 +
+                            3 * int64_t(c.dim) * c.hidden_dim + 2 * c.dim;
+  return per_layer * c.n_layers + int64_t(c.vocab_size) * c.dim * (c.tied_embeddings ? 1 : 2) + c.dim;
+}
+
+std::vector<int> random_tokens(int n, int vocab, std::mt19937& rng) {
+  std::uniform_int_distribution<int> pick(3, vocab - 1);  // skip unk/bos/eos
+  std::vector<int> ids(n);
+  for (int& id : ids) id = pick(rng);
+  return ids;
+}
+
+// Tokens per second of `run` over `repetitions` runs after one warm-up: mean and std.
+template <typename Run>
+std::pair<double, double> tokens_per_second(int tokens, int repetitions, Run run) {
+  run();
+  std::vector<double> tps;
+  for (int r = 0; r < repetitions; ++r) {
+    const double start = now_seconds();
+    run();
+    tps.push_back(tokens / (now_seconds() - start));
+  }
+  double mean = 0, var = 0;
+  for (double t : tps) mean += t / tps.size();
+  for (double t : tps) var += (t - mean) * (t - mean) / std::max<size_t>(1, tps.size() - 1);
+  return {mean, std::sqrt(var)};
+}
+
+void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const std::string& device,
+                 int n_prompt, int n_gen, int batch, int repetitions, std::vector<Result>& results) {
+  auto backend = make_backend(device.empty() ? default_backend_name() : device);
+  LlamaModel model(ckpt, *backend, std::max(n_prompt, n_gen));
+  Generation generation(model, batch);
+  std::mt19937 rng(42);
+  Result base;
+  base.model = label;
+  base.backend = backend->name();
+  base.weight_bytes = ckpt.weight_bytes();
+  base.params = count_params(ckpt.config);
+  base.threads = omp_get_max_threads();
+  if (n_prompt > 0) {
+    const std::vector<int> prompt = random_tokens(n_prompt, ckpt.config.vocab_size, rng);
+    Result r = base;
+    r.test = "pp" + std::to_string(n_prompt);
+    r.n_prompt = n_prompt;
+    std::tie(r.mean_tps, r.std_tps) = tokens_per_second(n_prompt, repetitions, [&] {
+      generation.reset();
+      generation.feed(prompt);
+    });
+    results.push_back(r);
+  }
+  if (n_gen > 0) {
+    const std::vector<int> tokens = random_tokens(n_gen, ckpt.config.vocab_size, rng);
+    Result r = base;
+    r.test = "tg" + std::to_string(n_gen);
+    r.n_gen = n_gen;
+    std::tie(r.mean_tps, r.std_tps) = tokens_per_second(n_gen, repetitions, [&] {
+      generation.reset();
+      for (int id : tokens) generation.feed({id});
+    });
+    r.gbps = r.mean_tps * double(r.weight_bytes) / 1e9;
+    results.push_back(r);
+  }
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream stream(text);
+  for (std::string part; std::getline(stream, part, ',');)
+    if (!part.empty()) parts.push_back(part);
+  return parts;
+}
+
+std::string fixed(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
+void print_markdown(const std::vector<Result>& results, double copy_gbps) {
+  std::printf("| model | size | params | backend | threads | test | t/s | GB/s | %% of copy BW |\n");
+  std::printf("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: |\n");
+  for (const Result& r : results) {
+    const bool tg = r.n_gen > 0;  // bandwidth is what limits tg; pp is compute-bound
+    std::printf("| %s | %.2f MiB | %.2f M | %s | %d | %s | %.2f ± %.2f | %s | %s |\n", r.model.c_str(),
+                r.weight_bytes / 1048576.0, r.params / 1e6, r.backend.c_str(), r.threads,
+                r.test.c_str(), r.mean_tps, r.std_tps, tg ? fixed(r.gbps, 2).c_str() : "-",
+                tg ? (fixed(100.0 * r.gbps / copy_gbps, 1) + " %").c_str() : "-");
+  }
+}
+
+void print_structured(const std::vector<Result>& results, double copy_gbps, const std::string& format) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Result& r : results)
+    rows.push_back({{"model", r.model}, {"size_bytes", r.weight_bytes}, {"params", r.params},
+                    {"backend", r.backend}, {"threads", r.threads}, {"test", r.test},
+                    {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen}, {"avg_ts", r.mean_tps},
+                    {"stddev_ts", r.std_tps}, {"gbps", r.gbps},
+                    {"copy_gbps", copy_gbps}});
+  if (format == "json") {
+    std::printf("%s\n", rows.dump(2).c_str());
+    return;
+  }
+  std::printf("model,size_bytes,params,backend,threads,test,n_prompt,n_gen,avg_ts,stddev_ts,gbps,copy_gbps\n");
+  for (const auto& row : rows)
+    std::printf("\"%s\",%zu,%lld,%s,%d,%s,%d,%d,%.3f,%.3f,%.3f,%.3f\n",
+                row["model"].get<std::string>().c_str(), row["size_bytes"].get<size_t>(),
+                (long long)row["params"].get<int64_t>(), row["backend"].get<std::string>().c_str(),
+                row["threads"].get<int>(), row["test"].get<std::string>().c_str(), row["n_prompt"].get<int>(),
+                row["n_gen"].get<int>(), row["avg_ts"].get<double>(), row["stddev_ts"].get<double>(),
+                row["gbps"].get<double>(), copy_gbps);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_program("gemlite-bench", [&] {
+    cxxopts::Options options("gemlite-bench",
+        "Prompt (pp) and generation (tg) speed of packed models or of synthetic models of real "
+        "shapes with random weights.");
+    options.add_options()
+        ("m,model", "Packed checkpoint directory (repeatable)", cxxopts::value<std::vector<std::string>>())
+        ("synthetic", "Model shape with random weights: " + [] {
+            std::string names;
+            for (const auto& n : synthetic_model_names()) names += (names.empty() ? "" : ", ") + n;
+            return names; }(), cxxopts::value<std::vector<std::string>>())
+        ("f,format", "Weight formats for --synthetic, comma-separated", cxxopts::value<std::string>()->default_value("q4g64"))
+        ("p,n-prompt", "Prompt tokens for pp (0 = skip)", cxxopts::value<int>()->default_value("512"))
+        ("n,n-gen", "Generated tokens for tg (0 = skip)", cxxopts::value<int>()->default_value("128"))
+        ("b,batch-size", "Prompt tokens per forward pass", cxxopts::value<int>()->default_value("512"))
+        ("r,repetitions", "Timed runs per test", cxxopts::value<int>()->default_value("5"))
+        ("o,output", "md, json or csv", cxxopts::value<std::string>()->default_value("md"))
+        ("device", "cpu or cuda (default: cuda when available)", cxxopts::value<std::string>()->default_value(""))
+        ("t,threads", "CPU threads (0 = all cores)", cxxopts::value<int>()->default_value("0"));
+    const auto args = parse_args(options, argc, argv);
+    apply_thread_option(args);
+    const int n_prompt = args["n-prompt"].as<int>(), n_gen = args["n-gen"].as<int>();
+    const int batch = args["batch-size"].as<int>(), repetitions = args["repetitions"].as<int>();
+    const std::string output = args["output"].as<std::string>();
+    if (n_prompt < 0 || n_gen < 0) throw Error("-p and -n must be >= 0");
+    if (batch < 1) throw Error("-b/--batch-size must be >= 1");
+    if (repetitions < 1) throw Error("-r/--repetitions must be >= 1");
+    if (output != "md" && output != "json" && output != "csv")
+      throw Error("-o '" + output + "': expected md, json or csv");
+    if (!args.count("model") && !args.count("synthetic"))
+      throw Error("nothing to benchmark: give -m DIR or --synthetic NAME (see --help)");
+    const std::string device = args["device"].as<std::string>();
+
+    const double copy_gbps = measure_copy_bandwidth() / 1e9;
+    std::fprintf(stderr, "copy bandwidth: %.1f GB/s (host memcpy, measured now)\n", copy_gbps);
+    std::vector<Result> results;
+    if (args.count("model"))
+      for (const auto& dir : args["model"].as<std::vector<std::string>>()) {
+        const PackedCheckpoint ckpt = load_packed_checkpoint(dir);
+        bench_model(dir + " " + ckpt.default_format, ckpt, device, n_prompt, n_gen, batch, repetitions, results);
+      }
+    if (args.count("synthetic"))
+      for (const auto& name : args["synthetic"].as<std::vector<std::string>>()) {
+        const ModelConfig config = synthetic_config(name);
+        for (const auto& format_name : split_commas(args["format"].as<std::string>())) {
+          const WeightFormat format = WeightFormat::parse(format_name);
+          std::fprintf(stderr, "building %s %s with random weights ...\n", name.c_str(), format.name().c_str());
+          const PackedCheckpoint ckpt = make_synthetic_checkpoint(config, format);
+          bench_model(name + " " + format.name(), ckpt, device, n_prompt, n_gen, batch, repetitions, results);
+        }
+      }
+    if (output == "md") print_markdown(results, copy_gbps);
+    else print_structured(results, copy_gbps, output);
+    return 0;
+  });
+}

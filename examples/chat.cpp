@@ -1,2 +1,225 @@
-// placeholder until the program lands
-int main() { return 1; }
+// gemlite-chat: interactive streaming chat with a packed model, or one-shot completion.
+//   gemlite-chat -m DIR                      chat, the model's template, "> " prompt
+//   gemlite-chat -m DIR -p "Once upon a time" -n 64 --temp 0
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <deque>
+#include <iostream>
+
+#include "examples/common/generation.h"
+#include "examples/common/program.h"
+#include "runtime/error.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/stream_decoder.h"
+
+using namespace gemlite;
+
+namespace {
+
+// First Ctrl-C stops the answer being generated; a second one (or one at the prompt)
+// exits with 130 like llama-cli.
+std::atomic<bool> g_generating{false}, g_interrupted{false};
+void on_interrupt(int) {
+  if (g_generating && !g_interrupted) {
+    g_interrupted = true;
+    return;
+  }
+  _exit(130);
+}
+
+struct Speed {
+  int prompt_tokens = 0, generated_tokens = 0;
+  double prompt_seconds = 0, generation_seconds = 0;
+  void print() const {
+    std::fprintf(stderr, "\n[ Prompt: %.1f t/s | Generation: %.1f t/s ]\n",
+                 prompt_tokens / std::max(prompt_seconds, 1e-9),
+                 generated_tokens / std::max(generation_seconds, 1e-9));
+  }
+};
+
+// Samples, prints and feeds tokens until EOS, a stop marker, n_predict tokens, a full
+// context or Ctrl-C. Returns the ids of the answer (without the stop token).
+std::vector<int> generate_answer(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer,
+                                 const StopCondition& stop, int n_predict, Speed& speed) {
+  StreamDecoder decoder(tokenizer);
+  std::vector<int> answer;
+  std::string text;
+  const double start = now_seconds();
+  g_generating = true;
+  while (n_predict < 0 || int(answer.size()) < n_predict) {
+    if (g_interrupted) break;
+    if (generation.room() == 0) {
+      std::fprintf(stderr, "\n[context full after %d tokens: answer cut; raise -c/--ctx-size]\n",
+                   generation.position());
+      break;
+    }
+    const int id = generation.sample(sampler);
+    if (id == tokenizer.eos_id() ||
+        std::find(stop.token_ids.begin(), stop.token_ids.end(), id) != stop.token_ids.end())
+      break;
+    answer.push_back(id);
+    const std::string piece = decoder.push(id);
+    text += piece;
+    std::fputs(piece.c_str(), stdout);
+    std::fflush(stdout);
+    generation.feed({id});
+    bool stopped = false;
+    for (const auto& marker : stop.texts)
+      stopped |= text.size() >= marker.size() && text.find(marker, text.size() - piece.size() - marker.size()) != std::string::npos;
+    if (stopped) break;
+  }
+  std::fputs(decoder.flush().c_str(), stdout);
+  std::fflush(stdout);
+  g_generating = false;
+  g_interrupted = false;
+  speed.generated_tokens = int(answer.size());
+  speed.generation_seconds = now_seconds() - start;
+  return answer;
+}
+
+void feed_timed(Generation& generation, const std::vector<int>& ids, Speed& speed) {
+  const double start = now_seconds();
+  generation.feed(ids);
+  speed.prompt_tokens = int(ids.size());
+  speed.prompt_seconds = now_seconds() - start;
+}
+
+int complete_once(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer,
+                  const std::string& prompt, int n_predict) {
+  std::vector<int> ids = tokenizer.encode(prompt, /*add_bos=*/true);
+  Speed speed;
+  feed_timed(generation, ids, speed);
+  std::fputs(prompt.c_str(), stdout);
+  generate_answer(generation, sampler, tokenizer, StopCondition{}, n_predict, speed);
+  std::fputs("\n", stdout);
+  speed.print();
+  return 0;
+}
+
+// One exchange kept for re-feeding when the context fills: its tokens in cache order.
+using Exchange = std::vector<int>;
+
+// Makes room for `needed` more positions by dropping the oldest exchanges and re-feeding
+// the rest (llama-cli shifts the cache instead; re-feeding is simpler and rare).
+void make_room(Generation& generation, std::deque<Exchange>& history, int needed, const Tokenizer& tokenizer) {
+  if (generation.room() >= needed) return;
+  const int context = generation.position() + generation.room();
+  auto kept_tokens = [&] {
+    int n = 1;  // the BOS that starts the re-fed sequence
+    for (const auto& exchange : history) n += int(exchange.size());
+    return n;
+  };
+  while (!history.empty() && kept_tokens() + needed > context) history.pop_front();
+  if (1 + needed > context)
+    throw Error("this message and its answer (" + std::to_string(needed) +
+                " tokens) do not fit in the context of " + std::to_string(context) +
+                " (raise -c/--ctx-size)");
+  std::vector<int> ids;
+  for (const auto& exchange : history) ids.insert(ids.end(), exchange.begin(), exchange.end());
+  if (ids.empty() || ids.front() != tokenizer.bos_id()) ids.insert(ids.begin(), tokenizer.bos_id());
+  std::fprintf(stderr, "[context full: dropped the oldest turns]\n");
+  generation.reset();
+  generation.feed(ids);
+}
+
+int chat(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer, ChatTemplate chat_template,
+         const std::string& system, int n_predict) {
+  const bool terminal = isatty(STDIN_FILENO);
+  const StopCondition stop = stop_condition(chat_template, tokenizer);
+  std::deque<Exchange> history;
+  bool first_turn = true;
+  std::string line;
+  for (;;) {
+    if (terminal) std::fputs("\n> ", stdout), std::fflush(stdout);
+    if (!std::getline(std::cin, line)) break;  // EOF ends the chat
+    if (line.empty()) continue;
+
+    const UserTurn turn = render_user_turn(chat_template, system, line, first_turn);
+    Exchange exchange;
+    if (turn.bos) exchange.push_back(tokenizer.bos_id());
+    const std::vector<int> text = tokenizer.encode(turn.text, false);
+    exchange.insert(exchange.end(), text.begin(), text.end());
+    // Keep room for an answer: n_predict tokens, or a quarter of the context.
+    const int context = generation.position() + generation.room();
+    const int answer_room = n_predict > 0 ? n_predict : context / 4;
+    make_room(generation, history, int(exchange.size()) + answer_room, tokenizer);
+
+    Speed speed;
+    feed_timed(generation, exchange, speed);
+    const std::vector<int> answer = generate_answer(generation, sampler, tokenizer, stop, n_predict, speed);
+    exchange.insert(exchange.end(), answer.begin(), answer.end());
+    const AssistantEnd end = render_assistant_end(chat_template);
+    std::vector<int> closing;
+    if (end.eos_token) closing.push_back(tokenizer.eos_id());
+    if (!end.text.empty()) {
+      const auto end_ids = tokenizer.encode(end.text, false);
+      closing.insert(closing.end(), end_ids.begin(), end_ids.end());
+    }
+    if (int(closing.size()) <= generation.room()) generation.feed(closing);
+    exchange.insert(exchange.end(), closing.begin(), closing.end());
+    history.push_back(std::move(exchange));
+    first_turn = false;
+    speed.print();
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_program("gemlite-chat", [&] {
+    cxxopts::Options options("gemlite-chat",
+        "Chat with a gemlite packed model (reads turns from stdin; EOF or Ctrl-C twice ends), "
+        "or complete one prompt with -p.");
+    add_model_options(options);
+    options.add_options()
+        ("p,prompt", "Complete this text once (no chat template) and exit", cxxopts::value<std::string>())
+        ("n,n-predict", "Tokens to generate per answer (-1 = until EOS or a full context)",
+         cxxopts::value<int>()->default_value("-1"))
+        ("c,ctx-size", "Context size in tokens (0 = the model's)", cxxopts::value<int>()->default_value("0"))
+        ("temp", "Temperature (0 = greedy)", cxxopts::value<float>()->default_value("0.8"))
+        ("top-k", "Top-k sampling (0 = off)", cxxopts::value<int>()->default_value("40"))
+        ("top-p", "Top-p sampling (1 = off)", cxxopts::value<float>()->default_value("0.95"))
+        ("min-p", "Min-p sampling (0 = off)", cxxopts::value<float>()->default_value("0.05"))
+        ("repeat-penalty", "Penalty for repeated tokens (1 = off)", cxxopts::value<float>()->default_value("1.0"))
+        ("repeat-last-n", "Tokens the repeat penalty looks back over", cxxopts::value<int>()->default_value("64"))
+        ("s,seed", "Random seed (-1 = random)", cxxopts::value<int64_t>()->default_value("-1"))
+        ("system-prompt", "System prompt for chat (also -sys)", cxxopts::value<std::string>()->default_value(""))
+        ("chat-template", "completion, llama2, zephyr, mistral or chatml (default: from the model)",
+         cxxopts::value<std::string>());
+    const auto args = parse_args(options, argc, argv, {{"-sys", "--system-prompt"}});
+    if (!args.count("model")) throw Error("missing -m/--model DIR (see --help)");
+    apply_thread_option(args);
+
+    SamplerParams params;
+    params.temperature = args["temp"].as<float>();
+    params.top_k = args["top-k"].as<int>();
+    params.top_p = args["top-p"].as<float>();
+    params.min_p = args["min-p"].as<float>();
+    params.repeat_penalty = args["repeat-penalty"].as<float>();
+    params.repeat_last_n = args["repeat-last-n"].as<int>();
+    const int64_t seed = args["seed"].as<int64_t>();
+    params.seed = seed < 0 ? uint64_t(now_seconds() * 1e6) : uint64_t(seed);
+    Sampler sampler(params);
+
+    LoadedModel loaded = load_model(args["model"].as<std::string>(), args["device"].as<std::string>(),
+                                    args["ctx-size"].as<int>(), /*need_tokenizer=*/true);
+    Generation generation(*loaded.model);
+    std::signal(SIGINT, on_interrupt);
+    const int n_predict = args["n-predict"].as<int>();
+    if (args.count("prompt"))
+      return complete_once(generation, sampler, *loaded.tokenizer, args["prompt"].as<std::string>(), n_predict);
+
+    const ChatTemplate chat_template =
+        args.count("chat-template") ? parse_chat_template(args["chat-template"].as<std::string>())
+        : !loaded.checkpoint.chat_template.empty() ? parse_chat_template(loaded.checkpoint.chat_template)
+        : detect_chat_template("", loaded.checkpoint.config.architecture, *loaded.tokenizer);
+    std::fprintf(stderr, "chat template: %s; end with Ctrl-D (EOF), stop an answer with Ctrl-C\n",
+                 chat_template_name(chat_template));
+    return chat(generation, sampler, *loaded.tokenizer, chat_template,
+                args["system-prompt"].as<std::string>(), n_predict);
+  });
+}

@@ -1,2 +1,94 @@
-// placeholder until the program lands
-int main() { return 1; }
+// gemlite-quantize: a Hugging Face directory or a llama2.c .bin -> packed checkpoint.
+//   gemlite-quantize SOURCE OUTPUT_DIR FORMAT [--override lm_head=q8 ...] [--tokenizer T]
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "examples/common/program.h"
+#include "models/import_hf.h"
+#include "models/import_llama2c.h"
+#include "models/quantize_model.h"
+#include "runtime/error.h"
+#include "tokenizer/chat_template.h"
+
+using namespace gemlite;
+namespace fs = std::filesystem;
+
+namespace {
+
+SourceModel load_source(const std::string& path) {
+  if (fs::is_directory(path)) return load_hf_directory(path);
+  if (!fs::exists(path)) fail(path, "no such file or directory");
+  return load_llama2c(path);
+}
+
+// "[=======>       ]  12/41  model.layers.1.mlp.up_proj" redrawn in place on a terminal;
+// one line per tenth of the work otherwise (logs stay short).
+void show_progress(int done, int total, const std::string& module) {
+  static const bool terminal = isatty(STDERR_FILENO);
+  const int width = 30, filled = width * done / total;
+  if (terminal) {
+    std::fprintf(stderr, "\r[%s%s] %4d/%d  %-48s", std::string(filled, '=').c_str(),
+                 std::string(width - filled, ' ').c_str(), done, total, module.c_str());
+    if (done == total) std::fprintf(stderr, "\n");
+  } else if (done == total || (done * 10 / total) != ((done - 1) * 10 / total)) {
+    std::fprintf(stderr, "quantized %d/%d modules (%s)\n", done, total, module.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_program("gemlite-quantize", [&] {
+    cxxopts::Options options("gemlite-quantize",
+        "Convert a Hugging Face model directory or a llama2.c .bin checkpoint into a gemlite "
+        "packed checkpoint.\nFormats: qN or qNgG (N = 1..8 bits, G = 32/64/128), s7, s7gG, "
+        "fp6, fp5, f16, bf16, f32.");
+    options.positional_help("SOURCE OUTPUT_DIR FORMAT");
+    options.add_options()
+        ("source", "HF directory or llama2.c .bin", cxxopts::value<std::string>())
+        ("output", "Packed checkpoint directory to write", cxxopts::value<std::string>())
+        ("format", "Weight format of every linear layer", cxxopts::value<std::string>())
+        ("override", "PATTERN=FORMAT for matching modules, e.g. lm_head=q8 (repeatable)",
+         cxxopts::value<std::vector<std::string>>())
+        ("tokenizer", "sentencepiece tokenizer.model (required for llama2.c checkpoints)",
+         cxxopts::value<std::string>())
+        ("chat-template", "Record the chat template: completion, llama2, zephyr, mistral, chatml",
+         cxxopts::value<std::string>());
+    options.parse_positional({"source", "output", "format"});
+    const auto args = parse_args(options, argc, argv);
+    for (const char* required : {"source", "output", "format"})
+      if (!args.count(required))
+        throw Error(std::string("missing ") + required + " (usage: gemlite-quantize SOURCE OUTPUT_DIR FORMAT)");
+
+    QuantizeSpec spec;
+    spec.format = WeightFormat::parse(args["format"].as<std::string>());
+    if (args.count("override"))
+      for (const auto& text : args["override"].as<std::vector<std::string>>())
+        spec.overrides.push_back(parse_override(text));
+    if (args.count("chat-template"))
+      spec.chat_template = chat_template_name(parse_chat_template(args["chat-template"].as<std::string>()));
+
+    const std::string source_path = args["source"].as<std::string>();
+    SourceModel source = load_source(source_path);
+    if (args.count("tokenizer")) {
+      source.tokenizer_path = args["tokenizer"].as<std::string>();
+      Tokenizer::load(source.tokenizer_path);  // fail now, not after the quantization
+    }
+    if (source.tokenizer_path.empty())
+      std::fprintf(stderr, "warning: no tokenizer.model; pass --tokenizer so gemlite-chat can run it\n");
+
+    const ModelConfig& c = source.config;
+    std::fprintf(stderr, "%s: %s, %d layers, dim %d, %d heads (%d kv), vocab %d -> %s\n",
+                 source_path.c_str(), c.architecture.c_str(), c.n_layers, c.dim, c.n_heads,
+                 c.n_kv_heads, c.vocab_size, spec.format.name().c_str());
+    const double start = now_seconds();
+    const PackedCheckpoint packed = quantize_model(source, spec, show_progress);
+    const std::string output = args["output"].as<std::string>();
+    save_packed_checkpoint(packed, output);
+    std::fprintf(stderr, "wrote %s: %.2f MiB of weights in %.1f s\n", output.c_str(),
+                 packed.weight_bytes() / 1048576.0, now_seconds() - start);
+    return 0;
+  });
+}

@@ -13,8 +13,10 @@
 //          "scales"  [N] F16
 // An optional "bias" [N] F32 (Qwen2's q/k/v) travels with any format.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "kernels/weight_format.h"
 #include "runtime/host_tensor.h"
@@ -30,6 +32,21 @@ struct PackedWeight {
   const HostTensor& part(const std::string& name) const;  // throws Error when missing
   size_t nbytes() const;  // all parts, what a GEMV reads
 };
+
+// One tensor a format stores: what quantize_weight allocates and validate_packed_weight
+// checks, so each format states its shapes in exactly one place.
+struct PartSpec {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+};
+// The parts of `format` for a [rows, cols] weight, without the optional "bias".
+std::vector<PartSpec> expected_parts(const WeightFormat& format, int64_t rows, int64_t cols);
+
+// Writes row n of the dequantized weight, out [K]. Made once per call from a weight with
+// its tensors looked up, so a loop over rows pays no map lookups.
+using RowDecoder = std::function<void(int64_t n, float* out)>;
+RowDecoder make_row_decoder(const PackedWeight& w);
 
 // Quantizes a float weight w [N, K] (row-major) into `format`.
 PackedWeight quantize_weight(const float* w, int64_t N, int64_t K, const WeightFormat& format);

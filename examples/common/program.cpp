@@ -1,0 +1,80 @@
+#include "examples/common/program.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace gemlite {
+
+int run_program(const char* program, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+  } catch (const cxxopts::exceptions::exception& e) {
+    std::fprintf(stderr, "%s: error: %s (see --help)\n", program, e.what());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%s: error: out of memory\n", program);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+  }
+  return 1;
+}
+
+cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv,
+                                const std::vector<std::pair<std::string, std::string>>& aliases) {
+  options.add_options()("h,help", "Print this help");
+  std::vector<std::string> words(argv, argv + argc);
+  for (auto& word : words)
+    for (const auto& [alias, long_name] : aliases)
+      if (word == alias) word = long_name;
+  std::vector<char*> rewritten;
+  for (auto& word : words) rewritten.push_back(word.data());
+  auto result = options.parse(int(rewritten.size()), rewritten.data());
+  if (result.count("help")) {
+    std::printf("%s\n", options.help().c_str());
+    std::exit(0);
+  }
+  if (!result.unmatched().empty())
+    throw Error("unexpected argument '" + result.unmatched().front() + "' (see --help)");
+  return result;
+}
+
+void add_model_options(cxxopts::Options& options) {
+  options.add_options()
+      ("m,model", "Packed checkpoint directory (made by gemlite-quantize)", cxxopts::value<std::string>())
+      ("device", "cpu or cuda (default: cuda when available)", cxxopts::value<std::string>()->default_value(""))
+      ("t,threads", "CPU threads (0 = all cores)", cxxopts::value<int>()->default_value("0"));
+}
+
+void apply_thread_option(const cxxopts::ParseResult& args) {
+  const int threads = args["threads"].as<int>();
+  if (threads < 0) throw Error("--threads must be >= 0");
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
+LoadedModel load_model(const std::string& dir, const std::string& device, int context,
+                       bool need_tokenizer) {
+  LoadedModel loaded;
+  loaded.checkpoint = load_packed_checkpoint(dir);
+  if (!loaded.checkpoint.tokenizer_path.empty())
+    loaded.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(loaded.checkpoint.tokenizer_path));
+  else if (need_tokenizer)
+    fail((std::filesystem::path(dir) / "tokenizer.model").string(),
+         "missing (pass --tokenizer to gemlite-quantize when converting a llama2.c checkpoint)");
+  if (context < 0) throw Error("--ctx-size must be >= 0");
+  loaded.backend = make_backend(device.empty() ? default_backend_name() : device);
+  loaded.model = std::make_unique<LlamaModel>(loaded.checkpoint, *loaded.backend, context);
+  return loaded;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace gemlite

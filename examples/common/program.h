@@ -1,0 +1,44 @@
+#pragma once
+// What every gemlite program shares: argument parsing with cxxopts, the one-line error
+// convention (exit 1), and loading a packed model onto a backend.
+#include <cxxopts.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "models/llama_model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gemlite {
+
+// Runs body(); prints "<program>: error: <message>" and returns 1 on any Error, cxxopts
+// parse error or std::exception, so no bad input ends in a crash.
+int run_program(const char* program, const std::function<int()>& body);
+
+// Parses argv, rewriting llama.cpp's multi-letter short flags (e.g. "-sys", "-ngl")
+// given in `aliases` as {"-sys", "--system-prompt"}; prints help and exits 0 on --help.
+cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv,
+                                const std::vector<std::pair<std::string, std::string>>& aliases = {});
+
+// A packed checkpoint loaded onto a backend, with its tokenizer.
+struct LoadedModel {
+  PackedCheckpoint checkpoint;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when the checkpoint has none
+};
+
+// Loads `dir` (Error naming the file on any problem) on `device` ("" = default backend)
+// with a KV cache of `context` positions (0 = the model's max_seq_len). With
+// need_tokenizer, a missing tokenizer.model is an error.
+LoadedModel load_model(const std::string& dir, const std::string& device, int context,
+                       bool need_tokenizer);
+
+// Adds the flags every program that runs a model takes: -m/--model, --device, -t/--threads.
+void add_model_options(cxxopts::Options& options);
+// Applies -t/--threads (0 = all cores) to OpenMP.
+void apply_thread_option(const cxxopts::ParseResult& args);
+
+double now_seconds();  // monotonic clock
+
+}  // namespace gemlite

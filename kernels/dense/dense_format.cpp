@@ -1,0 +1,50 @@
+#include "kernels/dense/dense_format.h"
+
+#include <cstring>
+
+#include "runtime/error.h"
+
+namespace gemlite {
+
+std::vector<PartSpec> dense_parts(const WeightFormat& format, int64_t N, int64_t K) {
+  const DType t = format.dense_dtype;
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16)
+    throw Error(std::string("dense weights are F32, F16 or BF16, not ") + dtype_name(t));
+  return {{"weight", t, {N, K}}};
+}
+
+void dense_quantize(const float* w, PackedWeight* out) {
+  HostTensor& weight = out->parts.at("weight");
+  const int64_t count = weight.numel();
+  switch (weight.dtype) {
+    case DType::F32:
+      std::memcpy(weight.mutable_as<float>(), w, weight.nbytes());
+      break;
+    case DType::F16:
+      for (int64_t i = 0; i < count; ++i) weight.mutable_as<uint16_t>()[i] = float_to_half(w[i]);
+      break;
+    default:  // BF16, as dense_parts allows no other
+      for (int64_t i = 0; i < count; ++i) weight.mutable_as<uint16_t>()[i] = float_to_bf16(w[i]);
+      break;
+  }
+}
+
+RowDecoder dense_row_decoder(const PackedWeight& w) {
+  const HostTensor& weight = w.part("weight");  // [N, K]
+  const int64_t K = w.cols;
+  const DType dtype = weight.dtype;
+  const uint8_t* data = weight.data;
+  return [=](int64_t n, float* out) {
+    if (dtype == DType::F32) {
+      std::memcpy(out, reinterpret_cast<const float*>(data) + n * K, size_t(K) * sizeof(float));
+      return;
+    }
+    const uint16_t* row = reinterpret_cast<const uint16_t*>(data) + n * K;
+    if (dtype == DType::F16)
+      for (int64_t k = 0; k < K; ++k) out[k] = half_to_float(row[k]);
+    else
+      for (int64_t k = 0; k < K; ++k) out[k] = bf16_to_float(row[k]);
+  };
+}
+
+}  // namespace gemlite

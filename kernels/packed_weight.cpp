@@ -1,0 +1,135 @@
+#include "kernels/packed_weight.h"
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/dense/dense_format.h"
+#include "kernels/fpx/fpx_format.h"
+#include "kernels/qn/qn_format.h"
+#include "kernels/s7/s7_format.h"
+#include "runtime/error.h"
+
+namespace gemlite {
+
+const HostTensor& PackedWeight::part(const std::string& name) const {
+  const auto it = parts.find(name);
+  if (it == parts.end())
+    throw Error("weight in format " + format.name() + " has no tensor '" + name + "'");
+  return it->second;
+}
+
+size_t PackedWeight::nbytes() const {
+  size_t total = 0;
+  for (const auto& [name, tensor] : parts) total += tensor.nbytes();
+  return total;
+}
+
+std::vector<PartSpec> expected_parts(const WeightFormat& format, int64_t rows, int64_t cols) {
+  switch (format.kind) {
+    case FormatKind::Dense: return dense_parts(format, rows, cols);
+    case FormatKind::QN: return qn_parts(format, rows, cols);
+    case FormatKind::S7: return s7_parts(format, rows, cols);
+    case FormatKind::FPX: return fpx_parts(format, rows, cols);
+  }
+  throw Error("unknown weight format kind");
+}
+
+RowDecoder make_row_decoder(const PackedWeight& w) {
+  switch (w.format.kind) {
+    case FormatKind::Dense: return dense_row_decoder(w);
+    case FormatKind::QN: return qn_row_decoder(w);
+    case FormatKind::S7: return s7_row_decoder(w);
+    case FormatKind::FPX: return fpx_row_decoder(w);
+  }
+  throw Error("unknown weight format kind");
+}
+
+PackedWeight quantize_weight(const float* w, int64_t N, int64_t K, const WeightFormat& format) {
+  const std::string where = "quantize_weight (" + format.name() + ")";
+  if (N < 1 || K < 1)
+    fail(where, "weight shape [" + std::to_string(N) + ", " + std::to_string(K) + "] is empty");
+  for (int64_t i = 0; i < N * K; ++i)
+    if (!std::isfinite(w[i]))
+      fail(where, "weight [" + std::to_string(i / K) + ", " + std::to_string(i % K) + "] is not finite");
+  PackedWeight packed;
+  packed.format = format;
+  packed.rows = N;
+  packed.cols = K;
+  for (const PartSpec& spec : expected_parts(format, N, K))
+    packed.parts[spec.name] = HostTensor::zeros(spec.dtype, spec.shape);
+  switch (format.kind) {
+    case FormatKind::Dense: dense_quantize(w, &packed); break;
+    case FormatKind::QN: qn_quantize(w, &packed); break;
+    case FormatKind::S7: s7_quantize(w, &packed); break;
+    case FormatKind::FPX: fpx_quantize(w, &packed); break;
+  }
+  return packed;
+}
+
+void dequantize_row(const PackedWeight& w, int64_t n, float* out) { make_row_decoder(w)(n, out); }
+
+namespace {
+
+float dot(const float* a, const float* b, int64_t K) {  // a [K], b [K]
+  float sum = 0;
+  // Lets the compiler split the sum over vector lanes (it keeps fp32 accumulation).
+#pragma omp simd reduction(+ : sum)
+  for (int64_t k = 0; k < K; ++k) sum += a[k] * b[k];
+  return sum;
+}
+
+}  // namespace
+
+void linear_reference(const PackedWeight& w, const float* x, int64_t M, float* y) {
+  const int64_t N = w.rows, K = w.cols;
+  const auto bias_part = w.parts.find("bias");
+  const float* bias = bias_part == w.parts.end() ? nullptr : bias_part->second.as<float>();  // [N]
+  const RowDecoder decode_row = make_row_decoder(w);
+#pragma omp parallel
+  {
+    std::vector<float> weight_row(K);  // per thread: row n of W, dequantized once
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      decode_row(n, weight_row.data());
+      const float b = bias ? bias[n] : 0.0f;
+      for (int64_t m = 0; m < M; ++m) y[m * N + n] = dot(weight_row.data(), x + m * K, K) + b;
+    }
+  }
+}
+
+void validate_packed_weight(const PackedWeight& w, const std::string& where) {
+  if (w.rows < 1 || w.cols < 1)
+    fail(where, "weight shape [" + std::to_string(w.rows) + ", " + std::to_string(w.cols) + "] is empty");
+  std::vector<PartSpec> specs;
+  try {
+    specs = expected_parts(w.format, w.rows, w.cols);
+  } catch (const Error& e) {
+    fail(where, e.what());
+  }
+  specs.push_back({"bias", DType::F32, {w.rows}});
+  const std::string format = "format " + w.format.name();
+  for (const PartSpec& spec : specs) {
+    const auto it = w.parts.find(spec.name);
+    if (it == w.parts.end()) {
+      if (spec.name == "bias") continue;  // optional
+      fail(where, "tensor '" + spec.name + "' is missing (" + format + ")");
+    }
+    const HostTensor& t = it->second;
+    if (t.dtype != spec.dtype)
+      fail(where, "tensor '" + spec.name + "' has type " + dtype_name(t.dtype) + ", expected " +
+                      dtype_name(spec.dtype) + " (" + format + ")");
+    if (t.shape != spec.shape) {
+      HostTensor expected;
+      expected.shape = spec.shape;
+      fail(where, "tensor '" + spec.name + "' has shape " + t.shape_string() + ", expected " +
+                      expected.shape_string() + " (" + format + ")");
+    }
+  }
+  for (const auto& [name, tensor] : w.parts) {
+    bool known = false;
+    for (const PartSpec& spec : specs) known = known || spec.name == name;
+    if (!known) fail(where, "unexpected tensor '" + name + "' (" + format + ")");
+  }
+}
+
+}  // namespace gemlite

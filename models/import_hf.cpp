@@ -1,0 +1,65 @@
+#include "models/import_hf.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "runtime/error.h"
+#include "runtime/io/json_file.h"
+#include "runtime/io/safetensors.h"
+
+namespace gemlite {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+void add_all_tensors(const SafetensorsFile& file, SourceModel* model) {
+  for (const std::string& name : file.names()) model->tensors[name] = file.get(name);
+}
+
+// The index's weight_map sends each tensor name to a shard file in the same directory.
+void add_sharded_tensors(const std::string& dir, const std::string& index_path, SourceModel* model) {
+  const json index = read_json_file(index_path);
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    fail(index_path, "missing 'weight_map' object");
+
+  std::map<std::string, SafetensorsFile> shards;  // opened once each, by file name
+  for (const auto& [tensor_name, shard_name] : index["weight_map"].items()) {
+    if (!shard_name.is_string() || shard_name.get<std::string>().find('/') != std::string::npos)
+      fail(index_path, "tensor '" + tensor_name + "' maps to " + shard_name.dump() +
+                           ", not a file name in the same directory");
+    const std::string shard = shard_name.get<std::string>();
+    const std::string shard_path = (fs::path(dir) / shard).string();
+    if (!shards.count(shard)) {
+      if (!fs::exists(shard_path))
+        fail(index_path, "shard '" + shard + "' (holding '" + tensor_name + "') does not exist");
+      shards.emplace(shard, SafetensorsFile::open(shard_path));
+    }
+    model->tensors[tensor_name] = shards.at(shard).get(tensor_name);
+  }
+}
+
+}  // namespace
+
+SourceModel load_hf_directory(const std::string& dir) {
+  if (!fs::is_directory(dir)) fail(dir, "not a directory (expected a Hugging Face checkpoint)");
+  SourceModel model;
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  model.config = parse_hf_config(read_json_file(config_path), config_path);
+
+  const std::string single_path = (fs::path(dir) / "model.safetensors").string();
+  const std::string index_path = (fs::path(dir) / "model.safetensors.index.json").string();
+  if (fs::exists(index_path))
+    add_sharded_tensors(dir, index_path, &model);
+  else if (fs::exists(single_path))
+    add_all_tensors(SafetensorsFile::open(single_path), &model);
+  else
+    fail(dir, "has neither model.safetensors nor model.safetensors.index.json");
+  check_source_tensors(model, dir);
+
+  const std::string tokenizer_path = (fs::path(dir) / "tokenizer.model").string();
+  if (fs::exists(tokenizer_path)) model.tokenizer_path = tokenizer_path;
+  return model;
+}
+
+}  // namespace gemlite

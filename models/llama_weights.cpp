@@ -1,0 +1,28 @@
+#include "models/llama_weights.h"
+
+namespace gemlite {
+
+LayerTensorNames layer_tensor_names(int layer) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  LayerTensorNames n;
+  n.attn_norm = p + "input_layernorm.weight";
+  n.ffn_norm = p + "post_attention_layernorm.weight";
+  n.q = p + "self_attn.q_proj";
+  n.k = p + "self_attn.k_proj";
+  n.v = p + "self_attn.v_proj";
+  n.o = p + "self_attn.o_proj";
+  n.gate = p + "mlp.gate_proj";
+  n.up = p + "mlp.up_proj";
+  n.down = p + "mlp.down_proj";
+  return n;
+}
+
+std::vector<std::string> linear_module_names(int n_layers) {
+  std::vector<std::string> names;
+  for (int i = 0; i < n_layers; ++i)
+    for (auto& name : layer_tensor_names(i).linears()) names.push_back(name);
+  names.push_back(kLmHeadModule);
+  return names;
+}
+
+}  // namespace gemlite

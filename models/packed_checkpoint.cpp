@@ -1,0 +1,216 @@
+#include "models/packed_checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "models/llama_weights.h"
+#include "runtime/error.h"
+#include "runtime/io/json_file.h"
+#include "runtime/io/safetensors.h"
+
+namespace gemlite {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const char* kTiedModule = "tied";
+
+// [out, in] of a linear module, from the config.
+std::pair<int64_t, int64_t> expected_linear_shape(const ModelConfig& c, const std::string& module) {
+  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+  auto ends_with = [&](const char* suffix) {
+    const std::string s(suffix);
+    return module.size() >= s.size() && module.compare(module.size() - s.size(), s.size(), s) == 0;
+  };
+  if (ends_with("q_proj")) return {q_dim, c.dim};
+  if (ends_with("k_proj") || ends_with("v_proj")) return {kv_dim, c.dim};
+  if (ends_with("o_proj")) return {c.dim, q_dim};
+  if (ends_with("gate_proj") || ends_with("up_proj")) return {c.hidden_dim, c.dim};
+  if (ends_with("down_proj")) return {c.dim, c.hidden_dim};
+  return {c.vocab_size, c.dim};  // lm_head
+}
+
+}  // namespace
+
+PackedWeight tied_lm_head(const HostTensor& matrix) {
+  PackedWeight w;
+  w.format.kind = FormatKind::Dense;
+  w.format.dense_dtype = matrix.dtype;
+  w.rows = matrix.shape[0];
+  w.cols = matrix.shape[1];
+  w.parts["weight"] = matrix;
+  return w;
+}
+
+namespace {
+
+void expect_tensor(const HostTensor& t, const std::string& where, const std::string& name,
+                   std::vector<int64_t> shape) {
+  HostTensor expected;
+  expected.shape = shape;
+  if (t.shape != shape)
+    fail(where, "tensor '" + name + "' has shape " + t.shape_string() + ", expected " +
+                    expected.shape_string());
+}
+
+}  // namespace
+
+DType embedding_dtype_for(const WeightFormat& format) {
+  if (format.kind == FormatKind::Dense && format.dense_dtype != DType::F16) return format.dense_dtype;
+  return DType::F16;
+}
+
+std::vector<std::pair<std::string, const PackedWeight*>> PackedCheckpoint::linears() const {
+  std::vector<std::pair<std::string, const PackedWeight*>> out;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerTensorNames names = layer_tensor_names(int(i));
+    const PackedLayer& l = layers[i];
+    for (auto [name, weight] : {std::pair{names.q, &l.q}, {names.k, &l.k}, {names.v, &l.v},
+                                {names.o, &l.o}, {names.gate, &l.gate}, {names.up, &l.up},
+                                {names.down, &l.down}})
+      out.emplace_back(name, weight);
+  }
+  out.emplace_back(kLmHeadModule, &lm_head);
+  return out;
+}
+
+size_t PackedCheckpoint::weight_bytes() const {
+  size_t bytes = final_norm.nbytes() + size_t(config.dim) * dtype_size(embedding.dtype);
+  for (const auto& layer : layers) bytes += layer.attn_norm.nbytes() + layer.ffn_norm.nbytes();
+  for (const auto& [name, weight] : linears()) bytes += weight->nbytes();
+  return bytes;
+}
+
+PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
+  if (!fs::is_directory(dir)) fail(dir, "not a directory (expected a gemlite packed checkpoint)");
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  if (!fs::exists(config_path)) fail(config_path, "missing (is this a gemlite packed checkpoint?)");
+  const json config_json = read_json_file(config_path);
+
+  PackedCheckpoint ckpt;
+  ckpt.config = parse_hf_config(config_json, config_path);
+  const json quant = config_json.value("quantization_config", json::object());
+  if (quant.value("quant_method", std::string()) != "gemlite")
+    fail(config_path, "not a gemlite packed checkpoint (quantization_config.quant_method is not "
+                      "\"gemlite\"); convert it with gemlite-quantize");
+  if (quant.value("format_version", 0) != kPackedFormatVersion)
+    fail(config_path, "packed format version " + quant.value("format_version", json()).dump() +
+                          " is not supported (this build reads version " +
+                          std::to_string(kPackedFormatVersion) + ")");
+  const json modules = quant.value("modules", json::object());
+  ckpt.default_format = quant.value("format", std::string());
+  ckpt.chat_template = config_json.value("gemlite_chat_template", std::string());
+
+  const std::string tensors_path = (fs::path(dir) / "model.safetensors").string();
+  const auto file = SafetensorsFile::open(tensors_path);
+  auto tensor = [&](const std::string& name, std::vector<int64_t> shape) {
+    const HostTensor& t = file.get(name);
+    expect_tensor(t, tensors_path, name, shape);
+    return t;
+  };
+
+  const ModelConfig& c = ckpt.config;
+  ckpt.embedding = tensor(kEmbeddingName, {c.vocab_size, c.dim});
+  ckpt.final_norm = tensor(kFinalNormName, {c.dim});
+  auto linear = [&](const std::string& module) {
+    if (!modules.contains(module) || !modules[module].is_string())
+      fail(config_path, "quantization_config.modules has no format for '" + module + "'");
+    const std::string format_name = modules[module].get<std::string>();
+    if (format_name == kTiedModule) return tied_lm_head(ckpt.embedding);
+    PackedWeight w;
+    try {
+      w.format = WeightFormat::parse(format_name);
+    } catch (const Error& e) {
+      fail(config_path, std::string("module '") + module + "': " + e.what());
+    }
+    std::tie(w.rows, w.cols) = expected_linear_shape(c, module);
+    const std::string prefix = module + ".";
+    for (const std::string& name : file.names())
+      if (name.compare(0, prefix.size(), prefix) == 0) w.parts[name.substr(prefix.size())] = file.get(name);
+    validate_packed_weight(w, tensors_path + ": " + module);
+    return w;
+  };
+
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerTensorNames names = layer_tensor_names(i);
+    PackedLayer layer;
+    layer.attn_norm = tensor(names.attn_norm, {c.dim});
+    layer.ffn_norm = tensor(names.ffn_norm, {c.dim});
+    layer.q = linear(names.q);
+    layer.k = linear(names.k);
+    layer.v = linear(names.v);
+    layer.o = linear(names.o);
+    layer.gate = linear(names.gate);
+    layer.up = linear(names.up);
+    layer.down = linear(names.down);
+    ckpt.layers.push_back(std::move(layer));
+  }
+  ckpt.lm_head = linear(kLmHeadModule);
+  ckpt.lm_head_tied = modules.value(kLmHeadModule, std::string()) == kTiedModule;
+
+  const fs::path tokenizer = fs::path(dir) / "tokenizer.model";
+  if (fs::exists(tokenizer)) ckpt.tokenizer_path = tokenizer.string();
+  return ckpt;
+}
+
+void save_packed_checkpoint(const PackedCheckpoint& ckpt, const std::string& dir) {
+  SafetensorsWriter writer;
+  writer.set_metadata("format", "gemlite");
+  writer.set_metadata("format_version", std::to_string(kPackedFormatVersion));
+  writer.add(kEmbeddingName, ckpt.embedding);
+  writer.add(kFinalNormName, ckpt.final_norm);
+  for (size_t i = 0; i < ckpt.layers.size(); ++i) {
+    const LayerTensorNames names = layer_tensor_names(int(i));
+    writer.add(names.attn_norm, ckpt.layers[i].attn_norm);
+    writer.add(names.ffn_norm, ckpt.layers[i].ffn_norm);
+  }
+  json modules = json::object();
+  for (const auto& [module, weight] : ckpt.linears()) {
+    if (module == kLmHeadModule && ckpt.lm_head_tied) {
+      modules[module] = kTiedModule;
+      continue;
+    }
+    modules[module] = weight->format.name();
+    for (const auto& [part, tensor] : weight->parts) writer.add(module + "." + part, tensor);
+  }
+
+  json config = to_hf_config(ckpt.config);
+  config["quantization_config"] = {{"quant_method", "gemlite"},
+                                   {"format_version", kPackedFormatVersion},
+                                   {"format", ckpt.default_format},
+                                   {"embedding", dtype_name(ckpt.embedding.dtype)},
+                                   {"modules", modules}};
+  if (!ckpt.chat_template.empty()) config["gemlite_chat_template"] = ckpt.chat_template;
+
+  const fs::path final_dir(dir), temp_dir(dir + ".tmp");
+  std::error_code ec;
+  // Replacing an earlier checkpoint is expected; replacing anything else is a typo.
+  if (fs::exists(final_dir) && !fs::exists(final_dir / "config.json") &&
+      !(fs::is_directory(final_dir) && fs::is_empty(final_dir)))
+    fail(dir, "exists and is not a packed checkpoint; refusing to replace it");
+  fs::remove_all(temp_dir, ec);
+  if (!fs::create_directories(temp_dir, ec) || ec)
+    fail(temp_dir.string(), "cannot create directory: " + ec.message());
+  try {
+    writer.write((temp_dir / "model.safetensors").string());
+    const std::string config_path = (temp_dir / "config.json").string();
+    std::ofstream out(config_path);
+    out << config.dump(2) << "\n";
+    if (!out.flush()) fail(config_path, "write failed");
+    out.close();
+    if (!ckpt.tokenizer_path.empty()) {
+      fs::copy_file(ckpt.tokenizer_path, temp_dir / "tokenizer.model", ec);
+      if (ec) fail(ckpt.tokenizer_path, "cannot copy tokenizer: " + ec.message());
+    }
+    if (fs::exists(final_dir)) fs::remove_all(final_dir);
+    fs::rename(temp_dir, final_dir, ec);
+    if (ec) fail(dir, "cannot move the finished checkpoint into place: " + ec.message());
+  } catch (...) {
+    fs::remove_all(temp_dir, ec);
+    throw;
+  }
+}
+
+}  // namespace gemlite

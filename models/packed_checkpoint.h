@@ -1,0 +1,58 @@
+#pragma once
+// The packed checkpoint: a directory a Hugging Face user recognises.
+//   config.json        the model's HF config plus
+//                      "quantization_config": {"quant_method": "gemlite", "format_version": 1,
+//                        "format": "<default>", "embedding": "f16",
+//                        "modules": {"<module>": "<format>" | "tied", ...}}
+//                      and "gemlite_chat_template": "<name>" when known.
+//   model.safetensors  every linear module's parts as "<module>.<part>" (see
+//                      kernels/packed_weight.h), the embedding and the norm weights (F32).
+//   tokenizer.model    the sentencepiece model.
+// Saving writes "<dir>.tmp" and renames it into place, so a failed run leaves nothing
+// half-written.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/packed_weight.h"
+#include "models/model_config.h"
+
+namespace gemlite {
+
+constexpr int kPackedFormatVersion = 1;
+
+struct PackedLayer {
+  HostTensor attn_norm, ffn_norm;         // [dim] F32
+  PackedWeight q, k, v;                   // [n_heads*hd, dim], [n_kv*hd, dim], [n_kv*hd, dim]
+  PackedWeight o;                         // [dim, n_heads*hd]
+  PackedWeight gate, up;                  // [hidden, dim]
+  PackedWeight down;                      // [dim, hidden]
+};
+
+struct PackedCheckpoint {
+  ModelConfig config;
+  std::string default_format;             // what the user asked gemlite-quantize for
+  std::string chat_template;              // template name, "" when unknown
+  HostTensor embedding;                   // [vocab, dim] F32/F16/BF16
+  HostTensor final_norm;                  // [dim] F32
+  std::vector<PackedLayer> layers;        // [n_layers]
+  PackedWeight lm_head;                   // [vocab, dim]; a dense view of `embedding` if tied
+  bool lm_head_tied = false;
+  std::string tokenizer_path;             // sentencepiece model, "" when none
+
+  // Every linear module with its Hugging Face name, lm_head last.
+  std::vector<std::pair<std::string, const PackedWeight*>> linears() const;
+  size_t weight_bytes() const;  // everything a forward pass reads once per token
+};
+
+// Throws Error("<dir>/<file>: <problem>") for anything missing, inconsistent or corrupt.
+PackedCheckpoint load_packed_checkpoint(const std::string& dir);
+void save_packed_checkpoint(const PackedCheckpoint& checkpoint, const std::string& dir);
+
+// The classifier of a tied model: a dense view of the embedding [vocab, dim], no copy.
+PackedWeight tied_lm_head(const HostTensor& embedding);
+
+// The embedding's dense type for a default format: f32 and bf16 keep theirs, all others f16.
+DType embedding_dtype_for(const WeightFormat& format);
+
+}  // namespace gemlite

@@ -1,0 +1,101 @@
+#include "models/quantize_model.h"
+
+#include "models/llama_weights.h"
+#include "runtime/error.h"
+
+namespace gemlite {
+namespace {
+
+HostTensor to_dense(const HostTensor& source, DType dtype) {
+  const std::vector<float> values = source.to_float();
+  HostTensor out = HostTensor::zeros(dtype, source.shape);
+  for (size_t i = 0; i < values.size(); ++i) {
+    switch (dtype) {
+      case DType::F32: out.mutable_as<float>()[i] = values[i]; break;
+      case DType::F16: out.mutable_as<uint16_t>()[i] = float_to_half(values[i]); break;
+      case DType::BF16: out.mutable_as<uint16_t>()[i] = float_to_bf16(values[i]); break;
+      default: throw Error("embedding type must be F32, F16 or BF16");
+    }
+  }
+  return out;
+}
+
+const HostTensor& source_tensor(const SourceModel& source, const std::string& name) {
+  auto it = source.tensors.find(name);
+  if (it == source.tensors.end()) throw Error("source model has no tensor '" + name + "'");
+  return it->second;
+}
+
+}  // namespace
+
+std::pair<std::string, WeightFormat> parse_override(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    throw Error("--override '" + text + "': expected PATTERN=FORMAT, e.g. lm_head=q8");
+  return {text.substr(0, eq), WeightFormat::parse(text.substr(eq + 1))};
+}
+
+WeightFormat format_for_module(const QuantizeSpec& spec, const std::string& module) {
+  WeightFormat format = spec.format;
+  const std::string dotted = "." + module + ".";
+  for (const auto& [pattern, override_format] : spec.overrides)
+    if (dotted.find("." + pattern + ".") != std::string::npos) format = override_format;
+  return format;
+}
+
+PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& spec,
+                                const QuantizeProgress& progress) {
+  const ModelConfig& c = source.config;
+  check_source_tensors(source, "source model");
+  PackedCheckpoint ckpt;
+  ckpt.config = c;
+  ckpt.default_format = spec.format.name();
+  ckpt.chat_template = spec.chat_template;
+  ckpt.tokenizer_path = source.tokenizer_path;
+  ckpt.embedding = to_dense(source_tensor(source, kEmbeddingName), embedding_dtype_for(spec.format));
+  ckpt.final_norm = to_dense(source_tensor(source, kFinalNormName), DType::F32);
+
+  const std::vector<std::string> modules = linear_module_names(c.n_layers);
+  int done = 0;
+  auto quantize = [&](const std::string& module) {
+    const HostTensor& matrix = c.tied_embeddings && module == kLmHeadModule
+                                   ? source_tensor(source, kEmbeddingName)
+                                   : source_tensor(source, module + ".weight");
+    const std::vector<float> values = matrix.to_float();  // [N, K], one matrix at a time
+    PackedWeight w = quantize_weight(values.data(), matrix.shape[0], matrix.shape[1],
+                                     format_for_module(spec, module));
+    auto bias = source.tensors.find(module + ".bias");
+    if (bias != source.tensors.end()) w.parts["bias"] = to_dense(bias->second, DType::F32);
+    if (progress) progress(++done, int(modules.size()), module);
+    return w;
+  };
+
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerTensorNames names = layer_tensor_names(i);
+    PackedLayer layer;
+    layer.attn_norm = to_dense(source_tensor(source, names.attn_norm), DType::F32);
+    layer.ffn_norm = to_dense(source_tensor(source, names.ffn_norm), DType::F32);
+    layer.q = quantize(names.q);
+    layer.k = quantize(names.k);
+    layer.v = quantize(names.v);
+    layer.o = quantize(names.o);
+    layer.gate = quantize(names.gate);
+    layer.up = quantize(names.up);
+    layer.down = quantize(names.down);
+    ckpt.layers.push_back(std::move(layer));
+  }
+
+  // A tied classifier whose format is the embedding's own type is stored once.
+  const WeightFormat head_format = format_for_module(spec, kLmHeadModule);
+  if (c.tied_embeddings && head_format.kind == FormatKind::Dense &&
+      head_format.dense_dtype == ckpt.embedding.dtype) {
+    ckpt.lm_head_tied = true;
+    ckpt.lm_head = tied_lm_head(ckpt.embedding);
+    if (progress) progress(++done, int(modules.size()), kLmHeadModule);
+  } else {
+    ckpt.lm_head = quantize(kLmHeadModule);
+  }
+  return ckpt;
+}
+
+}  // namespace gemlite

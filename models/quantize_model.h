@@ -1,0 +1,31 @@
+#pragma once
+// Source model (HF directory or llama2.c .bin, as float tensors) -> packed checkpoint.
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/packed_checkpoint.h"
+#include "models/source_model.h"
+
+namespace gemlite {
+
+struct QuantizeSpec {
+  WeightFormat format;  // every linear module unless overridden
+  // (pattern, format): a pattern matches a module when it equals a whole dotted part of its
+  // name ("lm_head", "mlp.down_proj", "layers.0"); the last matching pattern wins.
+  std::vector<std::pair<std::string, WeightFormat>> overrides;
+  std::string chat_template;  // recorded in config.json when not empty
+};
+
+// "lm_head=q8" -> ("lm_head", q8); throws Error on a malformed override.
+std::pair<std::string, WeightFormat> parse_override(const std::string& text);
+WeightFormat format_for_module(const QuantizeSpec& spec, const std::string& module);
+
+// Called after each linear module with (modules done, modules in all, module name).
+using QuantizeProgress = std::function<void(int, int, const std::string&)>;
+
+PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& spec,
+                                const QuantizeProgress& progress = nullptr);
+
+}  // namespace gemlite

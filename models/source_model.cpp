@@ -1,0 +1,69 @@
+#include "models/source_model.h"
+
+#include <cstring>
+
+#include "models/llama_weights.h"
+#include "runtime/error.h"
+
+namespace gemlite {
+
+std::vector<TensorSpec> required_source_tensors(const ModelConfig& c) {
+  const int64_t dim = c.dim, hidden = c.hidden_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
+  std::vector<TensorSpec> specs = {{kEmbeddingName, {c.vocab_size, dim}}};
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerTensorNames layer = layer_tensor_names(i);
+    specs.push_back({layer.attn_norm, {dim}});
+    specs.push_back({layer.q + ".weight", {q_dim, dim}});
+    specs.push_back({layer.k + ".weight", {kv_dim, dim}});
+    specs.push_back({layer.v + ".weight", {kv_dim, dim}});
+    if (c.qkv_bias) {
+      specs.push_back({layer.q + ".bias", {q_dim}});
+      specs.push_back({layer.k + ".bias", {kv_dim}});
+      specs.push_back({layer.v + ".bias", {kv_dim}});
+    }
+    specs.push_back({layer.o + ".weight", {dim, q_dim}});
+    specs.push_back({layer.ffn_norm, {dim}});
+    specs.push_back({layer.gate + ".weight", {hidden, dim}});
+    specs.push_back({layer.up + ".weight", {hidden, dim}});
+    specs.push_back({layer.down + ".weight", {dim, hidden}});
+  }
+  specs.push_back({kFinalNormName, {dim}});
+  if (!c.tied_embeddings) specs.push_back({std::string(kLmHeadModule) + ".weight", {c.vocab_size, dim}});
+  return specs;
+}
+
+void check_source_tensors(const SourceModel& model, const std::string& where) {
+  for (const TensorSpec& spec : required_source_tensors(model.config)) {
+    auto found = model.tensors.find(spec.name);
+    if (found == model.tensors.end()) fail(where, "missing tensor '" + spec.name + "'");
+    const HostTensor& t = found->second;
+    HostTensor expected;
+    expected.shape = spec.shape;
+    if (t.shape != spec.shape)
+      fail(where, "tensor '" + spec.name + "' has shape " + t.shape_string() + ", expected " +
+                      expected.shape_string());
+    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+      fail(where, "tensor '" + spec.name + "' has dtype " + dtype_name(t.dtype) +
+                      ", expected F32, F16 or BF16");
+  }
+}
+
+HostTensor interleaved_to_rotate_half_rows(const HostTensor& weight, int head_dim) {
+  const int64_t rows = weight.shape.empty() ? 0 : weight.shape[0];
+  if (rows == 0 || head_dim <= 0 || head_dim % 2 != 0 || rows % head_dim != 0)
+    throw Error("cannot reorder RoPE rows of a " + weight.shape_string() + " tensor with head_dim " +
+                std::to_string(head_dim));
+  const size_t row_bytes = weight.nbytes() / size_t(rows);
+  const int half = head_dim / 2;
+  HostTensor out = HostTensor::zeros(weight.dtype, weight.shape);
+  uint8_t* dst = out.mutable_as<uint8_t>();
+  for (int64_t head_start = 0; head_start < rows; head_start += head_dim)
+    for (int i = 0; i < half; ++i) {
+      std::memcpy(dst + (head_start + i) * row_bytes, weight.data + (head_start + 2 * i) * row_bytes, row_bytes);
+      std::memcpy(dst + (head_start + half + i) * row_bytes,
+                  weight.data + (head_start + 2 * i + 1) * row_bytes, row_bytes);
+    }
+  return out;
+}
+
+}  // namespace gemlite

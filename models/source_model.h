@@ -1,0 +1,49 @@
+#pragma once
+// An unquantized model as an importer hands it to the quantizer: the config and every
+// tensor under its Hugging Face name (see models/llama_weights.h):
+//   model.embed_tokens.weight                          [vocab, dim]
+//   model.layers.{i}.input_layernorm.weight            [dim]
+//   model.layers.{i}.self_attn.q_proj.weight           [n_heads*head_dim, dim]
+//   model.layers.{i}.self_attn.{k,v}_proj.weight       [n_kv_heads*head_dim, dim]
+//   model.layers.{i}.self_attn.{q,k,v}_proj.bias       [rows of the weight]  (qwen2 only)
+//   model.layers.{i}.self_attn.o_proj.weight           [dim, n_heads*head_dim]
+//   model.layers.{i}.post_attention_layernorm.weight   [dim]
+//   model.layers.{i}.mlp.{gate,up}_proj.weight         [hidden_dim, dim]
+//   model.layers.{i}.mlp.down_proj.weight              [dim, hidden_dim]
+//   model.norm.weight                                  [dim]
+//   lm_head.weight                                     [vocab, dim]  (absent when tied)
+// Tensors are F32, F16 or BF16, views of a mapped file or owned copies. q and k rows are in
+// Hugging Face's rotate-half RoPE order, which is the order the runtime uses.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/model_config.h"
+#include "runtime/host_tensor.h"
+
+namespace gemlite {
+
+struct SourceModel {
+  ModelConfig config;
+  std::map<std::string, HostTensor> tensors;
+  std::string tokenizer_path;  // sentencepiece model; "" when the source has none
+};
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// Every tensor the config requires, with its shape, in checkpoint order.
+std::vector<TensorSpec> required_source_tensors(const ModelConfig& config);
+
+// Throws Error("<where>: tensor '<name>' ...") for a missing tensor, a wrong shape or a
+// non-floating-point dtype. Extra tensors are allowed.
+void check_source_tensors(const SourceModel& model, const std::string& where);
+
+// Reorders the rows of a q or k projection [n_heads*head_dim, in] (or its bias) from
+// Meta's interleaved-pair RoPE order (llama2.c, GGUF) to rotate-half order: within each
+// head, HF row i < head_dim/2 is Meta row 2i and HF row head_dim/2 + i is Meta row 2i + 1.
+HostTensor interleaved_to_rotate_half_rows(const HostTensor& weight, int head_dim);
+
+}  // namespace gemlite

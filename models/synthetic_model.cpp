@@ -1,0 +1,103 @@
+#include "models/synthetic_model.h"
+
+#include <random>
+
+#include "runtime/error.h"
+
+namespace gemlite {
+namespace {
+
+struct NamedShape {
+  const char* name;
+  int dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, max_seq_len;
+  float rope_theta;
+  bool llama3_rope, tied;
+};
+
+// Published shapes (Hugging Face configs of each model).
+const NamedShape kShapes[] = {
+    {"llama2-7b", 4096, 11008, 32, 32, 32, 32000, 4096, 10000.0f, false, false},
+    {"llama3-8b", 4096, 14336, 32, 32, 8, 128256, 8192, 500000.0f, true, false},
+    {"mistral-7b", 4096, 14336, 32, 32, 8, 32000, 32768, 1000000.0f, false, false},
+    {"tinyllama-1.1b", 2048, 5632, 22, 32, 4, 32000, 2048, 10000.0f, false, false},
+    {"stories110m", 768, 2048, 12, 12, 12, 32000, 1024, 10000.0f, false, true},
+    {"stories15m", 288, 768, 6, 6, 6, 32000, 256, 10000.0f, false, true},
+    {"stories260k", 64, 172, 5, 8, 4, 512, 512, 10000.0f, false, true},
+};
+
+}  // namespace
+
+std::vector<std::string> synthetic_model_names() {
+  std::vector<std::string> names;
+  for (const auto& shape : kShapes) names.push_back(shape.name);
+  return names;
+}
+
+ModelConfig synthetic_config(const std::string& name) {
+  for (const auto& s : kShapes) {
+    if (name != s.name) continue;
+    ModelConfig c;
+    c.dim = s.dim;
+    c.hidden_dim = s.hidden_dim;
+    c.n_layers = s.n_layers;
+    c.n_heads = s.n_heads;
+    c.n_kv_heads = s.n_kv_heads;
+    c.head_dim = s.dim / s.n_heads;
+    c.vocab_size = s.vocab_size;
+    c.max_seq_len = s.max_seq_len;
+    c.rope_theta = s.rope_theta;
+    c.tied_embeddings = s.tied;
+    if (s.llama3_rope) c.rope_scaling = {"llama3", 8.0f, 1.0f, 4.0f, 8192};
+    return c;
+  }
+  std::string known;
+  for (const auto& n : synthetic_model_names()) known += (known.empty() ? "" : ", ") + n;
+  throw Error("--synthetic '" + name + "': unknown model shape (known: " + known + ")");
+}
+
+PackedCheckpoint make_synthetic_checkpoint(const ModelConfig& c, const WeightFormat& format,
+                                           uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  auto random_matrix = [&](int64_t rows, int64_t cols) {
+    std::vector<float> values(size_t(rows * cols));  // [rows, cols]
+    for (float& v : values) v = normal(rng);
+    return values;
+  };
+  auto linear = [&](int64_t rows, int64_t cols) {
+    return quantize_weight(random_matrix(rows, cols).data(), rows, cols, format);
+  };
+  auto ones = [&](int64_t n) {
+    HostTensor t = HostTensor::zeros(DType::F32, {n});
+    for (int64_t i = 0; i < n; ++i) t.mutable_as<float>()[i] = 1.0f;
+    return t;
+  };
+
+  PackedCheckpoint ckpt;
+  ckpt.config = c;
+  ckpt.default_format = format.name();
+  WeightFormat embedding_format;
+  embedding_format.kind = FormatKind::Dense;
+  embedding_format.dense_dtype = embedding_dtype_for(format);
+  const PackedWeight embedding = quantize_weight(random_matrix(c.vocab_size, c.dim).data(),
+                                                 c.vocab_size, c.dim, embedding_format);
+  ckpt.embedding = embedding.part("weight");
+  ckpt.final_norm = ones(c.dim);
+  for (int l = 0; l < c.n_layers; ++l) {
+    PackedLayer layer;
+    layer.attn_norm = ones(c.dim);
+    layer.ffn_norm = ones(c.dim);
+    layer.q = linear(c.q_dim(), c.dim);
+    layer.k = linear(c.kv_dim(), c.dim);
+    layer.v = linear(c.kv_dim(), c.dim);
+    layer.o = linear(c.dim, c.q_dim());
+    layer.gate = linear(c.hidden_dim, c.dim);
+    layer.up = linear(c.hidden_dim, c.dim);
+    layer.down = linear(c.dim, c.hidden_dim);
+    ckpt.layers.push_back(std::move(layer));
+  }
+  ckpt.lm_head = linear(c.vocab_size, c.dim);
+  return ckpt;
+}
+
+}  // namespace gemlite

@@ -1,0 +1,185 @@
+#include "runtime/cpu/cpu_backend.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace gemlite {
+namespace {
+
+class CpuLinear final : public QuantLinear {
+ public:
+  explicit CpuLinear(const PackedWeight& weight) : QuantLinear(weight), weight_(weight) {}
+  void forward(const Tensor& x, Tensor& y) const override {
+    linear_reference(weight_, x.as<float>(), x.rows, y.as<float>());
+  }
+
+ private:
+  PackedWeight weight_;  // views the checkpoint's mapping; nothing is copied
+};
+
+class CpuKVCache final : public KVCache {
+ public:
+  CpuKVCache(int n_layers, int capacity, int kv_dim)
+      : KVCache(capacity), kv_dim(kv_dim),
+        keys(size_t(n_layers) * capacity * kv_dim), values(keys.size()) {}
+  float* key(int layer, int pos) { return &keys[(size_t(layer) * capacity() + pos) * kv_dim]; }
+  float* value(int layer, int pos) { return &values[(size_t(layer) * capacity() + pos) * kv_dim]; }
+
+  int kv_dim;
+  std::vector<float> keys;    // [n_layers, capacity, kv_dim]
+  std::vector<float> values;  // [n_layers, capacity, kv_dim]
+};
+
+// Reads element i of a F32/F16/BF16 row as float.
+float load_as_float(const Tensor& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::F32: return t.as<float>()[i];
+    case DType::F16: return half_to_float(t.as<uint16_t>()[i]);
+    case DType::BF16: return bf16_to_float(t.as<uint16_t>()[i]);
+    default: throw Error(std::string("cpu backend: unsupported tensor type ") + dtype_name(t.dtype));
+  }
+}
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  Tensor upload(const HostTensor& host) override {
+    Tensor t;
+    t.dtype = host.dtype;
+    t.rows = host.shape.size() == 2 ? host.shape[0] : 1;
+    t.cols = host.shape.empty() ? 1 : host.shape.back();
+    t.data = const_cast<uint8_t*>(host.data);  // weights are read-only; the mapping is shared
+    t.storage = std::const_pointer_cast<void>(host.owner);
+    return t;
+  }
+
+  Tensor alloc(int64_t rows, int64_t cols) override {
+    auto storage = std::make_shared<std::vector<float>>(size_t(rows * cols));
+    Tensor t;
+    t.rows = rows;
+    t.cols = cols;
+    t.data = storage->data();
+    t.storage = storage;
+    return t;
+  }
+
+  std::unique_ptr<QuantLinear> make_linear(const PackedWeight& weight) override {
+    return std::make_unique<CpuLinear>(weight);
+  }
+
+  std::unique_ptr<KVCache> make_kv_cache(int n_layers, int capacity, int kv_dim) override {
+    return std::make_unique<CpuKVCache>(n_layers, capacity, kv_dim);
+  }
+
+  void copy_to_host(const Tensor& x, float* out) override {
+    std::memcpy(out, x.data, size_t(x.numel()) * sizeof(float));
+  }
+
+  void embed(const Tensor& table, const std::vector<int>& ids, Tensor& out) override {
+    for (size_t t = 0; t < ids.size(); ++t) {
+      if (ids[t] < 0 || ids[t] >= table.rows)
+        throw Error("token id " + std::to_string(ids[t]) + " is outside the vocabulary of " +
+                    std::to_string(table.rows));
+      for (int64_t i = 0; i < table.cols; ++i)
+        out.as<float>()[t * out.cols + i] = load_as_float(table, ids[t] * table.cols + i);
+    }
+  }
+
+  void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
+    const int64_t d = x.cols;
+#pragma omp parallel for
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const float* row = x.as<float>() + t * d;
+      double sum_squares = 0;
+      for (int64_t i = 0; i < d; ++i) sum_squares += double(row[i]) * row[i];
+      const float inv_rms = float(1.0 / std::sqrt(sum_squares / double(d) + eps));
+      for (int64_t i = 0; i < d; ++i)
+        out.as<float>()[t * d + i] = row[i] * inv_rms * load_as_float(weight, i);
+    }
+  }
+
+  void rope(Tensor& q, Tensor& k, const AttentionShape& shape, int pos0,
+            const std::vector<float>& inv_freq) override {
+    const int half = shape.head_dim / 2;
+#pragma omp parallel for
+    for (int64_t t = 0; t < q.rows; ++t) {
+      std::vector<float> cos_table(half), sin_table(half);
+      for (int i = 0; i < half; ++i) {
+        const float angle = float(pos0 + t) * inv_freq[i];  // fp32 like Hugging Face
+        cos_table[i] = std::cos(angle);
+        sin_table[i] = std::sin(angle);
+      }
+      auto rotate = [&](float* head) {
+        for (int i = 0; i < half; ++i) {
+          const float a = head[i], b = head[i + half];
+          head[i] = a * cos_table[i] - b * sin_table[i];
+          head[i + half] = b * cos_table[i] + a * sin_table[i];
+        }
+      };
+      for (int h = 0; h < shape.n_heads; ++h) rotate(q.as<float>() + t * q.cols + h * shape.head_dim);
+      for (int h = 0; h < shape.n_kv_heads; ++h) rotate(k.as<float>() + t * k.cols + h * shape.head_dim);
+    }
+  }
+
+  void attention(KVCache& kv, int layer, int pos0, const Tensor& q, const Tensor& k,
+                 const Tensor& v, const AttentionShape& shape, Tensor& out) override {
+    auto& cache = static_cast<CpuKVCache&>(kv);
+    const int64_t T = q.rows;
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(cache.key(layer, pos0 + t), k.as<float>() + t * k.cols, k.cols * sizeof(float));
+      std::memcpy(cache.value(layer, pos0 + t), v.as<float>() + t * v.cols, v.cols * sizeof(float));
+    }
+    const int hd = shape.head_dim;
+    const int group = shape.n_heads / shape.n_kv_heads;  // query heads per kv head
+    const float scale = 1.0f / std::sqrt(float(hd));
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int64_t t = 0; t < T; ++t) {
+      for (int h = 0; h < shape.n_heads; ++h) {
+        const int n_pos = pos0 + int(t) + 1;  // causal: positions [0, pos0 + t]
+        const int kv_offset = (h / group) * hd;
+        const float* query = q.as<float>() + t * q.cols + h * hd;
+        std::vector<float> scores(n_pos);
+        float max_score = -INFINITY;
+        for (int p = 0; p < n_pos; ++p) {
+          const float* key = cache.key(layer, p) + kv_offset;
+          float dot = 0;
+          for (int i = 0; i < hd; ++i) dot += query[i] * key[i];
+          scores[p] = dot * scale;
+          max_score = std::max(max_score, scores[p]);
+        }
+        float sum = 0;
+        for (float& s : scores) sum += (s = std::exp(s - max_score));
+        float* result = out.as<float>() + t * out.cols + h * hd;
+        std::fill(result, result + hd, 0.0f);
+        for (int p = 0; p < n_pos; ++p) {
+          const float* value = cache.value(layer, p) + kv_offset;
+          const float weight = scores[p] / sum;
+          for (int i = 0; i < hd; ++i) result[i] += weight * value[i];
+        }
+      }
+    }
+  }
+
+  void silu_mul(Tensor& gate, const Tensor& up) override {
+    float* g = gate.as<float>();
+    const float* u = up.as<float>();
+#pragma omp parallel for
+    for (int64_t i = 0; i < gate.numel(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+
+  void add(Tensor& x, const Tensor& y) override {
+    float* a = x.as<float>();
+    const float* b = y.as<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) a[i] += b[i];
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace gemlite

@@ -1,0 +1,45 @@
+#include "runtime/io/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "runtime/error.h"
+
+namespace gemlite {
+
+std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+
+  struct stat info;
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    fail(path, "cannot open: not a regular file");
+  }
+  const size_t size = size_t(info.st_size);
+
+  // mmap rejects a zero length; an empty file simply has no bytes to view.
+  void* mapping = nullptr;
+  if (size > 0) {
+    mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (mapping == MAP_FAILED) {
+      const int mmap_errno = errno;
+      ::close(fd);
+      fail(path, std::string("cannot map into memory: ") + std::strerror(mmap_errno));
+    }
+  }
+  ::close(fd);  // the mapping stays valid without the descriptor
+  return std::shared_ptr<const MappedFile>(
+      new MappedFile(path, static_cast<const uint8_t*>(mapping), size));
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+}  // namespace gemlite

@@ -1,0 +1,118 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+namespace gemlite {
+namespace {
+
+struct Candidate {
+  int id;
+  float logit;
+};
+
+// Higher logits first; equal logits by lower id, so every choice is reproducible.
+bool more_likely(const Candidate& a, const Candidate& b) {
+  return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+}
+
+// As llama.cpp: each distinct recent token is penalized once, however often it occurred.
+// Dividing a positive logit and multiplying a negative one both make the token less likely.
+std::vector<Candidate> penalized_candidates(const float* logits, int vocab,
+                                            const std::vector<int>& recent_tokens,
+                                            const SamplerParams& params) {
+  std::vector<Candidate> candidates(vocab);
+  for (int id = 0; id < vocab; ++id) candidates[id] = {id, logits[id]};
+  if (params.repeat_penalty == 1.0f || params.repeat_last_n == 0) return candidates;
+
+  const size_t window = params.repeat_last_n < 0
+                            ? recent_tokens.size()
+                            : std::min(recent_tokens.size(), size_t(params.repeat_last_n));
+  const std::unordered_set<int> penalized(recent_tokens.end() - window, recent_tokens.end());
+  for (int id : penalized) {
+    if (id < 0 || id >= vocab) continue;
+    float& logit = candidates[id].logit;
+    logit = logit > 0 ? logit / params.repeat_penalty : logit * params.repeat_penalty;
+  }
+  return candidates;
+}
+
+// Sorts the candidates, most likely first, keeping the k best (all when k <= 0).
+void sort_and_keep_top_k(std::vector<Candidate>& candidates, int k) {
+  if (k > 0 && size_t(k) < candidates.size()) {
+    std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end(), more_likely);
+    candidates.resize(k);
+  } else {
+    std::sort(candidates.begin(), candidates.end(), more_likely);
+  }
+}
+
+// Probabilities of sorted candidates at the given temperature.
+std::vector<double> softmax(const std::vector<Candidate>& sorted, float temperature) {
+  std::vector<double> probabilities(sorted.size());
+  double sum = 0;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    // Subtracting the maximum keeps exp() from overflowing.
+    probabilities[i] = std::exp(double(sorted[i].logit - sorted[0].logit) / temperature);
+    sum += probabilities[i];
+  }
+  for (double& probability : probabilities) probability /= sum;
+  return probabilities;
+}
+
+// Keeps the fewest most likely candidates whose probabilities add up to at least p.
+void keep_top_p(std::vector<Candidate>& sorted, float p) {
+  if (p >= 1.0f) return;
+  const std::vector<double> probabilities = softmax(sorted, 1.0f);
+  double cumulative = 0;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    cumulative += probabilities[i];
+    if (cumulative >= p) {
+      sorted.resize(i + 1);
+      return;
+    }
+  }
+}
+
+// Keeps the candidates at least min_p times as likely as the best one. In logits that is
+// logit >= best - log(1 / min_p), which needs no softmax.
+void keep_min_p(std::vector<Candidate>& sorted, float min_p) {
+  if (min_p <= 0.0f) return;
+  const float threshold = sorted[0].logit + std::log(min_p);
+  const auto first_dropped =
+      std::find_if(sorted.begin() + 1, sorted.end(),
+                   [&](const Candidate& candidate) { return candidate.logit < threshold; });
+  sorted.erase(first_dropped, sorted.end());
+}
+
+// A uniform double in [0, 1) from the engine's raw 64 bits: std::uniform_real_distribution
+// is implemented differently by each standard library, the engine's output is not.
+double uniform_unit(std::mt19937_64& rng) { return double(rng() >> 11) * 0x1.0p-53; }
+
+int draw(const std::vector<Candidate>& sorted, float temperature, std::mt19937_64& rng) {
+  const std::vector<double> probabilities = softmax(sorted, temperature);
+  double remaining = uniform_unit(rng);
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    remaining -= probabilities[i];
+    if (remaining < 0) return sorted[i].id;
+  }
+  return sorted.back().id;  // rounding left a sliver of probability unassigned
+}
+
+}  // namespace
+
+Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) {}
+
+int Sampler::sample(const float* logits, int vocab, const std::vector<int>& recent_tokens) {
+  std::vector<Candidate> candidates = penalized_candidates(logits, vocab, recent_tokens, params_);
+  if (params_.temperature <= 0.0f) {
+    return std::min_element(candidates.begin(), candidates.end(), more_likely)->id;
+  }
+  sort_and_keep_top_k(candidates, params_.top_k);
+  keep_top_p(candidates, params_.top_p);
+  keep_min_p(candidates, params_.min_p);
+  return draw(candidates, params_.temperature, rng_);
+}
+
+}  // namespace gemlite

@@ -1,0 +1,34 @@
+#pragma once
+// Picks the next token from the logits, with llama-cli's default settings and in
+// llama.cpp's order: repetition penalty, then top-k, top-p, min-p, temperature, and a
+// draw from the softmax of what is left.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace gemlite {
+
+struct SamplerParams {
+  float temperature = 0.8f;    // <= 0: greedy, the argmax after the repetition penalty
+  int top_k = 40;              // <= 0: no limit
+  float top_p = 0.95f;         // >= 1: no limit
+  float min_p = 0.05f;         // keep tokens at least min_p times as likely as the best; <= 0: off
+  float repeat_penalty = 1.0f; // 1: off
+  int repeat_last_n = 64;      // how many recent tokens are penalized; < 0: all of them
+  uint64_t seed = 0;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplerParams& params);
+
+  // `recent_tokens` is the context so far, oldest first; only its tail is penalized.
+  // The same seed and inputs give the same tokens on every platform.
+  int sample(const float* logits, int vocab, const std::vector<int>& recent_tokens);
+
+ private:
+  SamplerParams params_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace gemlite

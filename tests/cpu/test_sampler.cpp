@@ -1,0 +1,130 @@
+#include "runtime/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace gemlite {
+namespace {
+
+SamplerParams greedy() {
+  SamplerParams params;
+  params.temperature = 0.0f;
+  return params;
+}
+
+// Only temperature shapes the distribution: no truncation, no penalty.
+SamplerParams plain(float temperature, uint64_t seed) {
+  SamplerParams params;
+  params.temperature = temperature;
+  params.top_k = 0;
+  params.top_p = 1.0f;
+  params.min_p = 0.0f;
+  params.seed = seed;
+  return params;
+}
+
+std::vector<int> draws(SamplerParams params, const std::vector<float>& logits, int count) {
+  Sampler sampler(params);
+  std::vector<int> ids;
+  for (int i = 0; i < count; ++i) ids.push_back(sampler.sample(logits.data(), logits.size(), {}));
+  return ids;
+}
+
+std::vector<int> histogram(const std::vector<int>& ids, int vocab) {
+  std::vector<int> counts(vocab, 0);
+  for (int id : ids) ++counts[id];
+  return counts;
+}
+
+std::vector<float> log_probabilities(const std::vector<float>& probabilities) {
+  std::vector<float> logits;
+  for (float probability : probabilities) logits.push_back(std::log(probability));
+  return logits;
+}
+
+TEST(Sampler, GreedyPicksArgmax) {
+  const std::vector<float> logits = {0.1f, -2.0f, 3.5f, 3.4f, 1.0f};
+  EXPECT_EQ(Sampler(greedy()).sample(logits.data(), logits.size(), {}), 2);
+}
+
+TEST(Sampler, GreedyBreaksTiesTowardsLowestId) {
+  const std::vector<float> logits = {1.0f, 7.0f, 3.0f, 7.0f};
+  EXPECT_EQ(Sampler(greedy()).sample(logits.data(), logits.size(), {}), 1);
+}
+
+TEST(Sampler, TopKOfOneIsGreedyAtAnyTemperature) {
+  const std::vector<float> logits = {0.5f, 0.6f, 0.55f, -1.0f};
+  for (float temperature : {0.5f, 1.0f, 5.0f}) {
+    SamplerParams params = plain(temperature, 7);
+    params.top_k = 1;
+    for (int id : draws(params, logits, 200)) EXPECT_EQ(id, 1) << "temperature " << temperature;
+  }
+}
+
+TEST(Sampler, SameSeedGivesSameSequenceAndOtherSeedDiffers) {
+  const std::vector<float> flat(100, 0.0f);
+  const std::vector<int> first = draws(plain(1.0f, 42), flat, 100);
+  EXPECT_EQ(draws(plain(1.0f, 42), flat, 100), first);
+  // 100 draws over 100 equally likely ids: two seeds agree everywhere with chance 1e-200.
+  EXPECT_NE(draws(plain(1.0f, 43), flat, 100), first);
+}
+
+TEST(Sampler, RepetitionPenaltyTurnsTheChoice) {
+  SamplerParams params = greedy();
+  params.repeat_penalty = 1.1f;
+  // Positive logits are divided: 2.0 / 1.1 = 1.82 < 1.9.
+  const std::vector<float> positive = {2.0f, 1.9f};
+  EXPECT_EQ(Sampler(params).sample(positive.data(), 2, {0}), 1);
+  // Negative logits are multiplied: -1.0 * 1.1 = -1.1 < -1.05.
+  const std::vector<float> negative = {-1.0f, -1.05f};
+  EXPECT_EQ(Sampler(params).sample(negative.data(), 2, {0}), 1);
+  // Without token 0 among the last repeat_last_n tokens, nothing changes.
+  params.repeat_last_n = 2;
+  EXPECT_EQ(Sampler(params).sample(positive.data(), 2, {0, 1, 1}), 0);
+}
+
+// p / p_max for id 2 is 0.04 / 0.5 = 0.08 and for id 3 it is 0.02 / 0.5 = 0.04 < 0.05.
+TEST(Sampler, MinPExcludesTokensFarLessLikelyThanTheBest) {
+  const std::vector<float> logits = log_probabilities({0.5f, 0.44f, 0.04f, 0.02f});
+  SamplerParams params = plain(1.0f, 1);
+  params.min_p = 0.05f;
+  const std::vector<int> counts = histogram(draws(params, logits, 20000), 4);
+  EXPECT_EQ(counts[3], 0);
+  EXPECT_GT(counts[2], 0);  // expected ~800 of 20000: kept tokens still appear
+}
+
+// Cumulative probability reaches 0.9 >= 0.85 with ids 0 and 1, so id 2 never appears.
+TEST(Sampler, TopPKeepsTheSmallestSetReachingP) {
+  const std::vector<float> logits = log_probabilities({0.6f, 0.3f, 0.1f});
+  SamplerParams params = plain(1.0f, 2);
+  params.top_p = 0.85f;
+  const std::vector<int> counts = histogram(draws(params, logits, 20000), 3);
+  EXPECT_EQ(counts[2], 0);
+  EXPECT_GT(counts[1], 0);
+}
+
+// With n = 100000 draws the standard deviation of a frequency is at most
+// sqrt(0.25 / n) = 0.0016, so a tolerance of 0.01 is over 6 sigma: a correct sampler fails
+// with probability below 1e-9 (and never for a fixed seed), a wrong distribution shows.
+TEST(Sampler, FrequenciesFollowTheSoftmax) {
+  const std::vector<float> probabilities = {0.5f, 0.3f, 0.2f};
+  const int n = 100000;
+  const std::vector<int> counts =
+      histogram(draws(plain(1.0f, 3), log_probabilities(probabilities), n), 3);
+  for (int id = 0; id < 3; ++id) {
+    EXPECT_NEAR(double(counts[id]) / n, probabilities[id], 0.01) << "id " << id;
+  }
+}
+
+// Temperature 2 takes the square root of each probability before renormalizing:
+// sqrt(0.64), sqrt(0.36) -> 0.8 / 1.4 and 0.6 / 1.4.
+TEST(Sampler, TemperatureFlattensTheDistribution) {
+  const int n = 100000;
+  const std::vector<int> counts =
+      histogram(draws(plain(2.0f, 4), log_probabilities({0.64f, 0.36f}), n), 2);
+  EXPECT_NEAR(double(counts[0]) / n, 0.8 / 1.4, 0.01);
+}
+
+}  // namespace
+}  // namespace gemlite

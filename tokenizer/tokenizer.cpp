@@ -1,0 +1,80 @@
+#include "tokenizer/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+
+#include "runtime/error.h"
+
+namespace gemlite {
+
+Tokenizer Tokenizer::load(const std::string& model_path) {
+  auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const sentencepiece::util::Status status = processor->Load(model_path);
+  if (status.code() == sentencepiece::util::StatusCode::kNotFound) {
+    fail(model_path, "no such file");
+  }
+  if (!status.ok()) {
+    fail(model_path, std::string("not a sentencepiece model (") + status.message() + ")");
+  }
+  return Tokenizer(model_path, std::move(processor));
+}
+
+Tokenizer::Tokenizer(std::string model_path,
+                     std::unique_ptr<sentencepiece::SentencePieceProcessor> processor)
+    : model_path_(std::move(model_path)), processor_(std::move(processor)) {}
+
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+std::vector<int> Tokenizer::encode(const std::string& text, bool add_bos) const {
+  std::vector<int> ids;
+  if (add_bos) ids.push_back(bos_id());
+  std::vector<int> text_ids;
+  const sentencepiece::util::Status status = processor_->Encode(text, &text_ids);
+  if (!status.ok()) fail(model_path_, std::string("cannot encode text (") + status.message() + ")");
+  ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+  return ids;
+}
+
+std::string Tokenizer::decode(const std::vector<int>& ids) const {
+  std::string text;
+  const sentencepiece::util::Status status = processor_->Decode(ids, &text);
+  if (!status.ok()) fail(model_path_, std::string("cannot decode ids (") + status.message() + ")");
+  return text;
+}
+
+int Tokenizer::bos_id() const { return processor_->bos_id(); }
+int Tokenizer::eos_id() const { return processor_->eos_id(); }
+int Tokenizer::vocab_size() const { return processor_->GetPieceSize(); }
+
+int Tokenizer::piece_to_id(const std::string& piece) const {
+  // sentencepiece answers unk_id for unknown pieces; only "<unk>" itself really is unk.
+  const int id = processor_->PieceToId(piece);
+  return processor_->IsUnknown(id) && processor_->IdToPiece(id) != piece ? -1 : id;
+}
+
+const std::string& Tokenizer::piece(int id) const {
+  check_id(id);
+  return processor_->IdToPiece(id);
+}
+
+bool Tokenizer::is_control(int id) const {
+  check_id(id);
+  return processor_->IsControl(id);
+}
+
+bool Tokenizer::is_byte(int id) const {
+  check_id(id);
+  return processor_->IsByte(id);
+}
+
+// sentencepiece indexes its vocabulary without a bounds check, so a stray id from a
+// model with a larger output layer would read out of bounds.
+void Tokenizer::check_id(int id) const {
+  if (id < 0 || id >= vocab_size()) {
+    fail(model_path_, "token id " + std::to_string(id) + " is outside the vocabulary of " +
+                          std::to_string(vocab_size()));
+  }
+}
+
+}  // namespace gemlite

@@ -1,0 +1,51 @@
+#pragma once
+// Text <-> token ids through a sentencepiece model (the tokenizer.model of Llama 2,
+// TinyLlama, Mistral and llama2.c's stories models).
+//
+// Every encode() call applies the model's add_dummy_prefix on its own, so text encoded
+// separately (for example each turn of a chat) starts with a space token ("▁[INST]"), as
+// if a space preceded it. llama.cpp tokenizes chat turns the same way; the models cope.
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace gemlite {
+
+class Tokenizer {
+ public:
+  // Throws Error("<model_path>: ...") when the file is missing or not a sentencepiece model.
+  static Tokenizer load(const std::string& model_path);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  std::vector<int> encode(const std::string& text, bool add_bos) const;
+  // Control tokens (BOS, EOS) decode to nothing; byte-fallback tokens are joined into UTF-8.
+  std::string decode(const std::vector<int>& ids) const;
+
+  int bos_id() const;
+  int eos_id() const;
+  int vocab_size() const;
+  // The id of a piece spelled exactly like `piece`, or -1 when the vocabulary lacks it.
+  int piece_to_id(const std::string& piece) const;
+
+  // The vocabulary entry of `id` as stored ("▁the", "<0x0A>", "</s>"), for StreamDecoder.
+  const std::string& piece(int id) const;
+  bool is_control(int id) const;  // BOS, EOS and other markers that have no text
+  bool is_byte(int id) const;     // byte-fallback pieces "<0xNN>"
+
+ private:
+  Tokenizer(std::string model_path,
+            std::unique_ptr<sentencepiece::SentencePieceProcessor> processor);
+  void check_id(int id) const;
+
+  std::string model_path_;  // names the model in error messages
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+};
+
+}  // namespace gemlite
