@@ -5,6 +5,7 @@
 
 #include "kernels/dense/dense_format.h"
 #include "kernels/fpx/fpx_format.h"
+#include "kernels/parallel.h"
 #include "kernels/qn/qn_format.h"
 #include "kernels/s7/s7_format.h"
 #include "runtime/error.h"
@@ -85,7 +86,7 @@ void linear_reference(const PackedWeight& w, const float* x, int64_t M, float* y
   const auto bias_part = w.parts.find("bias");
   const float* bias = bias_part == w.parts.end() ? nullptr : bias_part->second.as<float>();  // [N]
   const RowDecoder decode_row = make_row_decoder(w);
-#pragma omp parallel
+#pragma omp parallel if (N * K * M >= kMinParallelWork)
   {
     std::vector<float> weight_row(K);  // per thread: row n of W, dequantized once
 #pragma omp for schedule(static)

@@ -29,7 +29,7 @@ HostTensor HostTensor::copy_of(DType dtype, std::vector<int64_t> shape, const vo
 }
 
 std::vector<float> HostTensor::to_float() const {
-  std::vector<float> out(size_t(numel()));
+  std::vector<float> out(static_cast<size_t>(numel()));
   switch (dtype) {
     case DType::F32:
       if (!out.empty()) std::memcpy(out.data(), data, out.size() * 4);

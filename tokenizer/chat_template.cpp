@@ -79,7 +79,7 @@ ChatTemplate detect_chat_template(const std::string& hf_chat_template_jinja,
   // Llama 2's template also contains [INST], so <<SYS>> must be checked first.
   if (contains(jinja, "<<SYS>>")) return ChatTemplate::Llama2;
   if (contains(jinja, "[INST]")) return ChatTemplate::Mistral;
-  // Qwen's base and chat models alike speak ChatML.
+  // Every Qwen checkpoint, base ones included, ships ChatML as its template.
   if (contains(lowercase(architecture), "qwen")) return ChatTemplate::ChatML;
   if (tokenizer.piece_to_id("<|im_start|>") >= 0) return ChatTemplate::ChatML;
   return ChatTemplate::Completion;

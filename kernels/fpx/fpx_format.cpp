@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/parallel.h"
 #include "runtime/error.h"
 
 namespace gemlite {
@@ -64,7 +65,7 @@ void fpx_quantize(const float* w, PackedWeight* out) {
   const float max_finite = fpx_max_finite(ebits, mbits);
   uint8_t* codes = out->parts.at("codes").mutable_as<uint8_t>();      // [N, K]
   uint16_t* scales = out->parts.at("scales").mutable_as<uint16_t>();  // [N]
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * K >= kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     const float* row = w + n * K;
     float absmax = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/group_quant.h"
+#include "kernels/parallel.h"
 #include "runtime/error.h"
 
 namespace gemlite {
@@ -67,7 +68,7 @@ void qn_quantize(const float* w, PackedWeight* out) {
   int32_t* qweight = out->parts.at("qweight").mutable_as<int32_t>();  // [N, Kw]
   uint16_t* scales = out->parts.at("scales").mutable_as<uint16_t>();  // [N, n_groups]
   uint16_t* zeros = out->parts.at("zeros").mutable_as<uint16_t>();    // [N, n_groups]
-#pragma omp parallel
+#pragma omp parallel if (N * K >= kMinParallelWork)
   {
     std::vector<uint8_t> codes(K);  // one row's codes, per thread
 #pragma omp for schedule(static)

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "kernels/group_quant.h"
+#include "kernels/parallel.h"
 #include "kernels/qn/qn_format.h"
 #include "runtime/error.h"
 
@@ -37,7 +38,7 @@ void s7_quantize(const float* w, PackedWeight* out) {
   int32_t* qweight = out->parts.at("qweight").mutable_as<int32_t>();  // [N, Kw]
   uint16_t* scales = out->parts.at("scales").mutable_as<uint16_t>();  // [N, n_groups]
   uint16_t* zeros = out->parts.at("zeros").mutable_as<uint16_t>();    // [N, n_groups]
-#pragma omp parallel
+#pragma omp parallel if (N * K >= kMinParallelWork)
   {
     // Per thread, one row's worth: [n_pairs] each, [n_groups] each.
     std::vector<float> kept(n_pairs);

@@ -158,7 +158,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   const std::shared_ptr<const MappedFile> file = MappedFile::open(path);
   if (file->size() < kLengthFieldBytes)
     fail(path, "file is shorter than 8 bytes (" + std::to_string(file->size()) +
-                   "), too short for a safetensors header");
+                   " bytes): not a safetensors file");
   const uint64_t header_size = read_le64(file->data());
   if (header_size > kMaxHeaderBytes)
     fail(path, "header length " + std::to_string(header_size) +

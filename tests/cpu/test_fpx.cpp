@@ -1,0 +1,133 @@
+// fp6 (e3m2) / fp5 (e2m2) codes: decode against hand-written value tables, encode as
+// round-to-nearest with ties to the even code, and the per-row scaled quantizer.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/fpx/fpx_format.h"
+#include "kernels/packed_weight.h"
+#include "tests/cpu/weight_layout_oracle.h"
+
+namespace gemlite {
+namespace {
+
+struct Codes {
+  int ebits, mbits;
+  const std::vector<double>& positive_values;  // by code, from the oracle's hand table
+};
+std::vector<Codes> fp6_and_fp5() { return {{3, 2, oracle::e3m2_values()}, {2, 2, oracle::e2m2_values()}}; }
+
+TEST(FpxCodes, EveryCodeDecodesToTheHandWrittenValue) {
+  for (const Codes& c : fp6_and_fp5()) {
+    const uint32_t n_magnitudes = 1u << (c.ebits + c.mbits);
+    ASSERT_EQ(c.positive_values.size(), n_magnitudes);
+    for (uint32_t code = 0; code < 2 * n_magnitudes; ++code) {
+      const double magnitude = c.positive_values[code % n_magnitudes];
+      const double expected = code >= n_magnitudes ? -magnitude : magnitude;  // sign is the top bit
+      EXPECT_EQ(fpx_decode(uint8_t(code), c.ebits, c.mbits), expected) << "e" << c.ebits << " code " << code;
+    }
+  }
+  EXPECT_EQ(fpx_max_finite(3, 2), 28.0f);
+  EXPECT_EQ(fpx_max_finite(2, 2), 7.0f);
+}
+
+TEST(FpxCodes, EncodeInvertsDecodeExceptNegativeZero) {
+  for (const Codes& c : fp6_and_fp5()) {
+    const uint32_t negative_zero = 1u << (c.ebits + c.mbits);
+    for (uint32_t code = 0; code < 2 * negative_zero; ++code) {
+      const uint8_t expected = code == negative_zero ? 0 : uint8_t(code);
+      EXPECT_EQ(fpx_encode(fpx_decode(uint8_t(code), c.ebits, c.mbits), c.ebits, c.mbits), expected) << code;
+    }
+  }
+}
+
+TEST(FpxCodes, EncodePicksTheNearestValueAndSaturates) {
+  std::mt19937 rng(6);
+  for (const Codes& c : fp6_and_fp5()) {
+    const double max_value = c.positive_values.back();
+    std::uniform_real_distribution<float> uniform(float(-1.3 * max_value), float(1.3 * max_value));
+    for (int i = 0; i < 20000; ++i) {
+      const float x = i % 2 ? uniform(rng) : uniform(rng) / 64;  // half of them near the subnormals
+      double nearest_distance = std::numeric_limits<double>::infinity();
+      for (double v : c.positive_values) nearest_distance = std::min(nearest_distance, std::abs(std::abs(x) - v));
+      const double decoded = oracle::fpx_value(fpx_encode(x, c.ebits, c.mbits), c.ebits, c.mbits);
+      ASSERT_EQ(std::abs(double(x) - decoded), nearest_distance) << "x = " << x;
+      if (decoded != 0) ASSERT_EQ(decoded < 0, x < 0) << "x = " << x;
+    }
+    EXPECT_EQ(oracle::fpx_value(fpx_encode(1e6f, c.ebits, c.mbits), c.ebits, c.mbits), max_value);
+    EXPECT_EQ(oracle::fpx_value(fpx_encode(-1e6f, c.ebits, c.mbits), c.ebits, c.mbits), -max_value);
+  }
+}
+
+TEST(FpxCodes, TiesGoToTheEvenCode) {
+  for (const Codes& c : fp6_and_fp5()) {
+    for (size_t code = 0; code + 1 < c.positive_values.size(); ++code) {
+      const double midpoint = (c.positive_values[code] + c.positive_values[code + 1]) / 2;
+      const uint32_t even = code % 2 == 0 ? uint32_t(code) : uint32_t(code + 1);
+      EXPECT_EQ(fpx_encode(float(midpoint), c.ebits, c.mbits), even) << "midpoint " << midpoint;
+      const uint32_t sign = 1u << (c.ebits + c.mbits);
+      EXPECT_EQ(fpx_encode(float(-midpoint), c.ebits, c.mbits), even == 0 ? 0 : (sign | even));
+    }
+  }
+}
+
+TEST(FpxCodes, AnyExponentAndMantissaWidthRoundTrips) {
+  // e4m3 without NaN tops out at 1.875 * 2^8 = 480 and its smallest subnormal is 2^-9;
+  // e5m2 tops out at 1.75 * 2^16.
+  EXPECT_EQ(fpx_max_finite(4, 3), 480.0f);
+  EXPECT_EQ(fpx_decode(1, 4, 3), std::ldexp(1.0f, -9));
+  EXPECT_EQ(fpx_max_finite(5, 2), 1.75f * 65536);
+  for (int ebits = 1; ebits <= 7; ++ebits) {
+    for (int mbits = 0; 1 + ebits + mbits <= 8; ++mbits) {
+      const uint32_t n_magnitudes = 1u << (ebits + mbits);
+      for (uint32_t code = 1; code < n_magnitudes; ++code) {
+        ASSERT_LT(fpx_decode(uint8_t(code - 1), ebits, mbits), fpx_decode(uint8_t(code), ebits, mbits))
+            << "e" << ebits << "m" << mbits << " code " << code;  // increasing: no inf/NaN codes
+        ASSERT_EQ(fpx_encode(fpx_decode(uint8_t(code), ebits, mbits), ebits, mbits), code);
+        ASSERT_EQ(fpx_encode(fpx_decode(uint8_t(code | n_magnitudes), ebits, mbits), ebits, mbits),
+                  code | n_magnitudes);
+      }
+    }
+  }
+}
+
+TEST(FpxQuantize, ScalesEachRowToItsLargestMagnitude) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  for (const char* name : {"fp6", "fp5"}) {
+    const WeightFormat format = WeightFormat::parse(name);
+    const double max_value = format.ebits == 3 ? 28 : 7;
+    const int64_t N = 4, K = 1000;
+    std::vector<float> w(N * K);
+    for (int64_t i = 0; i < N * K; ++i) w[i] = uniform(rng) * (i / K == 1 ? 0.02f : 1.0f);
+    for (int64_t k = 0; k < K; ++k) w[2 * K + k] = 0;  // a zero row
+    w[3 * K + 17] = -3.0f;                             // row 3's absmax, negative
+    const PackedWeight packed = quantize_weight(w.data(), N, K, format);
+    ASSERT_EQ(packed.part("codes").shape, (std::vector<int64_t>{N, K}));
+    ASSERT_EQ(packed.part("scales").shape, (std::vector<int64_t>{N}));
+    const std::vector<double> dequantized = oracle::dequantize(packed);
+    for (int64_t n = 0; n < N; ++n) {
+      double absmax = 0;
+      for (int64_t k = 0; k < K; ++k) absmax = std::max(absmax, std::abs(double(w[n * K + k])));
+      const double scale = half_to_float(packed.part("scales").as<uint16_t>()[n]);
+      ASSERT_TRUE(std::isfinite(scale));
+      if (absmax > 0) EXPECT_EQ(scale, round_to_half(float(absmax / max_value))) << name << " row " << n;
+      for (int64_t k = 0; k < K; ++k) {
+        const double x = w[n * K + k], v = dequantized[n * K + k];
+        // Half a mantissa step relative to |x| (normal range), or half the subnormal step,
+        // plus the fp16 rounding of the scale.
+        const double subnormal_step = scale * (format.ebits == 3 ? 0.0625 : 0.25);
+        ASSERT_LE(std::abs(x - v), std::abs(x) / 8 + subnormal_step / 2 + absmax * std::ldexp(1.0, -10))
+            << name << " [" << n << ", " << k << "]";
+      }
+    }
+    EXPECT_EQ(dequantized[3 * K + 17], -3.0);  // the largest magnitude is exactly max_value * scale
+    for (int64_t k = 0; k < K; ++k) EXPECT_EQ(packed.part("codes").as<uint8_t>()[2 * K + k], 0);
+  }
+}
+
+}  // namespace
+}  // namespace gemlite

@@ -1,0 +1,86 @@
+// The whole CPU pipeline on a real checkpoint: llama2.c stories260K -> packed checkpoint
+// (f32, f16) -> saved and loaded -> greedy generation must reproduce the reference ids
+// published with the model (../shared/models/README.md), which came from llama2.c itself.
+#include <gtest/gtest.h>
+
+#include "models/import_llama2c.h"
+#include "models/llama_model.h"
+#include "models/quantize_model.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "tests/cpu/test_files.h"
+
+namespace gemlite {
+namespace {
+
+const std::vector<int> kReferenceIds = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315,
+                                        421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408,
+                                        419, 292, 411, 322, 265, 282, 295, 433, 426, 385};
+
+// Feeds BOS and the forced prompt ids one position at a time, then argmax, until
+// `positions` positions are filled; returns every id after BOS.
+std::vector<int> greedy_ids(LlamaModel& model, const std::vector<int>& prompt, int positions) {
+  std::vector<int> ids;
+  std::vector<float> logits;
+  int token = 1;  // BOS
+  for (int pos = 0; pos < positions - 1; ++pos) {
+    model.forward({token}, pos, false, logits);
+    if (pos < int(prompt.size())) {
+      token = prompt[pos];
+    } else {
+      token = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    ids.push_back(token);
+  }
+  return ids;
+}
+
+class Stories260kReference : public ::testing::TestWithParam<std::string> {
+ protected:
+  LlamaModel& model() {
+    if (!model_) {
+      const SourceModel source = load_llama2c(shared_file("models/stories260K/stories260K.bin"));
+      QuantizeSpec spec;
+      spec.format = WeightFormat::parse(GetParam());
+      const std::string dir = make_temp_dir() + "/stories260K-" + GetParam();
+      save_packed_checkpoint(quantize_model(source, spec), dir);
+      checkpoint_ = load_packed_checkpoint(dir);
+      backend_ = make_cpu_backend();
+      model_ = std::make_unique<LlamaModel>(checkpoint_, *backend_);
+    }
+    return *model_;
+  }
+
+ private:
+  PackedCheckpoint checkpoint_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<LlamaModel> model_;
+};
+
+TEST_P(Stories260kReference, GreedyWithoutPromptMatchesReferenceIds) {
+  const std::vector<int> ids = greedy_ids(model(), {}, 33);
+  EXPECT_EQ(ids, kReferenceIds);
+}
+
+TEST_P(Stories260kReference, PromptOnceUponATimeContinuesLikeTheReference) {
+  // "Once upon a time" encodes to the first four reference ids; 64 positions continue
+  // exactly like the unprompted run.
+  const std::vector<int> prompt(kReferenceIds.begin(), kReferenceIds.begin() + 4);
+  const std::vector<int> ids = greedy_ids(model(), prompt, 64);
+  ASSERT_GE(ids.size(), kReferenceIds.size());
+  EXPECT_EQ(std::vector<int>(ids.begin(), ids.begin() + kReferenceIds.size()), kReferenceIds);
+}
+
+TEST_P(Stories260kReference, PrefillInOneCallEqualsTokenByTokenDecode) {
+  std::vector<int> prompt = {1};
+  prompt.insert(prompt.end(), kReferenceIds.begin(), kReferenceIds.end());
+  std::vector<float> batched, stepped;
+  model().forward(prompt, 0, false, batched);
+  for (size_t pos = 0; pos < prompt.size(); ++pos) model().forward({prompt[pos]}, int(pos), false, stepped);
+  ASSERT_EQ(batched.size(), stepped.size());
+  for (size_t i = 0; i < batched.size(); ++i) EXPECT_NEAR(batched[i], stepped[i], 1e-4f) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, Stories260kReference, ::testing::Values("f32", "f16"));
+
+}  // namespace
+}  // namespace gemlite
