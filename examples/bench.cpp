@@ -192,24 +192,32 @@ int main(int argc, char** argv) {
       throw Error("nothing to benchmark: give -m DIR or --synthetic NAME (see --help)");
     const std::string device = args["device"].as<std::string>();
 
+    // Every model is opened (and every name checked) before the slow work starts.
+    std::vector<std::pair<std::string, PackedCheckpoint>> checkpoints;
+    if (args.count("model"))
+      for (const auto& dir : args["model"].as<std::vector<std::string>>()) {
+        PackedCheckpoint ckpt = load_packed_checkpoint(dir);
+        const std::string label = dir + " " + ckpt.default_format;
+        checkpoints.emplace_back(label, std::move(ckpt));
+      }
+    struct Synthetic { std::string name; ModelConfig config; WeightFormat format; };
+    std::vector<Synthetic> synthetic;
+    if (args.count("synthetic"))
+      for (const auto& name : args["synthetic"].as<std::vector<std::string>>())
+        for (const auto& format_name : split_commas(args["format"].as<std::string>()))
+          synthetic.push_back({name, synthetic_config(name), WeightFormat::parse(format_name)});
+
     const double copy_gbps = measure_copy_bandwidth() / 1e9;
     std::fprintf(stderr, "copy bandwidth: %.1f GB/s (host memcpy, measured now)\n", copy_gbps);
     std::vector<Result> results;
-    if (args.count("model"))
-      for (const auto& dir : args["model"].as<std::vector<std::string>>()) {
-        const PackedCheckpoint ckpt = load_packed_checkpoint(dir);
-        bench_model(dir + " " + ckpt.default_format, ckpt, device, n_prompt, n_gen, batch, repetitions, results);
-      }
-    if (args.count("synthetic"))
-      for (const auto& name : args["synthetic"].as<std::vector<std::string>>()) {
-        const ModelConfig config = synthetic_config(name);
-        for (const auto& format_name : split_commas(args["format"].as<std::string>())) {
-          const WeightFormat format = WeightFormat::parse(format_name);
-          std::fprintf(stderr, "building %s %s with random weights ...\n", name.c_str(), format.name().c_str());
-          const PackedCheckpoint ckpt = make_synthetic_checkpoint(config, format);
-          bench_model(name + " " + format.name(), ckpt, device, n_prompt, n_gen, batch, repetitions, results);
-        }
-      }
+    for (const auto& [label, ckpt] : checkpoints)
+      bench_model(label, ckpt, device, n_prompt, n_gen, batch, repetitions, results);
+    for (const auto& [name, config, format] : synthetic) {
+      const std::string label = name + " " + format.name();
+      std::fprintf(stderr, "building %s with random weights ...\n", label.c_str());
+      bench_model(label, make_synthetic_checkpoint(config, format), device, n_prompt, n_gen, batch,
+                  repetitions, results);
+    }
     if (output == "md") print_markdown(results, copy_gbps);
     else print_structured(results, copy_gbps, output);
     return 0;

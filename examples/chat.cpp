@@ -40,16 +40,21 @@ struct Speed {
   }
 };
 
+struct Answer {
+  std::vector<int> ids;          // fed to the cache, without a stop token
+  bool ended_by_marker = false;  // the template's end marker came as text and was fed
+};
+
 // Samples, prints and feeds tokens until EOS, a stop marker, n_predict tokens, a full
-// context or Ctrl-C. Returns the ids of the answer (without the stop token).
-std::vector<int> generate_answer(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer,
+// context or Ctrl-C.
+Answer generate_answer(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer,
                                  const StopCondition& stop, int n_predict, Speed& speed) {
   StreamDecoder decoder(tokenizer);
-  std::vector<int> answer;
+  Answer answer;
   std::string text;
   const double start = now_seconds();
   g_generating = true;
-  while (n_predict < 0 || int(answer.size()) < n_predict) {
+  while (n_predict < 0 || int(answer.ids.size()) < n_predict) {
     if (g_interrupted) break;
     if (generation.room() == 0) {
       std::fprintf(stderr, "\n[context full after %d tokens: answer cut; raise -c/--ctx-size]\n",
@@ -60,22 +65,23 @@ std::vector<int> generate_answer(Generation& generation, Sampler& sampler, const
     if (id == tokenizer.eos_id() ||
         std::find(stop.token_ids.begin(), stop.token_ids.end(), id) != stop.token_ids.end())
       break;
-    answer.push_back(id);
+    answer.ids.push_back(id);
     const std::string piece = decoder.push(id);
     text += piece;
     std::fputs(piece.c_str(), stdout);
     std::fflush(stdout);
     generation.feed({id});
-    bool stopped = false;
-    for (const auto& marker : stop.texts)
-      stopped |= text.size() >= marker.size() && text.find(marker, text.size() - piece.size() - marker.size()) != std::string::npos;
-    if (stopped) break;
+    for (const auto& marker : stop.texts) {
+      const size_t search_from = text.size() - std::min(text.size(), piece.size() + marker.size());
+      answer.ended_by_marker |= text.find(marker, search_from) != std::string::npos;
+    }
+    if (answer.ended_by_marker) break;
   }
   std::fputs(decoder.flush().c_str(), stdout);
   std::fflush(stdout);
   g_generating = false;
   g_interrupted = false;
-  speed.generated_tokens = int(answer.size());
+  speed.generated_tokens = int(answer.ids.size());
   speed.generation_seconds = now_seconds() - start;
   return answer;
 }
@@ -149,12 +155,12 @@ int chat(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer, C
 
     Speed speed;
     feed_timed(generation, exchange, speed);
-    const std::vector<int> answer = generate_answer(generation, sampler, tokenizer, stop, n_predict, speed);
-    exchange.insert(exchange.end(), answer.begin(), answer.end());
+    const Answer answer = generate_answer(generation, sampler, tokenizer, stop, n_predict, speed);
+    exchange.insert(exchange.end(), answer.ids.begin(), answer.ids.end());
     const AssistantEnd end = render_assistant_end(chat_template);
     std::vector<int> closing;
     if (end.eos_token) closing.push_back(tokenizer.eos_id());
-    if (!end.text.empty()) {
+    if (!end.text.empty() && !answer.ended_by_marker) {
       const auto end_ids = tokenizer.encode(end.text, false);
       closing.insert(closing.end(), end_ids.begin(), end_ids.end());
     }

@@ -147,6 +147,7 @@ class CpuBackend final : public Backend {
         for (int p = 0; p < n_pos; ++p) {
           const float* key = cache.key(layer, p) + kv_offset;
           float dot = 0;
+#pragma omp simd reduction(+ : dot)
           for (int i = 0; i < hd; ++i) dot += query[i] * key[i];
           scores[p] = dot * scale;
           max_score = std::max(max_score, scores[p]);
@@ -158,6 +159,7 @@ class CpuBackend final : public Backend {
         for (int p = 0; p < n_pos; ++p) {
           const float* value = cache.value(layer, p) + kv_offset;
           const float weight = scores[p] / sum;
+#pragma omp simd
           for (int i = 0; i < hd; ++i) result[i] += weight * value[i];
         }
       }

@@ -1,0 +1,120 @@
+// The four programs as a user meets them: bad input gives exit code 1 and one line on
+// stderr that names the problem; good input runs end to end on stories260K.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/cpu/program_runner.h"
+
+namespace gemlite {
+namespace {
+
+namespace fs = std::filesystem;
+
+// stories260K converted once for all tests here (f32, with its tokenizer).
+const std::string& stories_dir() {
+  static const std::string dir = [] {
+    const std::string out = make_temp_dir() + "/stories260K";
+    const ProgramRun run = run_program_for_test(
+        "gemlite-quantize",
+        shared_file("models/stories260K/stories260K.bin") + " " + out + " f32 --tokenizer " +
+            shared_file("models/stories260K/tok512.model"),
+        true);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    return out;
+  }();
+  return dir;
+}
+
+// Exit code 1 and exactly one line "<program>: error: ..." that contains `expected`.
+void expect_one_line_error(const std::string& program, const std::string& arguments,
+                           const std::string& expected) {
+  const ProgramRun run = run_program_for_test(program, arguments, /*only_stderr=*/true);
+  EXPECT_EQ(run.exit_code, 1) << program << " " << arguments << "\n" << run.output;
+  EXPECT_EQ(run.output.rfind(program + ": error: ", 0), 0u) << run.output;
+  EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
+  EXPECT_NE(run.output.find(expected), std::string::npos) << "expected '" << expected << "' in: " << run.output;
+}
+
+TEST(Programs, UnknownFlagIsOneLineError) {
+  for (const char* program : {"gemlite-chat", "gemlite-bench", "gemlite-perplexity", "gemlite-quantize"})
+    expect_one_line_error(program, "--no-such-flag", "no-such-flag");
+}
+
+TEST(Programs, MissingModelDirectoryIsNamed) {
+  expect_one_line_error("gemlite-chat", "-m /nonexistent/model -p hi", "/nonexistent/model");
+  expect_one_line_error("gemlite-perplexity", "-m /nonexistent/model -f /etc/hostname", "/nonexistent/model");
+  expect_one_line_error("gemlite-bench", "-m /nonexistent/model", "/nonexistent/model");
+}
+
+TEST(Programs, MissingTokenizerIsNamed) {
+  const std::string dir = make_temp_dir() + "/no-tokenizer";
+  fs::copy(stories_dir(), dir);
+  fs::remove(dir + "/tokenizer.model");
+  expect_one_line_error("gemlite-chat", "-m " + dir + " -p hi", dir + "/tokenizer.model");
+}
+
+TEST(Programs, QuantizeRejectsBadSourceFormatAndOverride) {
+  expect_one_line_error("gemlite-quantize", "/nonexistent.bin /tmp/x q4g64", "/nonexistent.bin");
+  expect_one_line_error("gemlite-quantize",
+                        shared_file("models/stories260K/stories260K.bin") + " /tmp/x q9", "q9");
+  expect_one_line_error("gemlite-quantize",
+                        shared_file("models/stories260K/stories260K.bin") + " /tmp/x q4 --override lm_head",
+                        "lm_head");
+  expect_one_line_error("gemlite-quantize",
+                        shared_file("models/stories260K/stories260K.bin") + " /tmp/x q4 --tokenizer /nonexistent.model",
+                        "/nonexistent.model");
+}
+
+TEST(Programs, TruncatedCheckpointIsNamedAndNothingCrashes) {
+  const std::string dir = make_temp_dir() + "/truncated";
+  fs::copy(stories_dir(), dir);
+  fs::resize_file(dir + "/model.safetensors", fs::file_size(dir + "/model.safetensors") / 2);
+  expect_one_line_error("gemlite-chat", "-m " + dir + " -p hi", dir + "/model.safetensors");
+}
+
+TEST(Programs, BadFlagValuesAreOneLineErrors) {
+  expect_one_line_error("gemlite-bench", "--synthetic stories260k -o xml", "xml");
+  expect_one_line_error("gemlite-bench", "--synthetic no-such-model", "no-such-model");
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " --chat-template nope", "nope");
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --device tpu", "tpu");
+  expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " -f /nonexistent.txt", "/nonexistent.txt");
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --temp abc", "abc");
+}
+
+TEST(Programs, OneShotGreedyCompletionIsTheReferenceStory) {
+  const ProgramRun run =
+      run_program_for_test("gemlite-chat", "-m " + stories_dir() + " -p 'Once upon a time' -n 24 --temp 0", false);
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_EQ(run.output.rfind("Once upon a time, there was a little girl named Lily. She loved to play outside", 0), 0u)
+      << run.output;
+}
+
+TEST(Programs, ChatReadsTurnsFromStdinAndEndsCleanlyOnEof) {
+  const ProgramRun run = run_program_for_test(
+      "gemlite-chat", "-m " + stories_dir() + " -n 8 --temp 0 -c 64 --chat-template completion", true,
+      "Once upon a time\nLily saw a cat\nThe end\n");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  size_t reports = 0;
+  for (size_t at = run.output.find("[ Prompt: "); at != std::string::npos; at = run.output.find("[ Prompt: ", at + 1))
+    ++reports;
+  EXPECT_EQ(reports, 3u) << run.output;  // one speed line per answer
+}
+
+TEST(Programs, FullContextNeverCrashes) {
+  // -c 24: the third turn cannot fit next to the first two, so the oldest are dropped.
+  const ProgramRun chat = run_program_for_test(
+      "gemlite-chat", "-m " + stories_dir() + " -n 6 --temp 0 -c 24 --chat-template completion", true,
+      "Once upon a time\nLily saw a big cat\nThe cat ran away\nThen Lily went home\n");
+  EXPECT_EQ(chat.exit_code, 0) << chat.output;
+  EXPECT_NE(chat.output.find("context full"), std::string::npos) << chat.output;
+
+  const ProgramRun once = run_program_for_test(
+      "gemlite-chat", "-m " + stories_dir() + " -p 'Once upon a time' -n 100 --temp 0 -c 12", true);
+  EXPECT_EQ(once.exit_code, 0) << once.output;
+  EXPECT_NE(once.output.find("context full"), std::string::npos) << once.output;
+}
+
+}  // namespace
+}  // namespace gemlite
