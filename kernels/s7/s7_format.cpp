@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/group_quant.h"
@@ -20,6 +21,17 @@ constexpr int kPairSpan = 2 * kWarpLanes;  // K elements covered by 32 consecuti
 int64_t pairs_per_row(int64_t K) { return (K + kPairSpan - 1) / kPairSpan * kWarpLanes; }
 
 int64_t first_of_pair(int64_t p) { return p / kWarpLanes * kPairSpan + p % kWarpLanes; }
+
+// `value` when keep is 1, +0 when it is 0, by masking the bits. Written as
+// `keep ? value : 0.0f`, GCC (under its default -ftrapping-math) keeps a branch, which the
+// random position bits mispredict half the time (10x slower) and which blocks vectorising.
+inline float value_or_zero(float value, uint32_t keep) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  bits &= 0u - keep;
+  std::memcpy(&value, &bits, sizeof bits);
+  return value;
+}
 
 }  // namespace
 
@@ -104,12 +116,12 @@ RowDecoder s7_row_decoder(const PackedWeight& w) {
         const int64_t first_lanes = std::min<int64_t>(kWarpLanes, K - k0);
         for (int64_t lane = 0; lane < first_lanes; ++lane) {
           const uint32_t byte = words[lane] >> shift & 0xff;
-          out[k0 + lane] = byte >> kValueBits ? kept_value(byte) : 0.0f;
+          out[k0 + lane] = value_or_zero(kept_value(byte), byte >> kValueBits);
         }
         const int64_t second_lanes = std::min<int64_t>(kWarpLanes, K - k0 - kWarpLanes);
         for (int64_t lane = 0; lane < second_lanes; ++lane) {
           const uint32_t byte = words[lane] >> shift & 0xff;
-          out[k0 + kWarpLanes + lane] = byte >> kValueBits ? 0.0f : kept_value(byte);
+          out[k0 + kWarpLanes + lane] = value_or_zero(kept_value(byte), (byte >> kValueBits) ^ 1);
         }
       }
     }

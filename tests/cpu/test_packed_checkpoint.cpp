@@ -1,0 +1,140 @@
+// The packed checkpoint directory: what is saved loads back identically, per-module
+// overrides resolve as documented, and every inconsistency is an Error naming the file.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "models/import_llama2c.h"
+#include "models/llama_weights.h"
+#include "models/quantize_model.h"
+#include "runtime/error.h"
+#include "tests/cpu/test_files.h"
+
+namespace gemlite {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const SourceModel& stories() {
+  static const SourceModel source = load_llama2c(shared_file("models/stories260K/stories260K.bin"));
+  return source;
+}
+
+std::string save_stories(const std::string& format, std::vector<std::string> overrides = {}) {
+  QuantizeSpec spec;
+  spec.format = WeightFormat::parse(format);
+  for (const auto& o : overrides) spec.overrides.push_back(parse_override(o));
+  const std::string dir = make_temp_dir() + "/packed";
+  save_packed_checkpoint(quantize_model(stories(), spec), dir);
+  return dir;
+}
+
+void edit_config(const std::string& dir, const std::function<void(json&)>& edit) {
+  json config = json::parse(std::ifstream(dir + "/config.json"));
+  edit(config);
+  std::ofstream(dir + "/config.json") << config.dump();
+}
+
+void expect_load_error(const std::string& dir, const std::string& part1, const std::string& part2) {
+  try {
+    load_packed_checkpoint(dir);
+    FAIL() << "no error for " << dir;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part1), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(part2), std::string::npos) << e.what();
+  }
+}
+
+TEST(PackedCheckpoint, SavedModulesLoadBackWithTheirFormatsAndBytes) {
+  const std::string dir = save_stories("q4g64", {"lm_head=q8", "mlp.down_proj=q6g32", "layers.1=fp6"});
+  const PackedCheckpoint ckpt = load_packed_checkpoint(dir);
+  EXPECT_EQ(ckpt.default_format, "q4g64");
+  EXPECT_EQ(ckpt.lm_head.format.name(), "q8");
+  EXPECT_FALSE(ckpt.lm_head_tied);
+  EXPECT_EQ(ckpt.layers[0].q.format.name(), "q4g64");
+  EXPECT_EQ(ckpt.layers[0].down.format.name(), "q6g32");
+  EXPECT_EQ(ckpt.layers[1].down.format.name(), "fp6");  // the later pattern wins
+  EXPECT_EQ(ckpt.layers[1].q.format.name(), "fp6");
+  EXPECT_EQ(ckpt.embedding.dtype, DType::F16);
+  EXPECT_EQ(ckpt.tokenizer_path, "");  // llama2.c source without --tokenizer
+
+  // Bytes equal what quantize_model produced in memory.
+  QuantizeSpec spec;
+  spec.format = WeightFormat::parse("q4g64");
+  const PackedCheckpoint fresh = quantize_model(stories(), spec);
+  const HostTensor& saved = ckpt.layers[2].gate.part("qweight");
+  const HostTensor& made = fresh.layers[2].gate.part("qweight");
+  ASSERT_EQ(saved.nbytes(), made.nbytes());
+  EXPECT_EQ(std::memcmp(saved.data, made.data, saved.nbytes()), 0);
+  EXPECT_FALSE(fs::exists(dir + ".tmp"));
+}
+
+TEST(PackedCheckpoint, TiedDenseClassifierIsStoredOnce) {
+  const PackedCheckpoint ckpt = load_packed_checkpoint(save_stories("f16"));
+  EXPECT_TRUE(ckpt.lm_head_tied);
+  EXPECT_EQ(ckpt.lm_head.part("weight").data, ckpt.embedding.data);
+}
+
+TEST(PackedCheckpoint, OverridePatternsMatchWholeDottedParts) {
+  QuantizeSpec spec;
+  spec.format = WeightFormat::parse("q4g64");
+  spec.overrides = {parse_override("layers.1=q8"), parse_override("q_proj=q2g32")};
+  EXPECT_EQ(format_for_module(spec, "model.layers.1.mlp.up_proj").name(), "q8");
+  EXPECT_EQ(format_for_module(spec, "model.layers.11.mlp.up_proj").name(), "q4g64");  // not "layers.1"
+  EXPECT_EQ(format_for_module(spec, "model.layers.1.self_attn.q_proj").name(), "q2g32");
+  EXPECT_EQ(format_for_module(spec, "lm_head").name(), "q4g64");
+  EXPECT_THROW(parse_override("lm_head"), Error);
+  EXPECT_THROW(parse_override("=q8"), Error);
+  EXPECT_THROW(parse_override("lm_head=q0"), Error);
+}
+
+TEST(PackedCheckpoint, NotADirectoryOrNoConfigIsNamed) {
+  expect_load_error("/nonexistent/dir", "/nonexistent/dir", "not a directory");
+  const std::string empty = make_temp_dir();
+  expect_load_error(empty, empty + "/config.json", "missing");
+}
+
+TEST(PackedCheckpoint, ForeignOrFutureConfigIsRejected) {
+  std::string dir = save_stories("q8");
+  edit_config(dir, [](json& c) { c.erase("quantization_config"); });
+  expect_load_error(dir, dir + "/config.json", "not a gemlite packed checkpoint");
+
+  dir = save_stories("q8");
+  edit_config(dir, [](json& c) { c["quantization_config"]["format_version"] = 99; });
+  expect_load_error(dir, dir + "/config.json", "version 99");
+
+  dir = save_stories("q8");
+  edit_config(dir, [](json& c) { c["quantization_config"]["modules"].erase("lm_head"); });
+  expect_load_error(dir, dir + "/config.json", "lm_head");
+
+  dir = save_stories("q8");
+  edit_config(dir, [](json& c) { c["quantization_config"]["modules"]["lm_head"] = "q3g48"; });
+  expect_load_error(dir, "lm_head", "q3g48");
+}
+
+TEST(PackedCheckpoint, TensorsThatDisagreeWithTheConfigAreNamed) {
+  std::string dir = save_stories("q4g64");
+  edit_config(dir, [](json& c) { c["intermediate_size"] = 160; });
+  expect_load_error(dir, dir + "/model.safetensors", "gate_proj");
+
+  dir = save_stories("q4g64");
+  edit_config(dir, [](json& c) { c["quantization_config"]["modules"]["model.layers.0.self_attn.q_proj"] = "q4g32"; });
+  expect_load_error(dir, "model.layers.0.self_attn.q_proj", "scales");
+}
+
+TEST(PackedCheckpoint, SaveRefusesToReplaceSomethingElse) {
+  const std::string dir = make_temp_dir();
+  std::ofstream(dir + "/precious.txt") << "keep me";
+  QuantizeSpec spec;
+  spec.format = WeightFormat::parse("q8");
+  EXPECT_THROW(save_packed_checkpoint(quantize_model(stories(), spec), dir), Error);
+  EXPECT_TRUE(fs::exists(dir + "/precious.txt"));
+  EXPECT_FALSE(fs::exists(dir + ".tmp"));
+}
+
+}  // namespace
+}  // namespace gemlite
