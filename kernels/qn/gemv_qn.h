@@ -1,0 +1,57 @@
+#pragma once
+// Fused dequantize + GEMV for qN / qNgG weights on the GPU (batch-1..8 decode):
+//   y [M, N] = x [M, K] · Wᵀ (+ bias),  W [N, K] stored as in kernels/qn/qn_format.h,
+// x and y fp16 or bf16, fp32 accumulation (tensor-core mma), M = 1..8, any K and N.
+// The launch is asynchronous on the caller's stream and never synchronizes, so it can be
+// captured into a CUDA graph.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/packed_weight.h"
+#include "runtime/dtype.h"
+
+namespace gemlite {
+
+constexpr int kGemvMaxM = 8;  // rows of x one launch takes: the n = 8 of an m16n8k16 mma
+
+// A qN weight in device memory, prepared for one activation type. Owns its buffers
+// (free with free_qn_weight).
+struct QnDeviceWeight {
+  const uint32_t* qweight = nullptr;  // [N, Kw] packed codes, unchanged from the checkpoint
+  // [N, n_groups] pairs {scale, -zero * scale} rounded once to the activation type (fp16
+  // or bf16 bits, scale in the low half): the kernel dequantizes w = q * scale + that
+  // with one fma per pair of weights, and reads the same 4 bytes per group as the
+  // checkpoint's scales + zeros.
+  const uint32_t* scale_bias = nullptr;
+  const float* bias = nullptr;  // [N] or null
+  DType act = DType::F16;       // F16 or BF16: the x / y type this weight was prepared for
+  int bits = 0;                 // 1..8
+  int group = 0;                // 0 = per output channel
+  int64_t N = 0, K = 0;
+  int64_t Kw = 0;               // words per row
+  int64_t n_groups = 0;
+  int group_shift = 0;          // group of k = min((k / 32) >> group_shift, n_groups - 1)
+
+  size_t weight_bytes() const;  // qweight + scale_bias (+ bias): what one GEMV reads of W
+};
+
+// Uploads a qN / qNgG weight (synchronously; not for use inside a graph capture).
+// Throws Error for other formats, for act other than F16/BF16, and for a group that is
+// not 32 * 2^i or per-channel.
+QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act);
+void free_qn_weight(QnDeviceWeight* w);  // frees and clears; safe on an empty weight
+
+// Launch tuning; the defaults are what run_gemv_benchmarks measured best.
+struct GemvQnConfig {
+  int warps_per_block = 0;  // warps that split K for one block of 16 rows; 0 = automatic
+};
+
+// y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias), on `stream`. x and y are device
+// pointers, rows contiguous. Preconditions (checked, Error): 1 <= M <= kGemvMaxM,
+// act == w.act. Any pointer alignment works; 8-byte-aligned x with K % 4 == 0 takes the
+// fast path for activations.
+void gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act,
+             cudaStream_t stream, const GemvQnConfig& config = {});
+
+}  // namespace gemlite
