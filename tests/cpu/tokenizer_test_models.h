@@ -3,13 +3,10 @@
 // project. A missing file makes the tests that need it fail (load throws), never skip.
 #include <string>
 
+#include "tests/cpu/test_files.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gemlite {
-
-inline std::string shared_file(const std::string& relative_path) {
-  return std::string(GEMLITE_SOURCE_DIR "/../shared/") + relative_path;
-}
 
 // The 512-piece tokenizer of llama2.c's stories260K.
 inline const Tokenizer& stories_tokenizer() {

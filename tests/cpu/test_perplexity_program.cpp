@@ -1,0 +1,97 @@
+// gemlite-perplexity follows llama-perplexity's protocol. The test recomputes the number
+// independently from the model's logits (whole text tokenized once with BOS, chunks of
+// n_ctx, first token of each chunk replaced by BOS, second half scored) and checks that
+// lower precision costs perplexity in the expected order.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "models/llama_model.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "tests/cpu/program_runner.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gemlite {
+namespace {
+
+const char* kText = "data/tinystories/tinystories_sample.txt";
+
+std::string quantized_stories(const std::string& format) {
+  const std::string out = make_temp_dir() + "/stories260K-" + format;
+  const ProgramRun run = run_program_for_test(
+      "gemlite-quantize",
+      shared_file("models/stories260K/stories260K.bin") + " " + out + " " + format +
+          " --tokenizer " + shared_file("models/stories260K/tok512.model"),
+      true);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  return out;
+}
+
+double program_ppl(const std::string& dir, int n_ctx, int chunks, std::string* progress = nullptr) {
+  const ProgramRun run = run_program_for_test(
+      "gemlite-perplexity",
+      "-m " + dir + " -f " + shared_file(kText) + " -c " + std::to_string(n_ctx) + " --chunks " + std::to_string(chunks),
+      false);
+  EXPECT_EQ(run.exit_code, 0);
+  if (progress) *progress = run.output;
+  const size_t at = run.output.find("Final estimate: PPL = ");
+  EXPECT_NE(at, std::string::npos) << run.output;
+  return at == std::string::npos ? 0 : std::stod(run.output.substr(at + 22));
+}
+
+TEST(PerplexityProgram, MatchesAnIndependentComputationOfTheProtocol) {
+  const std::string dir = quantized_stories("f32");
+  const int n_ctx = 64, chunks = 3;
+  std::string output;
+  const double reported = program_ppl(dir, n_ctx, chunks, &output);
+  EXPECT_EQ(output.rfind("[1]", 0), 0u) << output;
+  EXPECT_NE(output.find(",[3]"), std::string::npos) << output;
+
+  std::ifstream in(shared_file(kText));
+  std::stringstream text;
+  text << in.rdbuf();
+  const Tokenizer tokenizer = Tokenizer::load(dir + "/tokenizer.model");
+  const std::vector<int> tokens = tokenizer.encode(text.str(), true);
+  const PackedCheckpoint ckpt = load_packed_checkpoint(dir);
+  auto backend = make_cpu_backend();
+  LlamaModel model(ckpt, *backend, n_ctx);
+  double nll = 0;
+  int count = 0;
+  for (int c = 0; c < chunks; ++c) {
+    std::vector<float> logits;  // one position at a time: [vocab]
+    for (int j = 0; j < n_ctx - 1; ++j) {
+      const int input = j == 0 ? tokenizer.bos_id() : tokens[c * n_ctx + j];
+      model.forward({input}, j, false, logits);
+      if (j < n_ctx / 2) continue;
+      double sum = 0;
+      for (float l : logits) sum += std::exp(double(l));
+      nll += std::log(sum) - logits[tokens[c * n_ctx + j + 1]];
+      ++count;
+    }
+  }
+  EXPECT_NEAR(reported, std::exp(nll / count), 1e-3 * reported);
+}
+
+TEST(PerplexityProgram, FewerBitsCostPerplexityInOrder) {
+  const double f32 = program_ppl(quantized_stories("f32"), 128, 4);
+  const double f16 = program_ppl(quantized_stories("f16"), 128, 4);
+  const double q8 = program_ppl(quantized_stories("q8"), 128, 4);
+  const double q4 = program_ppl(quantized_stories("q4g32"), 128, 4);
+  const double q2 = program_ppl(quantized_stories("q2g32"), 128, 4);
+  EXPECT_NEAR(f16, f32, 0.002 * f32);
+  EXPECT_LT(f32 * 0.99, q8);
+  EXPECT_LT(q8, q4);
+  EXPECT_LT(q4, q2);
+}
+
+TEST(PerplexityProgram, TextShorterThanTwoChunksIsAnError) {
+  const ProgramRun run = run_program_for_test(
+      "gemlite-perplexity", "-m " + quantized_stories("f32") + " -f " + shared_file(kText) + " -c 100000", true);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.output.find("tinystories_sample.txt"), std::string::npos) << run.output;
+}
+
+}  // namespace
+}  // namespace gemlite
