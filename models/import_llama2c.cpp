@@ -27,13 +27,13 @@ struct Segment {
 };
 
 ModelConfig config_from_header(const std::string& path, const int32_t (&header)[kHeaderFields]) {
-  static const char* const kFieldNames[kHeaderFields] = {"dim",        "hidden_dim", "n_layers", "n_heads",
-                                                         "n_kv_heads", "vocab_size", "seq_len"};
+  static const char* const kFieldNames[kHeaderFields] = {
+      "dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
   if (header[0] == kVersionedExportMagic)
     fail(path, "llama2.c versioned export (magic 'ak42') is not supported; only the legacy v0 layout");
   for (int i = 0; i < kHeaderFields; ++i) {
-    const int32_t value = std::abs(header[i]);  // vocab_size's sign only marks the classifier
-    const int32_t limit = i == 2 ? kMaxLayers : kMaxSize;
+    const int64_t value = std::abs(int64_t(header[i]));  // vocab_size's sign marks the classifier
+    const int64_t limit = i == 2 ? kMaxLayers : kMaxSize;
     if (value < 1 || value > limit)
       fail(path, std::string("header field ") + kFieldNames[i] + " = " + std::to_string(header[i]) +
                      " is out of range (not a llama2.c v0 checkpoint?)");
@@ -51,7 +51,8 @@ ModelConfig config_from_header(const std::string& path, const int32_t (&header)[
   c.rope_theta = 10000.0f;
   c.norm_eps = 1e-5f;
   if (c.dim % c.n_heads != 0)
-    fail(path, "header dim " + std::to_string(c.dim) + " is not divisible by n_heads " + std::to_string(c.n_heads));
+    fail(path, "header dim " + std::to_string(c.dim) + " is not divisible by n_heads " +
+                   std::to_string(c.n_heads));
   if (c.n_heads % c.n_kv_heads != 0)
     fail(path, "header n_heads " + std::to_string(c.n_heads) + " is not divisible by n_kv_heads " +
                    std::to_string(c.n_kv_heads));
@@ -82,7 +83,8 @@ std::vector<Segment> file_layout(const ModelConfig& c) {
   // The legacy RoPE table (freq_cis_real, freq_cis_imag): the runtime computes its own.
   layout.push_back({"", {c.max_seq_len, c.head_dim / 2}});
   layout.push_back({"", {c.max_seq_len, c.head_dim / 2}});
-  if (!c.tied_embeddings) layout.push_back({std::string(kLmHeadModule) + ".weight", {c.vocab_size, dim}});  // wcls
+  if (!c.tied_embeddings)
+    layout.push_back({std::string(kLmHeadModule) + ".weight", {c.vocab_size, dim}});  // wcls
   return layout;
 }
 
@@ -118,7 +120,8 @@ SourceModel load_llama2c(const std::string& bin_path) {
 
   const uint8_t* next = file->data() + kHeaderBytes;
   for (const Segment& segment : layout) {
-    if (!segment.name.empty()) model.tensors[segment.name] = HostTensor::copy_of(DType::F32, segment.shape, next);
+    if (!segment.name.empty())
+      model.tensors[segment.name] = HostTensor::copy_of(DType::F32, segment.shape, next);
     next += segment_bytes(segment);
   }
 

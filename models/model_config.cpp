@@ -41,30 +41,27 @@ class KeyReader {
     return as_int(key, object_[key]);
   }
   float required_float(const char* key) const {
-    require(key);
-    const json& v = object_[key];
-    if (!v.is_number()) bad(key, "must be a number, got " + v.dump());
-    return float(v.get<double>());
+    return float(typed(key, &json::is_number, "a number").get<double>());
   }
   std::string required_string(const char* key) const {
-    require(key);
-    const json& v = object_[key];
-    if (!v.is_string()) bad(key, "must be a string, got " + v.dump());
-    return v.get<std::string>();
+    return typed(key, &json::is_string, "a string").get<std::string>();
   }
   bool required_bool(const char* key) const {
-    require(key);
-    const json& v = object_[key];
-    if (!v.is_boolean()) bad(key, "must be true or false, got " + v.dump());
-    return v.get<bool>();
+    return typed(key, &json::is_boolean, "true or false").get<bool>();
   }
 
-  int optional_int(const char* key, int fallback) const { return has(key) ? required_int(key) : fallback; }
-  float optional_float(const char* key, float fallback) const { return has(key) ? required_float(key) : fallback; }
+  int optional_int(const char* key, int fallback) const {
+    return has(key) ? required_int(key) : fallback;
+  }
+  float optional_float(const char* key, float fallback) const {
+    return has(key) ? required_float(key) : fallback;
+  }
   std::string optional_string(const char* key, const std::string& fallback) const {
     return has(key) ? required_string(key) : fallback;
   }
-  bool optional_bool(const char* key, bool fallback) const { return has(key) ? required_bool(key) : fallback; }
+  bool optional_bool(const char* key, bool fallback) const {
+    return has(key) ? required_bool(key) : fallback;
+  }
 
   // Token ids may be a list (Llama 3 lists several end tokens); the first is the primary one.
   int optional_token_id(const char* key, int fallback) const {
@@ -74,10 +71,7 @@ class KeyReader {
     return v.empty() ? fallback : as_int(key, v[0]);
   }
 
-  const json& object(const char* key) const {
-    if (!object_[key].is_object()) bad(key, "must be an object");
-    return object_[key];
-  }
+  const json& object(const char* key) const { return typed(key, &json::is_object, "an object"); }
 
   [[noreturn]] void bad(const char* key, const std::string& problem) const {
     fail(where_, "'" + prefix_ + key + "' " + problem);
@@ -86,6 +80,12 @@ class KeyReader {
  private:
   void require(const char* key) const {
     if (!has(key)) fail(where_, "missing '" + prefix_ + key + "'");
+  }
+  const json& typed(const char* key, bool (json::*is_type)() const noexcept, const char* type) const {
+    require(key);
+    const json& v = object_[key];
+    if (!(v.*is_type)()) bad(key, std::string("must be ") + type + ", got " + v.dump());
+    return v;
   }
   int as_int(const char* key, const json& v) const {
     if (!v.is_number_integer() || v.get<int64_t>() < INT_MIN || v.get<int64_t>() > INT_MAX)
@@ -125,7 +125,8 @@ void parse_rope(const KeyReader& keys, const std::string& where, ModelConfig* co
   // transformers before 4.43 spelled rope_type as "type".
   const std::string type = rope.optional_string("rope_type", rope.optional_string("type", "default"));
   if (type == "default") return;
-  if (type != "llama3") rope.bad("rope_type", "'" + type + "' is not supported (supported: default, llama3)");
+  if (type != "llama3")
+    rope.bad("rope_type", "'" + type + "' is not supported (supported: default, llama3)");
   ModelConfig::RopeScaling& scaling = config->rope_scaling;
   scaling.type = "llama3";
   scaling.factor = rope.required_float("factor");
@@ -157,7 +158,8 @@ double shortest_decimal(float value) {
 
 void ModelConfig::validate(const std::string& where) const {
   auto require_positive = [&](int value, const char* key) {
-    if (value <= 0) fail(where, std::string("'") + key + "' must be positive, got " + std::to_string(value));
+    if (value <= 0)
+      fail(where, std::string("'") + key + "' must be positive, got " + std::to_string(value));
   };
   require_positive(dim, "hidden_size");
   require_positive(hidden_dim, "intermediate_size");
@@ -216,8 +218,8 @@ ModelConfig parse_hf_config(const json& config, const std::string& where) {
     c.head_dim = keys.required_int("head_dim");
   } else if (c.n_heads > 0) {
     if (c.dim % c.n_heads != 0)
-      fail(where, "'hidden_size' (" + std::to_string(c.dim) + ") is not divisible by 'num_attention_heads' (" +
-                      std::to_string(c.n_heads) + ") and there is no 'head_dim'");
+      fail(where, "'hidden_size' (" + std::to_string(c.dim) + ") is not divisible by " +
+                      "'num_attention_heads' (" + std::to_string(c.n_heads) + ") and there is no 'head_dim'");
     c.head_dim = c.dim / c.n_heads;
   }
 
@@ -225,7 +227,8 @@ ModelConfig parse_hf_config(const json& config, const std::string& where) {
   if (window > 0 && window < c.max_seq_len) c.max_seq_len = window;
 
   const std::string activation = keys.optional_string("hidden_act", "silu");
-  if (activation != "silu") keys.bad("hidden_act", "'" + activation + "' is not supported (supported: silu)");
+  if (activation != "silu")
+    keys.bad("hidden_act", "'" + activation + "' is not supported (supported: silu)");
   // Qwen2 always has q/k/v biases and never others; llama's attention_bias adds o_proj too.
   c.qkv_bias = c.architecture == "qwen2";
   if (c.architecture != "qwen2" && keys.optional_bool("attention_bias", false))

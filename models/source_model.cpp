@@ -59,7 +59,8 @@ HostTensor interleaved_to_rotate_half_rows(const HostTensor& weight, int head_di
   uint8_t* dst = out.mutable_as<uint8_t>();
   for (int64_t head_start = 0; head_start < rows; head_start += head_dim)
     for (int i = 0; i < half; ++i) {
-      std::memcpy(dst + (head_start + i) * row_bytes, weight.data + (head_start + 2 * i) * row_bytes, row_bytes);
+      std::memcpy(dst + (head_start + i) * row_bytes,
+                  weight.data + (head_start + 2 * i) * row_bytes, row_bytes);
       std::memcpy(dst + (head_start + half + i) * row_bytes,
                   weight.data + (head_start + 2 * i + 1) * row_bytes, row_bytes);
     }

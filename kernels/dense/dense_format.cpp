@@ -31,8 +31,9 @@ void dense_quantize(const float* w, PackedWeight* out) {
 
 namespace {
 
-// float of every fp16 bit pattern (256 KiB). half_to_float is a call with branches per
-// element, 4x slower than a table lookup in the CPU matmul's decode of f16 rows.
+// float of every fp16 bit pattern (256 KiB). Calling half_to_float (branches, no
+// inlining) per element made f16 rows 4x slower to decode than bf16 ones (measured in
+// linear_reference, 4096 x 4096); the lookup brings them close.
 const float* half_to_float_table() {
   static const std::vector<float> table = [] {
     std::vector<float> t(1 << 16);

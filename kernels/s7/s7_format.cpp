@@ -60,11 +60,11 @@ void s7_quantize(const float* w, PackedWeight* out) {
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
       const float* row = w + n * K;
+      std::fill(bytes.begin(), bytes.end(), 0);  // pairs that start beyond K stay 0
       std::fill(lo.begin(), lo.end(), std::numeric_limits<float>::infinity());
       std::fill(hi.begin(), hi.end(), -std::numeric_limits<float>::infinity());
-      for (int64_t p = 0; p < n_pairs; ++p) {
+      for (int64_t p = 0; p < n_pairs && first_of_pair(p) < K; ++p) {
         const int64_t k0 = first_of_pair(p), k1 = k0 + kWarpLanes;
-        if (k0 >= K) break;  // the rest is padding
         const float a = row[k0], b = k1 < K ? row[k1] : 0.0f;
         const bool first_kept = std::abs(a) >= std::abs(b);
         kept[p] = first_kept ? a : b;
@@ -79,14 +79,8 @@ void s7_quantize(const float* w, PackedWeight* out) {
         scales[n * n_groups + g] = float_to_half(params[g].scale);
         zeros[n * n_groups + g] = float_to_half(params[g].zero);
       }
-      for (int64_t p = 0; p < n_pairs; ++p) {
-        const int64_t k0 = first_of_pair(p);
-        if (k0 >= K) {
-          bytes[p] = 0;
-          continue;
-        }
-        bytes[p] |= uint8_t(quantize_to_code(kept[p], params[k0 / G], kValueBits));
-      }
+      for (int64_t p = 0; p < n_pairs && first_of_pair(p) < K; ++p)
+        bytes[p] |= uint8_t(quantize_to_code(kept[p], params[first_of_pair(p) / G], kValueBits));
       qn_pack_row(bytes.data(), n_pairs, 8, qweight + n * Kw);
     }
   }

@@ -96,7 +96,8 @@ TensorEntry parse_entry(const std::string& path, const std::string& name, const 
   // Overflow here can only come from a nonsense shape; it cannot match the offsets anyway.
   uint64_t expected_bytes = dtype_size(t.dtype);
   bool overflow = false;
-  for (int64_t dim : t.shape) overflow |= __builtin_mul_overflow(expected_bytes, uint64_t(dim), &expected_bytes);
+  for (int64_t dim : t.shape)
+    overflow |= __builtin_mul_overflow(expected_bytes, uint64_t(dim), &expected_bytes);
   if (overflow || expected_bytes != t.end - t.begin)
     bad(offsets_text + " hold " + std::to_string(t.end - t.begin) + " bytes but shape " +
         shape.dump() + " of " + dtype.get<std::string>() + " needs " +

@@ -135,6 +135,7 @@ TEST(QnQuantize, ErrorIsAtMostHalfAStepPlusFp16Rounding) {
         const std::vector<double> dequantized = oracle::dequantize(packed);
         const int64_t G = group ? group : K, n_groups = (K + G - 1) / G;
         const uint16_t* scales = packed.part("scales").as<uint16_t>();  // [N, n_groups]
+        const int64_t Kw = packed.part("qweight").shape[1];
         std::vector<float> row(K);
         for (int64_t n = 0; n < N; ++n) {
           std::vector<double> group_absmax(n_groups, 0.0);
@@ -148,6 +149,12 @@ TEST(QnQuantize, ErrorIsAtMostHalfAStepPlusFp16Rounding) {
             const double bound = scale / 2 + group_absmax[k / G] * std::ldexp(1.0, -9);
             const double v = dequantized[n * K + k];
             ASSERT_LE(std::abs(w[n * K + k] - v), bound) << n << ", " << k;
+            // Away from the clamped ends the code is the nearest one for the stored fp16
+            // scale and zero: codes were chosen after rounding them.
+            const uint32_t code = oracle::qn_code(packed.part("qweight").as<int32_t>() + n * Kw, bits, k);
+            if (code > 0 && code < (1u << bits) - 1) {
+              ASSERT_LE(std::abs(w[n * K + k] - v), scale * (0.5 + 1e-4)) << n << ", " << k;
+            }
             // The library's own decoder agrees with the documented layout.
             ASSERT_NEAR(row[k], v, 1e-6 * std::abs(v) + 1e-12) << n << ", " << k;
           }

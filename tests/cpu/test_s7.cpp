@@ -56,8 +56,8 @@ TEST(S7Quantize, KeepsTheLargerOfEachPairAndZeroesTheOther) {
       for (int64_t N : {1, 3}) {
         SCOPED_TRACE(std::string(name) + " N " + std::to_string(N) + " K " + std::to_string(K));
         std::vector<float> w(N * K);
-        for (float& v : w) v = uniform(rng);
-        for (int64_t i = 0; i + 32 < N * K; i += 97) w[i + 32] = -w[i];  // some exact ties
+        for (int64_t i = 0; i < N * K; ++i) w[i] = uniform(rng) + (i / K == 1 ? 5.0f : 0.0f);  // row 1 all positive: a large zero
+        for (int64_t i = 0; i + 32 < K; i += 97) w[i + 32] = -w[i];  // some exact ties in row 0
         const PackedWeight packed = quantize_weight(w.data(), N, K, format);
         const int64_t Kw = (K + 255) / 256 * 32, G = format.group, n_groups = (K + G - 1) / G;
         ASSERT_EQ(packed.part("qweight").shape, (std::vector<int64_t>{N, Kw}));
@@ -95,6 +95,11 @@ TEST(S7Quantize, KeepsTheLargerOfEachPairAndZeroesTheOther) {
             // Half a step, plus the fp16 rounding of scale and zero (see test_qn).
             ASSERT_LE(std::abs(w_row[kept_k] - v), scale / 2 + kept_absmax[k0 / G] * std::ldexp(1.0, -9))
                 << n << ", " << kept_k;
+            // Away from the clamped ends, the nearest code for the stored fp16 scale and zero.
+            const uint32_t value7 = oracle::s7_slot(row_words, k0).byte & 0x7f;
+            if (value7 > 0 && value7 < 127) {
+              ASSERT_LE(std::abs(w_row[kept_k] - v), scale * (0.5 + 1e-4)) << n << ", " << kept_k;
+            }
             ASSERT_NEAR(row[kept_k], v, 1e-6 * std::abs(v) + 1e-12) << n << ", " << kept_k;
           }
           for (int64_t k = K; k < Kw * 8; ++k) {  // pairs that start beyond K are zero bytes
