@@ -1,10 +1,14 @@
 #pragma once
 // Where tests find the real models and texts (../shared beside the project; a missing
 // file makes a test fail, never skip) and where they may write.
-#include <unistd.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
 
-#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace gemlite {
 
@@ -12,11 +16,34 @@ inline std::string shared_file(const std::string& relative_path) {
   return std::string(GEMLITE_SOURCE_DIR "/../shared/") + relative_path;
 }
 
-// A fresh empty directory under the system temp dir, e.g. /tmp/gemlite-test-Ab12Cd.
+// A fresh directory under the test temp dir, removed with its contents afterwards.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = (std::filesystem::path(::testing::TempDir()) / "gemlite-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed for " + pattern);
+    path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  std::string path() const { return path_.string(); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A scratch directory that lives until the test program exits (for fixtures shared by
+// several tests, e.g. a converted model).
 inline std::string make_temp_dir() {
-  std::string pattern = "/tmp/gemlite-test-XXXXXX";
-  if (!mkdtemp(pattern.data())) std::abort();
-  return pattern;
+  static std::vector<std::unique_ptr<ScratchDir>> dirs;
+  dirs.push_back(std::make_unique<ScratchDir>());
+  return dirs.back()->path();
 }
 
 }  // namespace gemlite

@@ -9,13 +9,14 @@
 #include "runtime/io/json_file.h"
 #include "runtime/io/safetensors.h"
 #include "tests/cpu/io_test_helpers.h"
+#include "tests/cpu/test_files.h"
 
 namespace gemlite {
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kModels = GEMLITE_SOURCE_DIR "/../shared/models";
+const std::string kModels = shared_file("models");
 const std::string kStories = kModels + "/stories260K/stories260K.bin";
 const std::string kGutenberg = kModels + "/gutenberg-llama-25m";
 

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "tests/cpu/test_files.h"
+
 #include "models/model_config.h"
 #include "runtime/io/json_file.h"
 #include "tests/cpu/io_test_helpers.h"
@@ -118,7 +120,7 @@ TEST(ModelConfig, ParsesRopeScalingSpelledWithType) {
 }
 
 TEST(ModelConfig, ParsesTheGutenbergCheckpointConfig) {
-  const std::string path = GEMLITE_SOURCE_DIR "/../shared/models/gutenberg-llama-25m/config.json";
+  const std::string path = shared_file("models/gutenberg-llama-25m/config.json");
   const ModelConfig c = parse_hf_config(read_json_file(path), path);
   EXPECT_EQ(c.architecture, "llama");
   EXPECT_EQ(c.dim, 384);
