@@ -65,12 +65,9 @@ DType embedding_dtype_for(const WeightFormat& format) {
 std::vector<std::pair<std::string, const PackedWeight*>> PackedCheckpoint::linears() const {
   std::vector<std::pair<std::string, const PackedWeight*>> out;
   for (size_t i = 0; i < layers.size(); ++i) {
-    const LayerTensorNames names = layer_tensor_names(int(i));
-    const PackedLayer& l = layers[i];
-    for (auto [name, weight] : {std::pair{names.q, &l.q}, {names.k, &l.k}, {names.v, &l.v},
-                                {names.o, &l.o}, {names.gate, &l.gate}, {names.up, &l.up},
-                                {names.down, &l.down}})
-      out.emplace_back(name, weight);
+    const std::vector<std::string> names = layer_tensor_names(int(i)).linears();
+    const std::vector<const PackedWeight*> slots = layers[i].linear_slots();
+    for (size_t j = 0; j < slots.size(); ++j) out.emplace_back(names[j], slots[j]);
   }
   out.emplace_back(kLmHeadModule, &lm_head);
   return out;
@@ -138,13 +135,9 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
     PackedLayer layer;
     layer.attn_norm = tensor(names.attn_norm, {c.dim});
     layer.ffn_norm = tensor(names.ffn_norm, {c.dim});
-    layer.q = linear(names.q);
-    layer.k = linear(names.k);
-    layer.v = linear(names.v);
-    layer.o = linear(names.o);
-    layer.gate = linear(names.gate);
-    layer.up = linear(names.up);
-    layer.down = linear(names.down);
+    const std::vector<std::string> modules_of_layer = names.linears();
+    const std::vector<PackedWeight*> slots = layer.linear_slots();
+    for (size_t j = 0; j < slots.size(); ++j) *slots[j] = linear(modules_of_layer[j]);
     ckpt.layers.push_back(std::move(layer));
   }
   ckpt.lm_head = linear(kLmHeadModule);

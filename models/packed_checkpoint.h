@@ -27,6 +27,10 @@ struct PackedLayer {
   PackedWeight o;                         // [dim, n_heads*hd]
   PackedWeight gate, up;                  // [hidden, dim]
   PackedWeight down;                      // [dim, hidden]
+
+  // The seven projections in LayerTensorNames::linears() order (q k v o gate up down).
+  std::vector<PackedWeight*> linear_slots() { return {&q, &k, &v, &o, &gate, &up, &down}; }
+  std::vector<const PackedWeight*> linear_slots() const { return {&q, &k, &v, &o, &gate, &up, &down}; }
 };
 
 struct PackedCheckpoint {

@@ -75,13 +75,9 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
     PackedLayer layer;
     layer.attn_norm = to_dense(source_tensor(source, names.attn_norm), DType::F32);
     layer.ffn_norm = to_dense(source_tensor(source, names.ffn_norm), DType::F32);
-    layer.q = quantize(names.q);
-    layer.k = quantize(names.k);
-    layer.v = quantize(names.v);
-    layer.o = quantize(names.o);
-    layer.gate = quantize(names.gate);
-    layer.up = quantize(names.up);
-    layer.down = quantize(names.down);
+    const std::vector<std::string> modules_of_layer = names.linears();
+    const std::vector<PackedWeight*> slots = layer.linear_slots();
+    for (size_t j = 0; j < slots.size(); ++j) *slots[j] = quantize(modules_of_layer[j]);
     ckpt.layers.push_back(std::move(layer));
   }
 
