@@ -15,6 +15,9 @@
 #include "examples/common/program.h"
 #include "models/synthetic_model.h"
 #include "runtime/error.h"
+#ifdef GEMLITE_WITH_CUDA
+#include "kernels/bench/gemv_bench.h"
+#endif
 
 using namespace gemlite;
 
@@ -177,8 +180,18 @@ int main(int argc, char** argv) {
         ("r,repetitions", "Timed runs per test", cxxopts::value<int>()->default_value("5"))
         ("o,output", "md, json or csv", cxxopts::value<std::string>()->default_value("md"))
         ("device", "cpu or cuda (default: cuda when available)", cxxopts::value<std::string>()->default_value(""))
-        ("t,threads", "CPU threads (0 = all cores)", cxxopts::value<int>()->default_value("0"));
+        ("t,threads", "CPU threads (0 = all cores)", cxxopts::value<int>()->default_value("0"))
+        ("kernels", "GPU kernel benchmarks instead: each QuantLinear kernel vs cuBLAS and the copy "
+                    "bandwidth, cold L2 (CUDA builds only)");
     const auto args = parse_args(options, argc, argv);
+    if (args.count("kernels")) {
+#ifdef GEMLITE_WITH_CUDA
+      run_gemv_benchmarks(stdout);
+      return 0;
+#else
+      throw Error("--kernels needs a build with CUDA (this one has none)");
+#endif
+    }
     apply_thread_option(args);
     const int n_prompt = args["n-prompt"].as<int>(), n_gen = args["n-gen"].as<int>();
     const int batch = args["batch-size"].as<int>(), repetitions = args["repetitions"].as<int>();

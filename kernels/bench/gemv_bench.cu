@@ -1,0 +1,261 @@
+#include "kernels/bench/gemv_bench.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "kernels/cuda_check.h"
+#include "kernels/qn/gemv_qn.h"
+#include "kernels/qn/qn_format.h"
+#include "kernels/group_quant.h"
+#include "kernels/weight_format.h"
+
+namespace gemlite {
+
+namespace {
+
+__device__ uint32_t hash32(uint64_t i, uint32_t seed) {  // splitmix-style, good enough for data
+  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return uint32_t(z ^ (z >> 31));
+}
+
+// words [n] random bits (packed codes: every bit pattern is a valid set of codes)
+__global__ void fill_random_words(uint32_t* words, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    words[i] = hash32(uint64_t(i), seed);
+}
+
+// values [n] of a 16-bit float type with bits `base | (random & mask)`: random sign,
+// mantissa and low exponent bits around a chosen magnitude.
+__global__ void fill_random_halves(uint16_t* values, int64_t n, uint32_t seed, uint16_t base, uint16_t mask) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    values[i] = uint16_t(base | (hash32(uint64_t(i), seed) & mask));
+}
+
+// dst [n] = src [n], 16 bytes per thread and step: the copy-bandwidth ceiling.
+__global__ void copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
+
+void fill_words(uint32_t* p, int64_t n, uint32_t seed, cudaStream_t stream) {
+  fill_random_words<<<1024, 256, 0, stream>>>(p, n, seed);
+  CHECK_LAST_LAUNCH("fill_random_words");
+}
+
+// Random activations / dense weights of magnitude ~0.03..1 with random sign.
+void fill_values(uint16_t* p, int64_t n, DType t, uint32_t seed, cudaStream_t stream) {
+  // fp16: exponent 10..14 of 15 bias (2^-5..2^-1); bf16: exponent 122..126.
+  const uint16_t base = t == DType::BF16 ? uint16_t(122 << 7) : uint16_t(10 << 10);
+  const uint16_t mask = t == DType::BF16 ? uint16_t(0x8000 | 0x3 << 7 | 0x7F) : uint16_t(0x8000 | 0x3 << 10 | 0x3FF);
+  fill_random_halves<<<1024, 256, 0, stream>>>(p, n, seed, base, mask);
+  CHECK_LAST_LAUNCH("fill_random_halves");
+}
+
+const char* act_name(DType t) { return t == DType::BF16 ? "bf16" : "fp16"; }
+
+// Median per-launch time in microseconds of `launch(i)` for i = 0..launches-1, captured
+// into one graph and replayed.
+double time_graph_us(cudaStream_t stream, int launches, int replays,
+                     const std::function<void(int)>& launch) {
+  for (int i = 0; i < std::min(launches, 3); ++i) launch(i);  // outside capture: lazy init
+  cudaGraph_t graph;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < launches; ++i) launch(i);
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 2; ++i) CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+  std::vector<float> times;
+  for (int r = 0; r < replays; ++r) {
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms * 1000.0f / float(launches));
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+int copies_for(size_t bytes, size_t rotation_bytes) {
+  return int(std::clamp<size_t>((rotation_bytes + bytes - 1) / bytes, 2, 64));
+}
+
+int launches_for(int copies) { return std::max(copies, 20) / copies * copies; }
+
+// Device-to-device copy of 1 GiB, bytes read + written per second: the better of
+// cudaMemcpyAsync and a plain 16-byte copy kernel (a memcpy node inside a graph measured
+// only ~2.44 TB/s on the H100, below what cuBLAS streams).
+double copy_bandwidth_gbs(cudaStream_t stream, FILE* out) {
+  const size_t bytes = size_t(1) << 30;
+  void *a = nullptr, *b = nullptr;
+  CUDA_CHECK(cudaMalloc(&a, bytes));
+  CUDA_CHECK(cudaMalloc(&b, bytes));
+  fill_words(static_cast<uint32_t*>(a), int64_t(bytes / 4), 1, stream);
+  cudaDeviceProp prop;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  const double kernel_us = time_graph_us(stream, 4, 10, [&](int i) {
+    copy_kernel<<<prop.multiProcessorCount * 8, 512, 0, stream>>>(static_cast<const uint4*>(i % 2 ? b : a),
+                                                                 static_cast<uint4*>(i % 2 ? a : b), int64_t(bytes / 16));
+    CHECK_LAST_LAUNCH("copy_kernel");
+  });
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> times;
+  for (int r = 0; r < 12; ++r) {
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    CUDA_CHECK(cudaMemcpyAsync(r % 2 ? a : b, r % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, stream));
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (r >= 2) times.push_back(ms * 1000.0f);
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  const double memcpy_us = times[times.size() / 2];
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  CUDA_CHECK(cudaFree(a));
+  CUDA_CHECK(cudaFree(b));
+  const double kernel_gbs = 2.0 * double(bytes) / (kernel_us * 1e3), memcpy_gbs = 2.0 * double(bytes) / (memcpy_us * 1e3);
+  const double gbs = std::max(kernel_gbs, memcpy_gbs);
+  std::fprintf(out, "copy: %.1f GB/s (%zu MiB device-to-device, bytes read + written; copy kernel %.1f, cudaMemcpyAsync %.1f)\n",
+               gbs, bytes >> 20, kernel_gbs, memcpy_gbs);
+  std::fflush(out);
+  return gbs;
+}
+
+// y [M, N] = x [M, K] · Wᵀ with W [N, K] row-major: cuBLAS column-major C [N, M] =
+// op(A)ᵀ B with A = W seen as [K, N] (what torch.nn.functional.linear calls).
+double cublas_us(cublasHandle_t handle, cudaStream_t stream, DType act, int64_t K, int64_t N, int M,
+                 const void* x, void* y, size_t rotation_bytes, int replays) {
+  const size_t bytes = size_t(N) * size_t(K) * 2;
+  const int copies = copies_for(bytes, rotation_bytes);
+  std::vector<void*> weights(static_cast<size_t>(copies));
+  for (int c = 0; c < copies; ++c) {
+    CUDA_CHECK(cudaMalloc(&weights[size_t(c)], bytes));
+    fill_values(static_cast<uint16_t*>(weights[size_t(c)]), N * K, act, 100 + uint32_t(c), stream);
+  }
+  const cudaDataType type = act == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  const float alpha = 1.0f, beta = 0.0f;
+  const double us = time_graph_us(stream, launches_for(copies), replays, [&](int i) {
+    CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(N), M, int(K), &alpha,
+                              weights[size_t(i % copies)], type, int(K), x, type, int(K), &beta, y, type,
+                              int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  });
+  for (void* w : weights) CUDA_CHECK(cudaFree(w));
+  return us;
+}
+
+// A random qN weight on the device with the layout upload_qn_weight makes.
+QnDeviceWeight random_qn_weight(const WeightFormat& format, int64_t K, int64_t N, DType act, uint32_t seed,
+                                cudaStream_t stream) {
+  QnDeviceWeight w;
+  w.act = act;
+  w.bits = format.bits;
+  w.group = format.group;
+  w.N = N;
+  w.K = K;
+  w.Kw = qn_words_per_row(K, format.bits);
+  w.n_groups = group_count(format.group, K);
+  int shift = 0;
+  while ((int64_t(32) << shift) < group_size(format.group, K)) ++shift;
+  w.group_shift = w.n_groups == 1 ? 30 : shift;
+  uint32_t *q = nullptr, *sb = nullptr;
+  CUDA_CHECK(cudaMalloc(&q, size_t(N * w.Kw) * 4));
+  CUDA_CHECK(cudaMalloc(&sb, size_t(N * w.n_groups) * 4));
+  w.qweight = q;
+  w.scale_bias = sb;
+  fill_words(q, N * w.Kw, seed, stream);
+  // scale ~2^-5..2^-1, -zero*scale of either sign: each a random 16-bit value
+  fill_values(reinterpret_cast<uint16_t*>(sb), 2 * N * w.n_groups, act, seed + 7, stream);
+  return w;
+}
+
+}  // namespace
+
+void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& options) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  std::fprintf(out, "device: %s, %d SMs, %d MB L2\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasHandle_t handle;
+  CUBLAS_CHECK(cublasCreate(&handle));
+  CUBLAS_CHECK(cublasSetStream(handle, stream));
+  void* workspace = nullptr;
+  const size_t workspace_bytes = size_t(32) << 20;
+  CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
+  CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, workspace_bytes));
+
+  const double copy_gbs = copy_bandwidth_gbs(stream, out);
+  const int M = options.M;
+  for (DType act : options.activations) {
+    for (const GemvBenchShape& shape : options.shapes) {
+      const int64_t K = shape.K, N = shape.N;
+      void *x = nullptr, *y = nullptr;
+      CUDA_CHECK(cudaMalloc(&x, size_t(M * K) * 2));
+      CUDA_CHECK(cudaMalloc(&y, size_t(M * N) * 2));
+      fill_values(static_cast<uint16_t*>(x), M * K, act, 3, stream);
+      const double io_bytes = double(M) * double(K + N) * 2;
+      const double dense_us = cublas_us(handle, stream, act, K, N, M, x, y, options.rotation_bytes, options.replays);
+      const double dense_bytes = double(N) * double(K) * 2 + io_bytes;
+      std::fprintf(out, "cublas %s K=%lld N=%lld M=%d: %.1f us, %.0f GB/s, %.1f %% of copy\n", act_name(act),
+                   (long long)K, (long long)N, M, dense_us, dense_bytes / (dense_us * 1e3),
+                   100.0 * dense_bytes / (dense_us * 1e3) / copy_gbs);
+      std::fflush(out);
+      for (const std::string& name : options.formats) {
+        const WeightFormat format = WeightFormat::parse(name);
+        const QnDeviceWeight probe = random_qn_weight(format, K, N, act, 11, stream);
+        const size_t bytes = probe.weight_bytes();
+        const int copies = copies_for(bytes, options.rotation_bytes);
+        std::vector<QnDeviceWeight> weights = {probe};
+        for (int c = 1; c < copies; ++c) weights.push_back(random_qn_weight(format, K, N, act, 11 + 31 * uint32_t(c), stream));
+        for (int warps : options.warps_per_block) {
+          {
+            GemvQnConfig config;
+            config.warps_per_block = warps;
+            const double us = time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
+              gemv_qn(weights[size_t(i % copies)], x, y, M, act, stream, config);
+            });
+            const double total = double(bytes) + io_bytes;
+            std::string setting;
+            if (options.warps_per_block.size() > 1) setting += " warps=" + std::to_string(warps);
+            std::fprintf(out, "gemv %s %s K=%lld N=%lld M=%d%s: %.1f us, %.0f GB/s, %.1f %% of copy, %.2fx cuBLAS\n",
+                         name.c_str(), act_name(act), (long long)K, (long long)N, M, setting.c_str(), us,
+                         total / (us * 1e3), 100.0 * total / (us * 1e3) / copy_gbs, dense_us / us);
+            std::fflush(out);
+          }
+        }
+        for (QnDeviceWeight& w : weights) free_qn_weight(&w);
+      }
+      CUDA_CHECK(cudaFree(x));
+      CUDA_CHECK(cudaFree(y));
+    }
+  }
+  CUBLAS_CHECK(cublasDestroy(handle));
+  CUDA_CHECK(cudaFree(workspace));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace gemlite

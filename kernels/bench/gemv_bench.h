@@ -1,0 +1,40 @@
+#pragma once
+// Kernel benchmarks for batch-1 GEMV: device-to-device copy bandwidth, cuBLAS fp16/bf16
+// GEMV and gemv_qn, all in one run (docs/PERF.md's rules: cold L2 by rotating weight
+// copies totalling > 200 MB, CUDA-graph replays timed with events, median, random data).
+// Prints one greppable line per measurement:
+//   copy: 2950.0 GB/s (1024 MiB device-to-device, bytes read + written)
+//   cublas fp16 K=8192 N=8192 M=1: 76.9 us, 1745 GB/s, 59.2 % of copy
+//   gemv q4g64 fp16 K=8192 N=8192 M=1: 16.9 us, 2270 GB/s, 77.0 % of copy, 4.55x cuBLAS
+// GB/s counts packed weights + scales/zeros + x + y.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "runtime/dtype.h"
+
+namespace gemlite {
+
+struct GemvBenchShape {
+  int64_t K, N;
+};
+
+struct GemvBenchOptions {
+  std::vector<std::string> formats = {"q8", "q6g64", "q5g64", "q4g64", "q4g128", "q3g64", "q2g64"};
+  std::vector<GemvBenchShape> shapes = {{4096, 4096},  {4096, 11008},  {11008, 4096},
+                                        {4096, 14336}, {14336, 4096},  {8192, 8192},
+                                        {8192, 10240}, {8192, 57344},  {28672, 8192}};
+  std::vector<DType> activations = {DType::F16, DType::BF16};
+  int M = 1;
+  // gemv_qn warps per block to sweep; 0 = the kernel's automatic choice. With more than
+  // one value each line names its setting ("warps=4").
+  std::vector<int> warps_per_block = {0};
+  size_t rotation_bytes = size_t(256) << 20;  // weight copies per measurement total at least this
+  int replays = 20;                           // timed graph replays; the median is reported
+};
+
+// Runs everything on the current device; throws Error on any CUDA/cuBLAS failure.
+void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& options = {});
+
+}  // namespace gemlite

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# THE GPU check: GPU tests, compute-sanitizer, kernel benchmarks. Two steps, because the
+# GPU machine has CUDA, CMake and ninja but not our Debian libraries (docs/DEVICE.md):
+#
+#   here:   bash scripts/gpu-check.sh pack
+#           builds for sm_90 into build-gpu/ and copies the GPU test binary, the bench
+#           program (gemlite-bench --kernels) and the shared libraries they
+#           need that the GPU machine lacks into .gpu/ (ignored by git, < 64 MiB).
+#   there:  bash scripts/gpu-check.sh run
+#           e.g. through the device tool: run(command="bash scripts/gpu-check.sh run",
+#           carry=[".gpu"]). Runs the GPU tests, compute-sanitizer memcheck + racecheck on
+#           a quick subset, then the benchmarks; full logs go to $OUT (or .gpu/out), and a
+#           short table is printed last.
+#
+# Knobs for `run` (environment): GEMLITE_GPU_SKIP_TESTS=1, GEMLITE_GPU_SKIP_BENCH=1,
+# GEMLITE_GPU_SASS=1 (disassemble the qN GEMV kernels into $OUT/sass.txt).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+step="${1:-}"
+
+pack() {
+  local nvcc=nvcc
+  command -v nvcc >/dev/null || nvcc=/usr/local/cuda/bin/nvcc
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" \
+    -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+  cmake --build build-gpu -j "$(nproc)" --target gemlite-gpu-tests
+  rm -rf .gpu && mkdir -p .gpu/lib
+  cp build-gpu/gemlite-gpu-tests .gpu/
+  cmake --build build-gpu -j "$(nproc)" --target gemlite-bench
+  cp build-gpu/gemlite-bench .gpu/
+  # Libraries from outside the CUDA toolkit and the C runtime: the GPU machine (Ubuntu
+  # 24.04) has libstdc++, libgcc and glibc of the same or newer versions, not these.
+  for bin in .gpu/gemlite-*; do
+    ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'libsentencepiece|libgomp|libprotobuf|libgtest' || true
+  done | sort -u | while read -r lib; do cp -L "$lib" .gpu/lib/; done
+  du -sh .gpu
+  ls .gpu .gpu/lib
+}
+
+run() {
+  local out="${OUT:-.gpu/out}"
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH="$PWD/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local tests=.gpu/gemlite-gpu-tests status=0
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/device.txt"
+
+  if [ -z "${GEMLITE_GPU_SKIP_TESTS:-}" ]; then
+    echo "== GPU tests"
+    "$tests" --gtest_output="xml:$out/tests.xml" >"$out/tests.log" 2>&1 || status=1
+    grep -E '^\[  (PASSED|FAILED) |^\[==========\]|FAILED|worst' "$out/tests.log" | tail -60 || true
+    echo "== compute-sanitizer (quick subset)"
+    local quick='GemvQnEdges.*:*Bits3Group128*:*Bits6PerChannel*:*Bits1Group32*'
+    compute-sanitizer --tool memcheck --error-exitcode 1 "$tests" --gtest_filter="$quick" \
+      >"$out/sanitizer.log" 2>&1 || status=1
+    compute-sanitizer --tool racecheck --error-exitcode 1 "$tests" --gtest_filter='GemvQnEdges.*' \
+      >>"$out/sanitizer.log" 2>&1 || status=1
+    grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' "$out/sanitizer.log" | tail -10 || true
+  fi
+
+  if [ -n "${GEMLITE_GPU_SASS:-}" ]; then
+    cuobjdump -sass "$tests" | awk '/Function : .*gemv_qn_kernel/ {on=1} /Function : / && !/gemv_qn_kernel/ {on=0} on' \
+      >"$out/sass.txt" || true
+  fi
+
+  if [ -z "${GEMLITE_GPU_SKIP_BENCH:-}" ]; then
+    echo "== benchmarks"
+    .gpu/gemlite-bench --kernels >"$out/bench.log" 2>&1 || status=1
+  fi
+
+  if [ -s "$out/bench.log" ]; then
+    echo "== table (copy bandwidth, then per shape: cuBLAS and each format; us, GB/s, % of copy, x cuBLAS)"
+    grep -E '^(device|copy):' "$out/bench.log" || true
+    # "<what>: T us, B GB/s, P % of copy[, X cuBLAS]" -> one aligned row
+    awk -F': ' '/^(cublas|gemv) / {n = split($2, v, ", "); sub(/ us/, "", v[1]); sub(/ GB\/s/, "", v[2]);
+         sub(/ % of copy/, "", v[3]); x = n > 3 ? v[4] : ""; sub(/ cuBLAS/, "", x);
+         printf "%-48s %9s us %6s GB/s %5s %% %7s\n", $1, v[1], v[2], v[3], x}' \
+      "$out/bench.log" | tee "$out/table.txt"
+  fi
+  [ "$status" -eq 0 ] && echo "gpu-check: OK" || echo "gpu-check: FAILURES (see $out)"
+  return "$status"
+}
+
+case "$step" in
+  pack) pack ;;
+  run) run ;;
+  *) echo "usage: bash scripts/gpu-check.sh pack|run (see the top of this file)" >&2; exit 2 ;;
+esac

@@ -1,0 +1,310 @@
+// gemv_qn against the CPU reference (linear_reference) on fresh random inputs: every bit
+// width 1..8 x group {32, 64, 128, per-channel} x {fp16, bf16} x M {1, 3, 8}, on shapes
+// that are multiples of nothing (K = 33, 4100), thin (N = 7, 32, 64), long (K = 57344),
+// and one large square (4096^2, on a subset to keep the run short).
+//
+// Tolerance, per output: |y - ref| <= tol * S2 with
+//   S2 = sum_k |x_k| (|w_k| + |q_k s| + |z s|),
+// the magnitude of the terms the kernel rounds. It dequantizes into the activation type,
+// w = q * s + (-z s) with s and -z s stored rounded to fp16/bf16, so besides rounding each
+// weight (relative to |w|) it carries the rounding of s and -z s, which is relative to |q s|
+// and |z s|; those exceed |w| when a group's zero point lies far outside its codes (an
+// outlier-wide per-channel range, say). Accumulation is fp32 (tensor-core mma; its
+// truncating adds cost at most K/16 * 2^-23 * S, 2^-11 S at K = 57344), and the output is
+// rounded once. With unit roundoff u = 2^-11 (fp16) or 2^-8 (bf16, 8 significant bits):
+// tol = 4u for fp16 (2^-9) and 2u for bf16 (2^-7): the roundings are independent per
+// weight and mostly cancel, so the room left covers the systematic per-group ones. The
+// worst ratios against S2 and against the plain S = sum |x_k| |w_k| are printed. A wrong
+// group, shift or lane shows up as an error of order |x| |w| per weight, far above both.
+// Outputs are poisoned with 0xFF bytes (NaN in fp16 and bf16) before every launch, so an
+// unwritten output fails.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+#include "kernels/group_quant.h"
+#include "kernels/packed_weight.h"
+#include "kernels/qn/qn_format.h"
+#include "kernels/qn/gemv_qn.h"
+#include "kernels/weight_format.h"
+#include "runtime/dtype.h"
+
+namespace gemlite {
+namespace {
+
+uint64_t test_seed() {
+  static const uint64_t seed = [] {
+    const char* env = std::getenv("GEMLITE_TEST_SEED");
+    const uint64_t s = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
+    std::cout << "[gemv_qn] GEMLITE_TEST_SEED=" << s << "\n";
+    return s;
+  }();
+  return seed;
+}
+
+WeightFormat qn_format(int bits, int group) {
+  WeightFormat f;
+  f.kind = FormatKind::QN;
+  f.bits = bits;
+  f.group = group;
+  return f;
+}
+
+// W [N, K]: rows of different magnitude, a few outliers, and some rows offset from zero so
+// that zero points leave the code range's middle.
+std::vector<float> random_weight(int64_t N, int64_t K, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(0.25f, 2.0f);
+  std::vector<float> w(size_t(N * K));
+  for (int64_t n = 0; n < N; ++n) {
+    const float scale = uniform(rng), offset = n % 5 == 0 ? 2.0f * normal(rng) : 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      float v = offset + scale * normal(rng);
+      if (k % 97 == int64_t(n % 97)) v *= 6.0f;  // an outlier per 97 columns
+      w[size_t(n * K + k)] = v;
+    }
+  }
+  return w;
+}
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t bytes) { CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+struct StreamGuard {
+  cudaStream_t stream = nullptr;
+  StreamGuard() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+  ~StreamGuard() { cudaStreamDestroy(stream); }
+};
+
+// x [M, K] random, rounded to the activation type: the fp16/bf16 bits and their floats.
+void random_activations(int64_t M, int64_t K, DType act, std::mt19937_64& rng,
+                        std::vector<uint16_t>* bits, std::vector<float>* values) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  bits->resize(size_t(M * K));
+  values->resize(size_t(M * K));
+  for (size_t i = 0; i < bits->size(); ++i) {
+    const float v = normal(rng);
+    (*bits)[i] = act == DType::BF16 ? float_to_bf16(v) : float_to_half(v);
+    (*values)[i] = act == DType::BF16 ? bf16_to_float((*bits)[i]) : half_to_float((*bits)[i]);
+  }
+}
+
+// Error scales of each output [M, N]: S = sum_k |x_k| |w_k|, and the scale of what the
+// kernel rounds, S2 = sum_k |x_k| (|w_k| + |q_k s| + |z s|) (w = q s - z s with s and -z s
+// stored in the activation type).
+struct ErrorScales {
+  std::vector<float> plain, dequant;
+};
+ErrorScales error_scales(const PackedWeight& w, const std::vector<float>& x, int64_t M) {
+  const int64_t N = w.rows, K = w.cols, Kw = qn_words_per_row(K, w.format.bits);
+  const int64_t G = group_size(w.format.group, K), n_groups = group_count(w.format.group, K);
+  const RowDecoder decode = make_row_decoder(w);
+  const uint16_t* scales = w.part("scales").as<uint16_t>();
+  const uint16_t* zeros = w.part("zeros").as<uint16_t>();
+  std::vector<float> row(static_cast<size_t>(K)), terms(static_cast<size_t>(K));
+  std::vector<uint8_t> codes(static_cast<size_t>(K));
+  ErrorScales out{std::vector<float>(size_t(M * N)), std::vector<float>(size_t(M * N))};
+  for (int64_t n = 0; n < N; ++n) {
+    decode(n, row.data());
+    qn_unpack_row(w.part("qweight").as<int32_t>() + n * Kw, K, w.format.bits, codes.data());
+    for (int64_t k = 0; k < K; ++k) {
+      const float s = half_to_float(scales[n * n_groups + k / G]), z = half_to_float(zeros[n * n_groups + k / G]);
+      terms[size_t(k)] = std::abs(row[size_t(k)]) + std::abs(codes[size_t(k)] * s) + std::abs(z * s);
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      double plain = 0, dequant = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double ax = std::abs(double(x[size_t(m * K + k)]));
+        plain += ax * std::abs(row[size_t(k)]);
+        dequant += ax * terms[size_t(k)];
+      }
+      out.plain[size_t(m * N + n)] = float(plain);
+      out.dequant[size_t(m * N + n)] = float(dequant);
+    }
+  }
+  return out;
+}
+
+struct CheckResult {
+  double worst_ratio = 0;        // max |y - ref| / S2, what the tolerance bounds
+  double worst_plain_ratio = 0;  // max |y - ref| / S, for the record
+  int64_t failures = 0;
+  std::string first_failure;
+};
+
+// Runs gemv_qn once on poisoned output and compares every element with the reference.
+CheckResult run_and_compare(const PackedWeight& packed, const QnDeviceWeight& dw, DType act, int64_t M,
+                            std::mt19937_64& rng, cudaStream_t stream, int x_offset_elements = 0) {
+  const int64_t N = packed.rows, K = packed.cols;
+  std::vector<uint16_t> x_bits;
+  std::vector<float> x;
+  random_activations(M, K, act, rng, &x_bits, &x);
+  std::vector<float> ref(size_t(M * N));
+  linear_reference(packed, x.data(), M, ref.data());
+  const ErrorScales scales = error_scales(packed, x, M);
+
+  DeviceBuffer dx((size_t(M * K) + size_t(x_offset_elements)) * 2), dy(size_t(M * N) * 2);
+  uint16_t* x_dev = static_cast<uint16_t*>(dx.ptr) + x_offset_elements;
+  CUDA_CHECK(cudaMemcpyAsync(x_dev, x_bits.data(), x_bits.size() * 2, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemsetAsync(dy.ptr, 0xFF, size_t(M * N) * 2, stream));
+  gemv_qn(dw, x_dev, dy.ptr, int(M), act, stream);
+  std::vector<uint16_t> y_bits(size_t(M * N));
+  CUDA_CHECK(cudaMemcpyAsync(y_bits.data(), dy.ptr, y_bits.size() * 2, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  const double tol = act == DType::BF16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -9);
+  CheckResult result;
+  for (int64_t i = 0; i < M * N; ++i) {
+    const float y = act == DType::BF16 ? bf16_to_float(y_bits[size_t(i)]) : half_to_float(y_bits[size_t(i)]);
+    const double err = std::abs(double(y) - double(ref[size_t(i)]));
+    const double s = std::max(double(scales.dequant[size_t(i)]), 1e-30);
+    const double ratio = std::isfinite(y) ? err / s : INFINITY;
+    result.worst_ratio = std::max(result.worst_ratio, ratio);
+    result.worst_plain_ratio = std::max(result.worst_plain_ratio, err / std::max(double(scales.plain[size_t(i)]), 1e-30));
+    if (!(ratio <= tol)) {
+      if (result.failures++ == 0)
+        result.first_failure = "y[" + std::to_string(i / N) + ", " + std::to_string(i % N) + "] = " +
+                               std::to_string(y) + ", reference " + std::to_string(ref[size_t(i)]) +
+                               ", |error| / S2 = " + std::to_string(ratio) + " > " + std::to_string(tol);
+    }
+  }
+  return result;
+}
+
+struct Shape {
+  int64_t K, N;
+};
+
+class GemvQnTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(GemvQnTest, MatchesCpuReference) {
+  const auto [bits, group] = GetParam();
+  const WeightFormat format = qn_format(bits, group);
+  std::mt19937_64 rng(test_seed() * 1000003 + uint64_t(bits * 1000 + group));
+  StreamGuard stream;
+  std::vector<Shape> shapes = {{33, 7}, {4100, 1000}, {11008, 64}, {57344, 32}};
+  if (bits == 4 || group == 64) shapes.push_back({4096, 4096});  // the large square on a subset
+  double worst[2] = {0, 0}, worst_plain[2] = {0, 0};
+  for (const Shape& shape : shapes) {
+    const std::vector<float> w = random_weight(shape.N, shape.K, rng);
+    const PackedWeight packed = quantize_weight(w.data(), shape.N, shape.K, format);
+    for (DType act : {DType::F16, DType::BF16}) {
+      QnDeviceWeight dw = upload_qn_weight(packed, act);
+      for (int64_t M : {1, 3, 8}) {
+        SCOPED_TRACE(format.name() + " " + dtype_name(act) + " K=" + std::to_string(shape.K) +
+                     " N=" + std::to_string(shape.N) + " M=" + std::to_string(M) +
+                     " seed=" + std::to_string(test_seed()));
+        const CheckResult r = run_and_compare(packed, dw, act, M, rng, stream.stream);
+        EXPECT_EQ(r.failures, 0) << r.first_failure;
+        const int a = act == DType::BF16;
+        worst[a] = std::max(worst[a], r.worst_ratio);
+        worst_plain[a] = std::max(worst_plain[a], r.worst_plain_ratio);
+      }
+      free_qn_weight(&dw);
+    }
+  }
+  std::cout << "[gemv_qn] " << format.name() << ": worst |error| / S2 fp16 " << worst[0] << " (tol "
+            << std::ldexp(1.0, -9) << "), bf16 " << worst[1] << " (tol " << std::ldexp(1.0, -7)
+            << "); / S fp16 " << worst_plain[0] << ", bf16 " << worst_plain[1] << "\n";
+}
+
+std::string param_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+  const auto [bits, group] = info.param;
+  return "Bits" + std::to_string(bits) + (group ? "Group" + std::to_string(group) : "PerChannel");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFormats, GemvQnTest,
+                         ::testing::Combine(::testing::Range(1, 9), ::testing::Values(32, 64, 128, 0)),
+                         param_name);
+
+// Misaligned x (odd element offset) and K % 4 != 0 take the scalar activation path; a bias
+// is added after the reduction.
+TEST(GemvQnEdges, MisalignedActivationsAndBias) {
+  std::mt19937_64 rng(test_seed() + 17);
+  StreamGuard stream;
+  for (const Shape shape : {Shape{4096, 300}, Shape{1030, 45}}) {
+    const std::vector<float> w = random_weight(shape.N, shape.K, rng);
+    PackedWeight packed = quantize_weight(w.data(), shape.N, shape.K, qn_format(4, 128));
+    std::vector<float> bias(size_t(shape.N));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& b : bias) b = normal(rng);
+    packed.parts["bias"] = HostTensor::copy_of(DType::F32, {shape.N}, bias.data());
+    for (DType act : {DType::F16, DType::BF16}) {
+      QnDeviceWeight dw = upload_qn_weight(packed, act);
+      for (int offset : {0, 1}) {
+        SCOPED_TRACE(std::string(dtype_name(act)) + " K=" + std::to_string(shape.K) + " x offset " +
+                     std::to_string(offset) + " seed=" + std::to_string(test_seed()));
+        const CheckResult r = run_and_compare(packed, dw, act, 5, rng, stream.stream, offset);
+        EXPECT_EQ(r.failures, 0) << r.first_failure;
+      }
+      free_qn_weight(&dw);
+    }
+  }
+}
+
+// The launch must be capturable: no default-stream work, no synchronization inside.
+TEST(GemvQnEdges, CapturesIntoCudaGraph) {
+  std::mt19937_64 rng(test_seed() + 29);
+  const int64_t K = 2048, N = 333, M = 2;
+  const std::vector<float> w = random_weight(N, K, rng);
+  const PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(3, 64));
+  QnDeviceWeight dw = upload_qn_weight(packed, DType::F16);
+  std::vector<uint16_t> x_bits;
+  std::vector<float> x;
+  random_activations(M, K, DType::F16, rng, &x_bits, &x);
+  std::vector<float> ref(size_t(M * N));
+  linear_reference(packed, x.data(), M, ref.data());
+  const ErrorScales scales = error_scales(packed, x, M);
+
+  StreamGuard stream;
+  DeviceBuffer dx(size_t(M * K) * 2), dy(size_t(M * N) * 2);
+  CUDA_CHECK(cudaMemcpy(dx.ptr, x_bits.data(), x_bits.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemset(dy.ptr, 0xFF, size_t(M * N) * 2));
+  cudaGraph_t graph;
+  CUDA_CHECK(cudaStreamBeginCapture(stream.stream, cudaStreamCaptureModeGlobal));
+  gemv_qn(dw, dx.ptr, dy.ptr, int(M), DType::F16, stream.stream);
+  CUDA_CHECK(cudaStreamEndCapture(stream.stream, &graph));
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphLaunch(exec, stream.stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+  std::vector<uint16_t> y(size_t(M * N));
+  CUDA_CHECK(cudaMemcpy(y.data(), dy.ptr, y.size() * 2, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < y.size(); ++i)
+    ASSERT_LE(std::abs(half_to_float(y[i]) - ref[i]), std::ldexp(1.0, -9) * scales.dequant[i]) << "output " << i;
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  free_qn_weight(&dw);
+}
+
+TEST(GemvQnEdges, RejectsWhatItCannotRun) {
+  std::mt19937_64 rng(test_seed() + 43);
+  const std::vector<float> w = random_weight(16, 192, rng);
+  const PackedWeight g96 = quantize_weight(w.data(), 16, 192, qn_format(4, 96));
+  EXPECT_THROW(upload_qn_weight(g96, DType::F16), Error);
+  const PackedWeight q4 = quantize_weight(w.data(), 16, 192, qn_format(4, 64));
+  EXPECT_THROW(upload_qn_weight(q4, DType::F32), Error);
+  QnDeviceWeight dw = upload_qn_weight(q4, DType::F16);
+  DeviceBuffer dx(9 * 192 * 2), dy(9 * 16 * 2);
+  EXPECT_THROW(gemv_qn(dw, dx.ptr, dy.ptr, 0, DType::F16, nullptr), Error);
+  EXPECT_THROW(gemv_qn(dw, dx.ptr, dy.ptr, 9, DType::F16, nullptr), Error);
+  EXPECT_THROW(gemv_qn(dw, dx.ptr, dy.ptr, 1, DType::BF16, nullptr), Error);
+  free_qn_weight(&dw);
+}
+
+}  // namespace
+}  // namespace gemlite
