@@ -1,0 +1,58 @@
+#pragma once
+// Device helpers the backend's kernels share: activation type conversions, block
+// reductions, and the one switch from a runtime DType to a kernel's activation type.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+
+namespace gemlite {
+
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(float v) { return v; }
+
+template <typename Act> __device__ __forceinline__ Act from_float(float v);
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+// op over v of every thread of the block; every thread gets the result.
+// PRECOND: blockDim.x is a multiple of 32 and at most 1024; every thread of the block calls it.
+template <typename Op>
+__device__ float block_reduce(float v, Op op) {
+  __shared__ float partial[32];  // one per warp
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+  __syncthreads();  // a previous call's readers of `partial` are done
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = partial[0];
+  for (int i = 1; i < n_warps; ++i) v = op(v, partial[i]);
+  return v;
+}
+
+// Calls f(Act{}) with the device type of `act`. Only fp16 is instantiated for now, to keep
+// the CI build (4 architectures, 2 cores) short; bf16 is one more case here.
+template <typename F>
+void dispatch_act(DType act, const char* op, F&& f) {
+  switch (act) {
+    case DType::F16: f(__half{}); return;
+    default:
+      throw Error(std::string("cuda backend: ") + op + " has no kernel for activation type " +
+                  dtype_name(act) + " (F16 only)");
+  }
+}
+
+}  // namespace gemlite

@@ -1,0 +1,96 @@
+// Causal grouped-query attention over the fp16 KV cache, one block per (head, token), fp32
+// math like runtime/cpu/cpu_backend.cpp. The context can be thousands of positions, so
+// positions go through in chunks of kAttentionThreads with an online softmax (running max
+// and sum, the accumulator rescaled per chunk): nothing per position is kept beyond a chunk.
+#include "runtime/cuda/ops.h"
+
+#include <cmath>
+#include <string>
+
+#include "kernels/cuda_check.h"
+#include "runtime/cuda/act_type.cuh"
+
+namespace gemlite {
+namespace {
+
+constexpr int kChunk = kAttentionThreads;  // positions scored per round: one per thread
+
+// grid (n_heads, T), blockDim.x = kAttentionThreads. PRECOND: head_dim <= kAttentionThreads.
+// For the weighted sum of values, thread i owns dimension d = i % hd of position lane
+// i / hd (n_lanes = blockDim / hd lanes; threads past the last whole lane idle), so each
+// value row is read by hd neighbouring threads; lanes are summed at the end.
+template <typename Act>
+__global__ void attention_kernel(const Act* key_cache, const Act* value_cache, const Act* q, int pos0,
+                                 int n_heads, int group, int head_dim, int kv_dim, float scale, Act* out) {
+  __shared__ float query[kAttentionThreads];    // [hd]
+  __shared__ float weights[kChunk];             // [chunk] exp(score - running max)
+  __shared__ float partial[kAttentionThreads];  // [n_lanes, hd] per-lane sums
+  const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
+  const int n_pos = pos0 + t + 1;  // causal: positions [0, pos0 + t]
+  const int kv_offset = (h / group) * head_dim;
+  const int64_t row = (int64_t(t) * n_heads + h) * head_dim;  // this head in q / out [T, n_heads*hd]
+  for (int i = tid; i < head_dim; i += blockDim.x) query[i] = to_float(q[row + i]);
+  __syncthreads();
+
+  const int d = tid % head_dim, lane = tid / head_dim, n_lanes = blockDim.x / head_dim;
+  float running_max = -INFINITY, running_sum = 0, acc = 0;
+  for (int c0 = 0; c0 < n_pos; c0 += kChunk) {
+    const int p = c0 + tid;
+    float score = -INFINITY;
+    if (p < n_pos) {
+      const Act* key = key_cache + int64_t(p) * kv_dim + kv_offset;  // [hd]
+      float dot = 0;
+      for (int i = 0; i < head_dim; ++i) dot += query[i] * to_float(key[i]);
+      score = dot * scale;
+    }
+    // The chunk holds position c0 < n_pos, so new_max is finite; exp(-inf) = 0 on the first.
+    const float new_max = fmaxf(running_max, block_reduce(score, MaxOp{}));
+    const float e = p < n_pos ? expf(score - new_max) : 0.0f;
+    weights[tid] = e;
+    const float chunk_sum = block_reduce(e, SumOp{});  // its __syncthreads publish `weights`
+    const float rescale = expf(running_max - new_max);
+    running_sum = running_sum * rescale + chunk_sum;
+    running_max = new_max;
+    if (lane < n_lanes) {
+      acc *= rescale;
+      const int in_chunk = min(kChunk, n_pos - c0);
+      for (int j = lane; j < in_chunk; j += n_lanes)
+        acc += weights[j] * to_float(value_cache[int64_t(c0 + j) * kv_dim + kv_offset + d]);
+    }
+    __syncthreads();  // the next chunk rewrites `weights`
+  }
+  if (lane < n_lanes) partial[lane * head_dim + d] = acc;
+  __syncthreads();
+  if (tid < head_dim) {
+    float sum = 0;
+    for (int l = 0; l < n_lanes; ++l) sum += partial[l * head_dim + tid];
+    out[row + tid] = from_float<Act>(sum / running_sum);
+  }
+}
+
+}  // namespace
+
+void launch_attention(void* key_cache, void* value_cache, int pos0, const void* q, const void* k,
+                      const void* v, int64_t T, int n_heads, int n_kv_heads, int head_dim, void* out,
+                      DType act, cudaStream_t stream) {
+  if (head_dim < 1 || head_dim > kAttentionThreads || n_kv_heads < 1 || n_heads % n_kv_heads != 0)
+    throw Error("cuda attention: head_dim " + std::to_string(head_dim) + " with " + std::to_string(n_heads) +
+                " heads / " + std::to_string(n_kv_heads) + " kv heads (need head_dim <= " +
+                std::to_string(kAttentionThreads) + " and n_heads a multiple of n_kv_heads)");
+  const int kv_dim = n_kv_heads * head_dim;
+  const size_t bytes = size_t(T) * kv_dim * dtype_size(act);
+  // Rows pos0.. of the cache are contiguous like k and v [T, kv_dim]: one copy each.
+  const size_t at = size_t(pos0) * kv_dim * dtype_size(act);
+  CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(key_cache) + at, k, bytes, cudaMemcpyDeviceToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(value_cache) + at, v, bytes, cudaMemcpyDeviceToDevice, stream));
+  const float scale = 1.0f / std::sqrt(float(head_dim));
+  dispatch_act(act, "attention", [&](auto tag) {
+    using Act = decltype(tag);
+    attention_kernel<Act><<<dim3(n_heads, unsigned(T)), kAttentionThreads, 0, stream>>>(
+        static_cast<const Act*>(key_cache), static_cast<const Act*>(value_cache), static_cast<const Act*>(q),
+        pos0, n_heads, n_heads / n_kv_heads, head_dim, kv_dim, scale, static_cast<Act*>(out));
+    CHECK_LAST_LAUNCH("attention_kernel");
+  });
+}
+
+}  // namespace gemlite

@@ -1,0 +1,18 @@
+#pragma once
+// The CUDA backend: fp16 activations on one stream, qN GEMV for decode, cuBLAS for the
+// rest (see CudaLinear::forward in cuda_linear.cu for the dispatch rule). Checked against
+// the CPU backend by tests/gpu/test_cuda_backend.cu.
+#include <memory>
+#include <string>
+
+#include "runtime/backend.h"
+
+namespace gemlite {
+
+// "" when a CUDA device can be used, else one line saying why not.
+std::string cuda_unavailable_reason();
+
+// Throws Error when no device can be used.
+std::unique_ptr<Backend> make_cuda_backend();
+
+}  // namespace gemlite

@@ -1,0 +1,35 @@
+#pragma once
+// What every piece of the CUDA backend shares: the one stream all its work runs on, the
+// cuBLAS handle bound to it, and stream-ordered device memory. Held by shared_ptr from the
+// backend, each linear and each tensor's storage, so whichever dies last frees it.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "runtime/dtype.h"
+#include "runtime/tensor.h"
+
+namespace gemlite {
+
+struct CudaContext {
+  CudaContext();
+  ~CudaContext();
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  // A blocking stream (not cudaStreamNonBlocking) on purpose: upload_qn_weight copies with
+  // plain cudaMemcpy on the legacy stream, and a blocking stream orders after it.
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;  // bound to `stream`
+};
+
+// `bytes` of device memory, allocated and freed in order on ctx's stream (cudaMallocAsync),
+// so a buffer dropped while kernels still read it is freed only after they finish.
+std::shared_ptr<void> device_alloc(const std::shared_ptr<CudaContext>& ctx, size_t bytes);
+
+// A device tensor [rows, cols] of `dtype`, uninitialised.
+Tensor device_tensor(const std::shared_ptr<CudaContext>& ctx, DType dtype, int64_t rows, int64_t cols);
+
+}  // namespace gemlite

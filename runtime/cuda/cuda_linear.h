@@ -1,0 +1,16 @@
+#pragma once
+// The CUDA backend's QuantLinear for every weight format; the dispatch rule (which kernel
+// serves which format and batch size) is in CudaLinear::forward, cuda_linear.cu.
+#include <memory>
+
+#include "kernels/packed_weight.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/quant_linear.h"
+
+namespace gemlite {
+
+// Uploads `weight` (synchronously) for activations of type `act` (F16).
+std::unique_ptr<QuantLinear> make_cuda_linear(const PackedWeight& weight, std::shared_ptr<CudaContext> ctx,
+                                              DType act);
+
+}  // namespace gemlite

@@ -1,0 +1,46 @@
+#pragma once
+// Launchers of the CUDA backend's small kernels (ops.cu, attention.cu). Pointers are
+// device memory, rows contiguous; `act` is the activation type of x/y pointers (F16 now;
+// BF16 is one more case in each launcher's switch). Every launcher is asynchronous on
+// `stream` and checks its launch; none synchronizes.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "runtime/dtype.h"
+
+namespace gemlite {
+
+// out [T, dim] (act) = table [vocab, dim] (F32/F16/BF16) rows ids [T] (device, checked
+// against vocab by the caller).
+void launch_embed(const void* table, DType table_dtype, const int* ids, int T, int64_t dim,
+                  void* out, DType act, cudaStream_t stream);
+
+// out [T, d] = x [T, d] / rms(x) * weight [d] (F32); fp32 math, one block per row.
+void launch_rmsnorm(const void* x, const float* weight, float eps, int64_t T, int64_t d,
+                    void* out, DType act, cudaStream_t stream);
+
+// Rotates pairs (i, i + hd/2) of every head of q [T, n_heads*hd] and k [T, n_kv*hd] in
+// place by angle float(pos0 + t) * inv_freq[i], inv_freq [hd/2] on the device.
+void launch_rope(void* q, void* k, int64_t T, int n_heads, int n_kv_heads, int head_dim,
+                 int pos0, const float* inv_freq, DType act, cudaStream_t stream);
+
+// gate [n] = silu(gate) * up [n]
+void launch_silu_mul(void* gate, const void* up, int64_t n, DType act, cudaStream_t stream);
+// x [n] += y [n]
+void launch_add(void* x, const void* y, int64_t n, DType act, cudaStream_t stream);
+// y [M, N] += bias [N] (F32)
+void launch_add_bias(void* y, const float* bias, int64_t M, int64_t N, DType act, cudaStream_t stream);
+// out [n] (F32) = x [n] (act)
+void launch_to_f32(const void* x, float* out, int64_t n, DType act, cudaStream_t stream);
+
+// Stores k, v [T, kv_dim] (act) at positions pos0.. of the layer's slices of
+// key_cache / value_cache [capacity, kv_dim] (act), then causal attention of
+// q [T, n_heads*hd] over positions [0, pos0 + t] -> out [T, n_heads*hd].
+// Precondition (checked, Error): head_dim <= kAttentionThreads, n_heads % n_kv_heads == 0.
+constexpr int kAttentionThreads = 256;
+void launch_attention(void* key_cache, void* value_cache, int pos0, const void* q, const void* k,
+                      const void* v, int64_t T, int n_heads, int n_kv_heads, int head_dim,
+                      void* out, DType act, cudaStream_t stream);
+
+}  // namespace gemlite

@@ -1,0 +1,172 @@
+// The CUDA backend against the CPU backend on a real model: stories260K (llama2.c, dim 64,
+// 5 layers, 8 heads / 4 kv heads, head_dim 8, vocab 512), quantized in memory to each
+// format, runs the same 40-token sequence on both backends
+//   (a) as one prefill with all logits (qN: M = 40 > 8 -> the dense cuBLAS path), and
+//   (b) token by token (qN: the fused gemv_qn path; others: cuBLAS at M = 1),
+// and greedy generation from BOS with the f16 checkpoint must reproduce the reference ids
+// published with the model (../shared/models/README.md).
+//
+// Tolerance: per position, max_i |gpu_i - cpu_i| <= 2e-2 * max_i |cpu_i|. Both backends use
+// the same (already quantized) weights, so the only differences are the GPU's fp16
+// activations (unit roundoff 2^-11 ~ 4.9e-4, rounded at every op output: ~10 roundings per
+// layer x 5 layers, partly cancelling) and fp16 rounding of f32 weights on the dense path.
+// Measured on an H100: 1.4e-3 .. 3.5e-3 for every format and path except q2g64 (6.6e-3
+// prefill, 1.35e-2 decode): its decode runs gemv_qn, which rounds scale and -zero*scale to
+// fp16 (kernels/qn/gemv_qn.h), an error relative to |zero*scale| that 2-bit groups make
+// large, and the model's 5 layers amplify. 2e-2 covers that, while a wrong head, position,
+// group or missing bias moves logits by a sizeable fraction of their range.
+// Argmax ids must agree on at least 90% of positions (near-ties may flip under rounding).
+//
+// The model file: $GEMLITE_STORIES260K_BIN, else models/stories260K.bin beside this test
+// binary (scripts/gpu-check.sh pack puts it there), else ../shared beside the source tree. A
+// missing file fails the test.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/import_llama2c.h"
+#include "models/llama_model.h"
+#include "models/quantize_model.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/cuda/cuda_backend.h"
+
+namespace gemlite {
+namespace {
+
+const std::vector<int> kReferenceIds = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315,
+                                        421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408,
+                                        419, 292, 411, 322, 265, 282, 295, 433, 426, 385};
+constexpr float kRelativeTolerance = 2e-2f;
+constexpr double kMinArgmaxAgreement = 0.9;
+
+std::string stories260k_path() {
+  if (const char* env = std::getenv("GEMLITE_STORIES260K_BIN")) return env;
+  const std::filesystem::path beside =
+      std::filesystem::read_symlink("/proc/self/exe").parent_path() / "models" / "stories260K.bin";
+  if (std::filesystem::exists(beside)) return beside.string();
+  return (std::filesystem::path(__FILE__).parent_path() / "../../../shared/models/stories260K/stories260K.bin")
+      .string();
+}
+
+const SourceModel& stories260k() {
+  static const SourceModel source = [] {
+    const std::string path = stories260k_path();
+    if (!std::filesystem::exists(path))
+      throw std::runtime_error(path + ": missing (run scripts/gpu-check.sh pack, or set GEMLITE_STORIES260K_BIN)");
+    return load_llama2c(path);
+  }();
+  return source;
+}
+
+// BOS, the 32 reference ids, then 7 of them again: 40 tokens of real text.
+std::vector<int> test_sequence() {
+  std::vector<int> ids = {1};
+  ids.insert(ids.end(), kReferenceIds.begin(), kReferenceIds.end());
+  ids.insert(ids.end(), kReferenceIds.begin(), kReferenceIds.begin() + 7);
+  return ids;
+}
+
+struct Comparison {
+  float worst_ratio = 0;  // max over positions of max|gpu - cpu| / max|cpu|
+  int argmax_agree = 0, positions = 0;
+};
+
+// cpu, gpu: [positions, vocab]
+Comparison compare_logits(const std::vector<float>& cpu, const std::vector<float>& gpu, int vocab) {
+  Comparison c;
+  c.positions = int(cpu.size()) / vocab;
+  for (int p = 0; p < c.positions; ++p) {
+    const float* a = &cpu[size_t(p) * vocab];
+    const float* b = &gpu[size_t(p) * vocab];
+    float max_err = 0, max_abs = 0;
+    for (int i = 0; i < vocab; ++i) {
+      max_err = std::max(max_err, std::isfinite(b[i]) ? std::fabs(a[i] - b[i]) : INFINITY);
+      max_abs = std::max(max_abs, std::fabs(a[i]));
+    }
+    c.worst_ratio = std::max(c.worst_ratio, max_err / max_abs);
+    c.argmax_agree += std::max_element(a, a + vocab) - a == std::max_element(b, b + vocab) - b;
+  }
+  return c;
+}
+
+struct BackendPair {
+  explicit BackendPair(const std::string& format) {
+    QuantizeSpec spec;
+    spec.format = WeightFormat::parse(format);
+    checkpoint = quantize_model(stories260k(), spec);
+    cpu_backend = make_cpu_backend();
+    cuda_backend = make_cuda_backend();
+    cpu = std::make_unique<LlamaModel>(checkpoint, *cpu_backend);
+    gpu = std::make_unique<LlamaModel>(checkpoint, *cuda_backend);
+  }
+  PackedCheckpoint checkpoint;
+  std::unique_ptr<Backend> cpu_backend, cuda_backend;
+  std::unique_ptr<LlamaModel> cpu, gpu;  // declared last: destroyed before their backends
+};
+
+void expect_close(const std::string& what, const Comparison& c) {
+  std::cout << "[cuda_backend] " << what << ": worst max|err|/max|logit| " << c.worst_ratio << " (tol "
+            << kRelativeTolerance << "), argmax agrees " << c.argmax_agree << "/" << c.positions << "\n";
+  EXPECT_LE(c.worst_ratio, kRelativeTolerance) << what;
+  EXPECT_GE(c.argmax_agree, kMinArgmaxAgreement * c.positions) << what;
+}
+
+class CudaBackendVsCpu : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaBackendVsCpu, PrefillAndDecodeLogitsMatch) {
+  BackendPair pair(GetParam());
+  const int vocab = pair.checkpoint.config.vocab_size;
+  const std::vector<int> ids = test_sequence();
+
+  std::vector<float> cpu_logits, gpu_logits;  // [T, vocab]
+  pair.cpu->forward(ids, 0, true, cpu_logits);
+  pair.gpu->forward(ids, 0, true, gpu_logits);
+  ASSERT_EQ(cpu_logits.size(), gpu_logits.size());
+  expect_close(GetParam() + " prefill", compare_logits(cpu_logits, gpu_logits, vocab));
+
+  std::vector<float> cpu_steps, gpu_steps, step;  // [T, vocab], one position at a time
+  for (size_t pos = 0; pos < ids.size(); ++pos) {
+    pair.cpu->forward({ids[pos]}, int(pos), false, step);
+    cpu_steps.insert(cpu_steps.end(), step.begin(), step.end());
+    pair.gpu->forward({ids[pos]}, int(pos), false, step);
+    gpu_steps.insert(gpu_steps.end(), step.begin(), step.end());
+  }
+  expect_close(GetParam() + " decode", compare_logits(cpu_steps, gpu_steps, vocab));
+}
+
+INSTANTIATE_TEST_SUITE_P(Stories260k, CudaBackendVsCpu,
+                         ::testing::Values("f32", "f16", "q8", "q4g64", "q3g32", "q2g64", "fp6", "fp5", "s7"));
+
+TEST(CudaBackendGreedy, F16ReproducesReferenceIds) {
+  QuantizeSpec spec;
+  spec.format = WeightFormat::parse("f16");
+  const PackedCheckpoint checkpoint = quantize_model(stories260k(), spec);
+  std::unique_ptr<Backend> backend = make_backend("cuda");
+  LlamaModel model(checkpoint, *backend);
+  std::vector<int> ids;
+  std::vector<float> logits;
+  int token = 1;  // BOS
+  for (int pos = 0; pos < int(kReferenceIds.size()); ++pos) {
+    model.forward({token}, pos, false, logits);
+    token = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    ids.push_back(token);
+  }
+  EXPECT_EQ(ids, kReferenceIds);
+}
+
+TEST(CudaBackendFactory, DefaultIsCudaWithADevice) {
+  EXPECT_EQ(default_backend_name(), "cuda");
+  EXPECT_EQ(make_backend("cuda")->name(), "cuda");
+}
+
+}  // namespace
+}  // namespace gemlite
