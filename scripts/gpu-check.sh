@@ -12,7 +12,8 @@
 #           a quick subset, then the benchmarks; full logs go to $OUT (or .gpu/out), and a
 #           short table is printed last.
 #
-# Knobs for `run` (environment): GEMLITE_GPU_SKIP_TESTS=1, GEMLITE_GPU_SKIP_BENCH=1,
+# Knobs for `run` (environment): GEMLITE_GPU_SKIP_TESTS=1, GEMLITE_GPU_SKIP_BENCH=1 (kernels),
+# GEMLITE_GPU_SKIP_MODEL_BENCH=1,
 # GEMLITE_GPU_SASS=1 (disassemble the qN GEMV kernels into $OUT/sass.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -79,6 +80,11 @@ run() {
          sub(/ % of copy/, "", v[3]); x = n > 3 ? v[4] : ""; sub(/ cuBLAS/, "", x);
          printf "%-48s %9s us %6s GB/s %5s %% %7s\n", $1, v[1], v[2], v[3], x}' \
       "$out/bench.log" | tee "$out/table.txt"
+  fi
+  if [ -z "${GEMLITE_GPU_SKIP_MODEL_BENCH:-}" ]; then
+    echo "== whole model on the GPU (synthetic TinyLlama-1.1B shape, random weights, batch 1)"
+    .gpu/gemlite-bench --device cuda --synthetic tinyllama-1.1b -f q4g64,q8,fp6,f16 -r 3 \
+      2>"$out/model-bench.log" | tee "$out/model-bench.md" || status=1
   fi
   [ "$status" -eq 0 ] && echo "gpu-check: OK" || echo "gpu-check: FAILURES (see $out)"
   return "$status"

@@ -192,6 +192,14 @@ QnDeviceWeight random_qn_weight(const WeightFormat& format, int64_t K, int64_t N
 
 }  // namespace
 
+double device_copy_bandwidth_gbs(FILE* log) {
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  const double gbs = copy_bandwidth_gbs(stream, log);
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  return gbs;
+}
+
 void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& options) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));

@@ -34,6 +34,10 @@ struct GemvBenchOptions {
   int replays = 20;                           // timed graph replays; the median is reported
 };
 
+// Device-to-device copy bandwidth of the current device (bytes read + written per
+// second, GB/s): the ceiling every "% of copy" in gemlite refers to. Logs one "copy:" line.
+double device_copy_bandwidth_gbs(FILE* log);
+
 // Runs everything on the current device; throws Error on any CUDA/cuBLAS failure.
 void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& options = {});
 
