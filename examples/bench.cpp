@@ -197,6 +197,7 @@ int main(int argc, char** argv) {
     const int batch = args["batch-size"].as<int>(), repetitions = args["repetitions"].as<int>();
     const std::string output = args["output"].as<std::string>();
     if (n_prompt < 0 || n_gen < 0) throw Error("-p and -n must be >= 0");
+    if (n_prompt == 0 && n_gen == 0) throw Error("-p 0 and -n 0: nothing to measure");
     if (batch < 1) throw Error("-b/--batch-size must be >= 1");
     if (repetitions < 1) throw Error("-r/--repetitions must be >= 1");
     if (output != "md" && output != "json" && output != "csv")

@@ -87,6 +87,7 @@ Answer generate_answer(Generation& generation, Sampler& sampler, const Tokenizer
 }
 
 void feed_timed(Generation& generation, const std::vector<int>& ids, Speed& speed) {
+  g_generating = true;  // Ctrl-C while the prompt is fed stops this answer, not the program
   const double start = now_seconds();
   generation.feed(ids);
   speed.prompt_tokens = int(ids.size());
@@ -108,21 +109,23 @@ int complete_once(Generation& generation, Sampler& sampler, const Tokenizer& tok
 // One exchange kept for re-feeding when the context fills: its tokens in cache order.
 using Exchange = std::vector<int>;
 
-// Makes room for `needed` more positions by dropping the oldest exchanges and re-feeding
-// the rest (llama-cli shifts the cache instead; re-feeding is simpler and rare).
+// Makes room for `needed` more positions by dropping the oldest exchanges after the first
+// (which carries the system prompt, like llama-cli's --keep) and re-feeding the rest
+// (llama-cli shifts the cache instead; re-feeding is simpler and rare).
 void make_room(Generation& generation, std::deque<Exchange>& history, int needed, const Tokenizer& tokenizer) {
   if (generation.room() >= needed) return;
   const int context = generation.position() + generation.room();
+  if (1 + needed > context)
+    throw Error("this message and its answer (" + std::to_string(needed) +
+                " tokens) do not fit in the context of " + std::to_string(context) +
+                " (raise -c/--ctx-size)");
   auto kept_tokens = [&] {
     int n = 1;  // the BOS that starts the re-fed sequence
     for (const auto& exchange : history) n += int(exchange.size());
     return n;
   };
-  while (!history.empty() && kept_tokens() + needed > context) history.pop_front();
-  if (1 + needed > context)
-    throw Error("this message and its answer (" + std::to_string(needed) +
-                " tokens) do not fit in the context of " + std::to_string(context) +
-                " (raise -c/--ctx-size)");
+  while (history.size() > 1 && kept_tokens() + needed > context) history.erase(history.begin() + 1);
+  if (!history.empty() && kept_tokens() + needed > context) history.pop_front();
   std::vector<int> ids;
   for (const auto& exchange : history) ids.insert(ids.end(), exchange.begin(), exchange.end());
   if (ids.empty() || ids.front() != tokenizer.bos_id()) ids.insert(ids.begin(), tokenizer.bos_id());
@@ -148,10 +151,15 @@ int chat(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer, C
     if (turn.bos) exchange.push_back(tokenizer.bos_id());
     const std::vector<int> text = tokenizer.encode(turn.text, false);
     exchange.insert(exchange.end(), text.begin(), text.end());
-    // Keep room for an answer: n_predict tokens, or a quarter of the context.
+    // Keep room for an answer: n_predict tokens, at most a quarter of the context.
     const int context = generation.position() + generation.room();
-    const int answer_room = n_predict > 0 ? n_predict : context / 4;
-    make_room(generation, history, int(exchange.size()) + answer_room, tokenizer);
+    const int answer_room = n_predict > 0 ? std::min(n_predict, context / 4) : context / 4;
+    try {
+      make_room(generation, history, int(exchange.size()) + answer_room, tokenizer);
+    } catch (const Error& e) {  // a message too long for the context: say so, keep chatting
+      std::fprintf(stderr, "error: %s\n", e.what());
+      continue;
+    }
 
     Speed speed;
     feed_timed(generation, exchange, speed);
@@ -198,6 +206,8 @@ int main(int argc, char** argv) {
          cxxopts::value<std::string>());
     const auto args = parse_args(options, argc, argv, {{"-sys", "--system-prompt"}});
     if (!args.count("model")) throw Error("missing -m/--model DIR (see --help)");
+    if (args["n-predict"].as<int>() < -1) throw Error("-n/--n-predict must be -1 (no limit) or >= 0");
+    if (args["repeat-penalty"].as<float>() <= 0) throw Error("--repeat-penalty must be > 0 (1 = off)");
     apply_thread_option(args);
 
     SamplerParams params;

@@ -3,6 +3,7 @@
 // chunks of n_ctx tokens, the first token of each chunk replaced by BOS, and only the
 // second half of each chunk scored (every scored token sees at least n_ctx/2 of context).
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -15,6 +16,7 @@ using namespace gemlite;
 namespace {
 
 std::string read_text(const std::string& path) {
+  if (!std::filesystem::is_regular_file(path)) fail(path, "not a readable file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open");
   std::ostringstream text;
@@ -48,27 +50,32 @@ int main(int argc, char** argv) {
     apply_thread_option(args);
     const int n_ctx = args["ctx-size"].as<int>();
     if (n_ctx < 4) throw Error("--ctx-size must be at least 4");
+    const int max_chunks = args["chunks"].as<int>();
+    if (max_chunks == 0 || max_chunks < -1) throw Error("--chunks must be -1 (all) or >= 1");
 
     const std::string path = args["file"].as<std::string>();
     const std::string text = read_text(path);
-    LoadedModel loaded = load_model(args["model"].as<std::string>(), args["device"].as<std::string>(),
-                                    n_ctx, /*need_tokenizer=*/true);
-    if (n_ctx > loaded.checkpoint.config.max_seq_len)
-      std::fprintf(stderr, "warning: --ctx-size %d is beyond the model's training context of %d\n",
-                   n_ctx, loaded.checkpoint.config.max_seq_len);
-
+    // The text is tokenized and checked before the model and its KV cache are allocated.
+    const std::string model_dir = args["model"].as<std::string>();
+    const PackedCheckpoint header = load_packed_checkpoint(model_dir);
+    if (header.tokenizer_path.empty()) fail(model_dir + "/tokenizer.model", "missing");
+    const Tokenizer tokenizer = Tokenizer::load(header.tokenizer_path);
+    check_tokenizer_fits(tokenizer, header.config, header.tokenizer_path);
     std::fprintf(stderr, "perplexity: tokenizing the input ..\n");
     double start = now_seconds();
-    const std::vector<int> tokens = loaded.tokenizer->encode(text, /*add_bos=*/true);
+    const std::vector<int> tokens = tokenizer.encode(text, /*add_bos=*/true);
     std::fprintf(stderr, "perplexity: tokenization took %.1f ms, %zu tokens\n",
                  (now_seconds() - start) * 1e3, tokens.size());
-    if (int(tokens.size()) < 2 * n_ctx)
+    if (int64_t(tokens.size()) < 2 * int64_t(n_ctx))
       fail(path, "has " + std::to_string(tokens.size()) + " tokens; need at least " +
                      std::to_string(2 * n_ctx) + " for --ctx-size " + std::to_string(n_ctx));
 
+    LoadedModel loaded = load_model(model_dir, args["device"].as<std::string>(), n_ctx, /*need_tokenizer=*/true);
+    if (n_ctx > loaded.checkpoint.config.max_seq_len)
+      std::fprintf(stderr, "warning: --ctx-size %d is beyond the model's training context of %d\n",
+                   n_ctx, loaded.checkpoint.config.max_seq_len);
     int n_chunks = int(tokens.size()) / n_ctx;
-    const int max_chunks = args["chunks"].as<int>();
-    if (max_chunks >= 0) n_chunks = std::min(n_chunks, max_chunks);
+    if (max_chunks > 0) n_chunks = std::min(n_chunks, max_chunks);
     std::fprintf(stderr, "perplexity: calculating perplexity over %d chunks, n_ctx=%d, backend=%s\n",
                  n_chunks, n_ctx, loaded.backend->name().c_str());
 

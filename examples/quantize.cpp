@@ -62,6 +62,8 @@ int main(int argc, char** argv) {
       if (!args.count(required))
         throw Error(std::string("missing ") + required + " (usage: gemlite-quantize SOURCE OUTPUT_DIR FORMAT)");
 
+    const std::string output = args["output"].as<std::string>();
+    check_can_save_packed_checkpoint(output);
     QuantizeSpec spec;
     spec.format = WeightFormat::parse(args["format"].as<std::string>());
     if (args.count("override"))
@@ -74,7 +76,8 @@ int main(int argc, char** argv) {
     SourceModel source = load_source(source_path);
     if (args.count("tokenizer")) {
       source.tokenizer_path = args["tokenizer"].as<std::string>();
-      Tokenizer::load(source.tokenizer_path);  // fail now, not after the quantization
+      // Fail now, not after the quantization.
+      check_tokenizer_fits(Tokenizer::load(source.tokenizer_path), source.config, source.tokenizer_path);
     }
     if (source.tokenizer_path.empty())
       std::fprintf(stderr, "warning: no tokenizer.model; pass --tokenizer so gemlite-chat can run it\n");
@@ -85,7 +88,6 @@ int main(int argc, char** argv) {
                  c.n_kv_heads, c.vocab_size, spec.format.name().c_str());
     const double start = now_seconds();
     const PackedCheckpoint packed = quantize_model(source, spec, show_progress);
-    const std::string output = args["output"].as<std::string>();
     save_packed_checkpoint(packed, output);
     std::fprintf(stderr, "wrote %s: %.2f MiB of weights in %.1f s\n", output.c_str(),
                  packed.weight_bytes() / 1048576.0, now_seconds() - start);

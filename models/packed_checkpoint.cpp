@@ -55,7 +55,31 @@ void expect_tensor(const HostTensor& t, const std::string& where, const std::str
                     expected.shape_string());
 }
 
+// A directory whose config.json says quant_method "gemlite".
+bool is_packed_checkpoint(const fs::path& dir) {
+  try {
+    const json config = read_json_file((dir / "config.json").string());
+    return config.value("quantization_config", json::object()).value("quant_method", "") == "gemlite";
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// "out/" and "out" name the same directory.
+fs::path normalized_directory(const std::string& dir) {
+  fs::path path = fs::path(dir).lexically_normal();
+  return path.filename().empty() ? path.parent_path() : path;
+}
+
 }  // namespace
+
+void check_can_save_packed_checkpoint(const std::string& dir) {
+  // Replacing an earlier gemlite checkpoint is expected; replacing anything else (a source
+  // model, a typo) would destroy data.
+  const fs::path path = normalized_directory(dir);
+  if (fs::exists(path) && !(fs::is_directory(path) && fs::is_empty(path)) && !is_packed_checkpoint(path))
+    fail(dir, "exists and is not a gemlite packed checkpoint; refusing to replace it");
+}
 
 DType embedding_dtype_for(const WeightFormat& format) {
   if (format.kind == FormatKind::Dense && format.dense_dtype != DType::F16) return format.dense_dtype;
@@ -127,6 +151,11 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
     for (const std::string& name : file.names())
       if (name.compare(0, prefix.size(), prefix) == 0) w.parts[name.substr(prefix.size())] = file.get(name);
     validate_packed_weight(w, tensors_path + ": " + module);
+    const bool wants_bias = c.qkv_bias && (module.find("q_proj") != std::string::npos ||
+                                           module.find("k_proj") != std::string::npos ||
+                                           module.find("v_proj") != std::string::npos);
+    if (wants_bias && !w.parts.count("bias"))
+      fail(tensors_path, "tensor '" + module + ".bias' is missing (the config has q/k/v biases)");
     return w;
   };
 
@@ -177,12 +206,10 @@ void save_packed_checkpoint(const PackedCheckpoint& ckpt, const std::string& dir
                                    {"modules", modules}};
   if (!ckpt.chat_template.empty()) config["gemlite_chat_template"] = ckpt.chat_template;
 
-  const fs::path final_dir(dir), temp_dir(dir + ".tmp");
+  check_can_save_packed_checkpoint(dir);
+  const fs::path final_dir = normalized_directory(dir);
+  const fs::path temp_dir = final_dir.parent_path() / (final_dir.filename().string() + ".tmp");
   std::error_code ec;
-  // Replacing an earlier checkpoint is expected; replacing anything else is a typo.
-  if (fs::exists(final_dir) && !fs::exists(final_dir / "config.json") &&
-      !(fs::is_directory(final_dir) && fs::is_empty(final_dir)))
-    fail(dir, "exists and is not a packed checkpoint; refusing to replace it");
   fs::remove_all(temp_dir, ec);
   if (!fs::create_directories(temp_dir, ec) || ec)
     fail(temp_dir.string(), "cannot create directory: " + ec.message());

@@ -52,6 +52,9 @@ struct PackedCheckpoint {
 // Throws Error("<dir>/<file>: <problem>") for anything missing, inconsistent or corrupt.
 PackedCheckpoint load_packed_checkpoint(const std::string& dir);
 void save_packed_checkpoint(const PackedCheckpoint& checkpoint, const std::string& dir);
+// Throws Error when `dir` exists and is something other than a gemlite packed checkpoint
+// (save would refuse it): lets a program fail before hours of work, not after.
+void check_can_save_packed_checkpoint(const std::string& dir);
 
 // The classifier of a tied model: a dense view of the embedding [vocab, dim], no copy.
 PackedWeight tied_lm_head(const HostTensor& embedding);

@@ -58,13 +58,21 @@ void apply_thread_option(const cxxopts::ParseResult& args) {
   if (threads > 0) omp_set_num_threads(threads);
 }
 
+void check_tokenizer_fits(const Tokenizer& tokenizer, const ModelConfig& config, const std::string& path) {
+  if (tokenizer.vocab_size() > config.vocab_size)
+    fail(path, "has " + std::to_string(tokenizer.vocab_size()) + " pieces but the model's vocabulary has " +
+                   std::to_string(config.vocab_size) + " (wrong tokenizer for this model?)");
+  if (tokenizer.bos_id() < 0) fail(path, "has no BOS token");
+}
+
 LoadedModel load_model(const std::string& dir, const std::string& device, int context,
                        bool need_tokenizer) {
   LoadedModel loaded;
   loaded.checkpoint = load_packed_checkpoint(dir);
-  if (!loaded.checkpoint.tokenizer_path.empty())
+  if (!loaded.checkpoint.tokenizer_path.empty()) {
     loaded.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(loaded.checkpoint.tokenizer_path));
-  else if (need_tokenizer)
+    check_tokenizer_fits(*loaded.tokenizer, loaded.checkpoint.config, loaded.checkpoint.tokenizer_path);
+  } else if (need_tokenizer)
     fail((std::filesystem::path(dir) / "tokenizer.model").string(),
          "missing (pass --tokenizer to gemlite-quantize when converting a llama2.c checkpoint)");
   if (context < 0) throw Error("--ctx-size must be >= 0");

@@ -34,6 +34,10 @@ struct LoadedModel {
 LoadedModel load_model(const std::string& dir, const std::string& device, int context,
                        bool need_tokenizer);
 
+// Throws Error naming `path` when the tokenizer cannot serve this model (more pieces than
+// the model's vocabulary, or no BOS).
+void check_tokenizer_fits(const Tokenizer& tokenizer, const ModelConfig& config, const std::string& path);
+
 // Adds the flags every program that runs a model takes: -m/--model, --device, -t/--threads.
 void add_model_options(cxxopts::Options& options);
 // Applies -t/--threads (0 = all cores) to OpenMP.

@@ -83,6 +83,60 @@ TEST(Programs, BadFlagValuesAreOneLineErrors) {
   expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --temp abc", "abc");
 }
 
+TEST(Programs, NonsenseNumbersAreOneLineErrors) {
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --repeat-penalty 0", "repeat-penalty");
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi -n -5", "n-predict");
+  expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " -f " + shared_file("data/tinystories/tinystories_sample.txt") + " --chunks 0", "chunks");
+  expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " -f /tmp", "/tmp");
+  expect_one_line_error("gemlite-bench", "--synthetic stories260k -p 0 -n 0", "nothing to measure");
+}
+
+TEST(Programs, QuantizeRejectsATokenizerOfAnotherModel) {
+  expect_one_line_error("gemlite-quantize",
+                        shared_file("models/stories260K/stories260K.bin") + " " + make_temp_dir() + "/x q8 --tokenizer " +
+                            shared_file("models/llama2-tokenizer/tokenizer.model"),
+                        "llama2-tokenizer/tokenizer.model");
+}
+
+TEST(Programs, QuantizeNeverReplacesADirectoryThatIsNotAPackedCheckpoint) {
+  // e.g. the source model directory itself, given as the output by mistake
+  const std::string dir = make_temp_dir();
+  std::ofstream(dir + "/config.json") << "{\"model_type\": \"llama\"}";
+  expect_one_line_error("gemlite-quantize",
+                        shared_file("models/stories260K/stories260K.bin") + " " + dir + " q8", "refusing");
+  EXPECT_TRUE(fs::exists(dir + "/config.json"));
+}
+
+TEST(Programs, QuantizeReplacesAnEarlierCheckpointGivenWithATrailingSlash) {
+  const std::string dir = make_temp_dir() + "/packed";
+  for (int i = 0; i < 2; ++i) {
+    const ProgramRun run = run_program_for_test(
+        "gemlite-quantize", shared_file("models/stories260K/stories260K.bin") + " " + dir + "/ q8", true);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+  }
+  EXPECT_TRUE(fs::exists(dir + "/model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir + ".tmp"));
+}
+
+TEST(Programs, ChatWithNPredictBeyondTheContextKeepsAnswering) {
+  const ProgramRun run = run_program_for_test(
+      "gemlite-chat", "-m " + stories_dir() + " -n 100 --temp 0 -c 64 --chat-template completion", true,
+      "Once upon a time\nLily saw a cat\n");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("[ Prompt: "), std::string::npos) << run.output;
+}
+
+TEST(Programs, ChatMessageLongerThanTheContextIsReportedAndTheChatGoesOn) {
+  std::string long_line;
+  for (int i = 0; i < 40; ++i) long_line += "Once upon a time there was a cat. ";
+  const ProgramRun run = run_program_for_test(
+      "gemlite-chat", "-m " + stories_dir() + " -n 4 --temp 0 -c 32 --chat-template completion", true,
+      long_line + "\nLily saw a cat\n");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("do not fit"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("[ Prompt: "), std::string::npos) << run.output;  // the next turn ran
+}
+
 TEST(Programs, OneShotGreedyCompletionIsTheReferenceStory) {
   const ProgramRun run =
       run_program_for_test("gemlite-chat", "-m " + stories_dir() + " -p 'Once upon a time' -n 24 --temp 0", false);
