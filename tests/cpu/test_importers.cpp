@@ -157,15 +157,7 @@ TEST(ImportLlama2c, RejectsNonsenseHeaders) {
 
 TEST(ImportHf, LoadsTheShardedGutenbergCheckpoint) {
   const SourceModel model = load_hf_directory(kGutenberg);
-  const ModelConfig& c = model.config;
-  EXPECT_EQ(c.dim, 384);
-  EXPECT_EQ(c.hidden_dim, 1024);
-  EXPECT_EQ(c.n_layers, 8);
-  EXPECT_EQ(c.n_heads, 6);
-  EXPECT_EQ(c.n_kv_heads, 2);
-  EXPECT_EQ(c.head_dim, 64);
-  EXPECT_EQ(c.vocab_size, 32000);
-  EXPECT_TRUE(c.tied_embeddings);
+  const ModelConfig& c = model.config;  // its fields: ModelConfig.ParsesTheGutenbergCheckpointConfig
   EXPECT_EQ(model.tokenizer_path, kGutenberg + "/tokenizer.model");
   for (const TensorSpec& spec : required_source_tensors(c)) {
     SCOPED_TRACE(spec.name);
