@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
 
     const std::string source_path = args["source"].as<std::string>();
     SourceModel source = load_source(source_path);
+    check_overrides_match(spec, source.config);
     if (args.count("tokenizer")) {
       source.tokenizer_path = args["tokenizer"].as<std::string>();
       // Fail now, not after the quantization.

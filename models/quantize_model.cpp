@@ -35,18 +35,37 @@ std::pair<std::string, WeightFormat> parse_override(const std::string& text) {
   return {text.substr(0, eq), WeightFormat::parse(text.substr(eq + 1))};
 }
 
+namespace {
+
+// "mlp.down_proj" matches "model.layers.3.mlp.down_proj": whole dotted parts only.
+bool pattern_matches(const std::string& pattern, const std::string& module) {
+  return ("." + module + ".").find("." + pattern + ".") != std::string::npos;
+}
+
+}  // namespace
+
 WeightFormat format_for_module(const QuantizeSpec& spec, const std::string& module) {
   WeightFormat format = spec.format;
-  const std::string dotted = "." + module + ".";
   for (const auto& [pattern, override_format] : spec.overrides)
-    if (dotted.find("." + pattern + ".") != std::string::npos) format = override_format;
+    if (pattern_matches(pattern, module)) format = override_format;
   return format;
+}
+
+void check_overrides_match(const QuantizeSpec& spec, const ModelConfig& config) {
+  const std::vector<std::string> modules = linear_module_names(config.n_layers);
+  for (const auto& [pattern, format] : spec.overrides) {  // a typo must not pass silently
+    bool matched = false;
+    for (const auto& module : modules) matched |= pattern_matches(pattern, module);
+    if (!matched) throw Error("--override '" + pattern + "=" + format.name() + "' matches no module of this model");
+  }
 }
 
 PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& spec,
                                 const QuantizeProgress& progress) {
   const ModelConfig& c = source.config;
   check_source_tensors(source, "source model");
+  check_overrides_match(spec, c);
+  const std::vector<std::string> modules = linear_module_names(c.n_layers);
   PackedCheckpoint ckpt;
   ckpt.config = c;
   ckpt.default_format = spec.format.name();
@@ -55,7 +74,6 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
   ckpt.embedding = to_dense(source_tensor(source, kEmbeddingName), embedding_dtype_for(spec.format));
   ckpt.final_norm = to_dense(source_tensor(source, kFinalNormName), DType::F32);
 
-  const std::vector<std::string> modules = linear_module_names(c.n_layers);
   int done = 0;
   auto quantize = [&](const std::string& module) {
     const HostTensor& matrix = c.tied_embeddings && module == kLmHeadModule

@@ -22,6 +22,9 @@ struct QuantizeSpec {
 std::pair<std::string, WeightFormat> parse_override(const std::string& text);
 WeightFormat format_for_module(const QuantizeSpec& spec, const std::string& module);
 
+// Throws Error for an override pattern that matches no linear module of `config`.
+void check_overrides_match(const QuantizeSpec& spec, const ModelConfig& config);
+
 // Called after each linear module with (modules done, modules in all, module name).
 using QuantizeProgress = std::function<void(int, int, const std::string&)>;
 

@@ -63,6 +63,9 @@ TEST(Programs, QuantizeRejectsBadSourceFormatAndOverride) {
                         shared_file("models/stories260K/stories260K.bin") + " /tmp/x q4 --override lm_head",
                         "lm_head");
   expect_one_line_error("gemlite-quantize",
+                        shared_file("models/stories260K/stories260K.bin") + " " + make_temp_dir() + "/x q4 --override mlp.dwn_proj=q8",
+                        "mlp.dwn_proj");
+  expect_one_line_error("gemlite-quantize",
                         shared_file("models/stories260K/stories260K.bin") + " /tmp/x q4 --tokenizer /nonexistent.model",
                         "/nonexistent.model");
 }
