@@ -12,47 +12,55 @@
 #           a quick subset, then the benchmarks; full logs go to $OUT (or .gpu/out), and a
 #           short table is printed last.
 #
-# Knobs for `run` (environment): GEMLITE_GPU_SKIP_TESTS=1, GEMLITE_GPU_SKIP_BENCH=1 (kernels),
-# GEMLITE_GPU_SKIP_MODEL_BENCH=1,
+# Folders (environment, for both steps): GEMLITE_GPU_DIR (default .gpu: what travels; give
+# each worktree its own, e.g. .gpu-fpx, and name it in carry), GEMLITE_GPU_BUILD (default
+# build-gpu). Knobs for `run` (environment): GEMLITE_GPU_SKIP_TESTS=1, GEMLITE_GPU_SKIP_BENCH=1 (kernels),
+# GEMLITE_GPU_SKIP_MODEL_BENCH=1, GEMLITE_GPU_SKIP_SANITIZER=1, GEMLITE_GPU_TEST_FILTER=<gtest filter>,
+# GEMLITE_BENCH_ARGS=<extra arguments of gemlite-bench --kernels>,
 # GEMLITE_GPU_SASS=1 (disassemble the qN GEMV kernels into $OUT/sass.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step="${1:-}"
+dir="${GEMLITE_GPU_DIR:-.gpu}"
+build="${GEMLITE_GPU_BUILD:-build-gpu}"
 
 pack() {
   local nvcc=nvcc
   command -v nvcc >/dev/null || nvcc=/usr/local/cuda/bin/nvcc
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" \
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" \
     -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  cmake --build build-gpu -j "$(nproc)" --target gemlite-gpu-tests
-  rm -rf .gpu && mkdir -p .gpu/lib
-  cp build-gpu/gemlite-gpu-tests .gpu/
-  cmake --build build-gpu -j "$(nproc)" --target gemlite-bench
-  cp build-gpu/gemlite-bench .gpu/
+  cmake --build "$build" -j "$(nproc)" --target gemlite-gpu-tests
+  rm -rf "$dir" && mkdir -p "$dir"/lib
+  cp "$build"/gemlite-gpu-tests "$dir"/
+  cmake --build "$build" -j "$(nproc)" --target gemlite-bench
+  cp "$build"/gemlite-bench "$dir"/
   # The real model the CUDA backend test reads (models/ beside the test binary), since
   # ../shared does not travel to the GPU machine.
-  mkdir -p .gpu/models
-  cp ../shared/models/stories260K/stories260K.bin .gpu/models/
+  mkdir -p "$dir"/models
+  cp ../shared/models/stories260K/stories260K.bin "$dir"/models/
   # Libraries from outside the CUDA toolkit and the C runtime: the GPU machine (Ubuntu
   # 24.04) has libstdc++, libgcc and glibc of the same or newer versions, not these.
-  for bin in .gpu/gemlite-*; do
+  for bin in "$dir"/gemlite-*; do
     ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'libsentencepiece|libgomp|libprotobuf|libgtest' || true
-  done | sort -u | while read -r lib; do cp -L "$lib" .gpu/lib/; done
-  du -sh .gpu
-  ls .gpu .gpu/lib
+  done | sort -u | while read -r lib; do cp -L "$lib" "$dir"/lib/; done
+  du -sh "$dir"
+  ls "$dir" "$dir"/lib
 }
 
 run() {
-  local out="${OUT:-.gpu/out}"
+  local out="${OUT:-$dir/out}"
   mkdir -p "$out"
-  export LD_LIBRARY_PATH="$PWD/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  local tests=.gpu/gemlite-gpu-tests status=0
+  export LD_LIBRARY_PATH="$PWD/$dir/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local tests="$dir"/gemlite-gpu-tests status=0
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/device.txt"
 
   if [ -z "${GEMLITE_GPU_SKIP_TESTS:-}" ]; then
     echo "== GPU tests"
-    "$tests" --gtest_output="xml:$out/tests.xml" >"$out/tests.log" 2>&1 || status=1
+    "$tests" --gtest_filter="${GEMLITE_GPU_TEST_FILTER:-*}" --gtest_output="xml:$out/tests.xml" \
+      >"$out/tests.log" 2>&1 || status=1
     grep -E '^\[  (PASSED|FAILED) |^\[==========\]|FAILED|worst' "$out/tests.log" | tail -60 || true
+  fi
+  if [ -z "${GEMLITE_GPU_SKIP_TESTS:-}" ] && [ -z "${GEMLITE_GPU_SKIP_SANITIZER:-}" ]; then
     echo "== compute-sanitizer (quick subset)"
     local quick='GemvQnEdges.*:*Bits3Group128*:*Bits6PerChannel*:*Bits1Group32*:CudaBackendGreedy.*:*CudaBackendVsCpu*/3'
     compute-sanitizer --tool memcheck --error-exitcode 1 "$tests" --gtest_filter="$quick" \
@@ -69,7 +77,7 @@ run() {
 
   if [ -z "${GEMLITE_GPU_SKIP_BENCH:-}" ]; then
     echo "== benchmarks"
-    .gpu/gemlite-bench --kernels >"$out/bench.log" 2>&1 || status=1
+    "$dir"/gemlite-bench --kernels ${GEMLITE_BENCH_ARGS:-} >"$out/bench.log" 2>&1 || status=1
   fi
 
   if [ -s "$out/bench.log" ]; then
@@ -83,7 +91,7 @@ run() {
   fi
   if [ -z "${GEMLITE_GPU_SKIP_MODEL_BENCH:-}" ]; then
     echo "== whole model on the GPU (synthetic TinyLlama-1.1B shape, random weights, batch 1)"
-    .gpu/gemlite-bench --device cuda --synthetic tinyllama-1.1b -f q4g64,q8,fp6,f16 -r 3 \
+    "$dir"/gemlite-bench --device cuda --synthetic tinyllama-1.1b -f q4g64,q8,fp6,f16 -r 3 \
       2>"$out/model-bench.log" | tee "$out/model-bench.md" || status=1
   fi
   [ "$status" -eq 0 ] && echo "gpu-check: OK" || echo "gpu-check: FAILURES (see $out)"
