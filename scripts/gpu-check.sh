@@ -9,13 +9,13 @@
 #   there:  bash scripts/gpu-check.sh run
 #           e.g. through the device tool: run(command="bash scripts/gpu-check.sh run",
 #           carry=[".gpu"]). Runs the GPU tests, compute-sanitizer memcheck + racecheck on
-#           a quick subset, then the benchmarks; full logs go to $OUT (or .gpu/out), and a
+#           a quick subset, the benchmarks, then scripts/compare_transformers.py; full logs go to $OUT (or .gpu/out), and a
 #           short table is printed last.
 #
 # Folders (environment, for both steps): GEMLITE_GPU_DIR (default .gpu: what travels; give
 # each worktree its own, e.g. .gpu-fpx, and name it in carry), GEMLITE_GPU_BUILD (default
 # build-gpu). Knobs for `run` (environment): GEMLITE_GPU_SKIP_TESTS=1, GEMLITE_GPU_SKIP_BENCH=1 (kernels),
-# GEMLITE_GPU_SKIP_MODEL_BENCH=1, GEMLITE_GPU_SKIP_SANITIZER=1, GEMLITE_GPU_TEST_FILTER=<gtest filter>,
+# GEMLITE_GPU_SKIP_MODEL_BENCH=1, GEMLITE_GPU_SKIP_COMPARE=1 (transformers), GEMLITE_GPU_SKIP_SANITIZER=1, GEMLITE_GPU_TEST_FILTER=<gtest filter>,
 # GEMLITE_BENCH_ARGS=<extra arguments of gemlite-bench --kernels>,
 # GEMLITE_GPU_SASS=1 (disassemble the qN GEMV kernels into $OUT/sass.txt).
 set -euo pipefail
@@ -32,8 +32,8 @@ pack() {
   cmake --build "$build" -j "$(nproc)" --target gemlite-gpu-tests
   rm -rf "$dir" && mkdir -p "$dir"/lib
   cp "$build"/gemlite-gpu-tests "$dir"/
-  cmake --build "$build" -j "$(nproc)" --target gemlite-bench
-  cp "$build"/gemlite-bench "$dir"/
+  cmake --build "$build" -j "$(nproc)" --target gemlite-bench gemlite-quantize gemlite-logits
+  cp "$build"/gemlite-bench "$build"/gemlite-quantize "$build"/gemlite-logits "$dir"/
   # The real model the CUDA backend test reads (models/ beside the test binary), since
   # ../shared does not travel to the GPU machine.
   mkdir -p "$dir"/models
@@ -93,6 +93,11 @@ run() {
     echo "== whole model on the GPU (synthetic TinyLlama-1.1B shape, random weights, batch 1)"
     "$dir"/gemlite-bench --device cuda --synthetic tinyllama-1.1b -f q4g64,q8,fp6,f16 -r 3 \
       2>"$out/model-bench.log" | tee "$out/model-bench.md" || status=1
+  fi
+  if [ -z "${GEMLITE_GPU_SKIP_COMPARE:-}" ]; then
+    echo "== against Hugging Face transformers (random models, 64-token prompt)"
+    python3 scripts/compare_transformers.py --bin "$dir" --out /tmp/gemlite-compare \
+      2>"$out/compare.log" | tee "$out/compare.txt" || status=1
   fi
   [ "$status" -eq 0 ] && echo "gpu-check: OK" || echo "gpu-check: FAILURES (see $out)"
   return "$status"

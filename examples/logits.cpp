@@ -1,0 +1,85 @@
+// gemlite-logits: the model's logits at every position of a prompt, saved as a safetensors
+// file ("logits" [T, vocab] F32, "ids" [T] I32), for comparing gemlite with another
+// implementation (scripts/compare_transformers.py compares it with Hugging Face
+// transformers). The prompt is either text (tokenized with BOS, like gemlite-chat -p) or
+// token ids given directly, so the comparison does not depend on a tokenizer.
+#include <cstdio>
+#include <sstream>
+
+#include "examples/common/program.h"
+#include "runtime/error.h"
+#include "runtime/io/safetensors.h"
+
+using namespace gemlite;
+
+namespace {
+
+// "1, 5 ,17" or "1 5 17" -> {1, 5, 17}
+std::vector<int> parse_ids(const std::string& text) {
+  std::string spaced = text;
+  for (char& c : spaced)
+    if (c == ',') c = ' ';
+  std::istringstream in(spaced);
+  std::vector<int> ids;
+  std::string word;
+  while (in >> word) {
+    size_t used = 0;
+    int id = -1;
+    try {
+      id = std::stoi(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != word.size() || id < 0) throw Error("--ids: '" + word + "' is not a token id");
+    ids.push_back(id);
+  }
+  if (ids.empty()) throw Error("--ids: no token ids given");
+  return ids;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_program("gemlite-logits", [&] {
+    cxxopts::Options options("gemlite-logits", "Logits at every position of a prompt, saved as safetensors.");
+    add_model_options(options);
+    options.add_options()
+        ("p,prompt", "Prompt text (tokenized with BOS)", cxxopts::value<std::string>())
+        ("ids", "Token ids instead of a prompt, e.g. \"1,306,4997\"", cxxopts::value<std::string>())
+        ("o,output", "Output .safetensors file", cxxopts::value<std::string>());
+    const auto args = parse_args(options, argc, argv);
+    if (!args.count("model")) throw Error("missing -m/--model DIR (see --help)");
+    if (!args.count("output")) throw Error("missing -o/--output FILE (see --help)");
+    if (args.count("prompt") == args.count("ids")) throw Error("give exactly one of -p/--prompt and --ids");
+    apply_thread_option(args);
+
+    const std::string model_dir = args["model"].as<std::string>();
+    const bool from_text = args.count("prompt") > 0;
+    std::vector<int> ids = from_text ? std::vector<int>() : parse_ids(args["ids"].as<std::string>());
+    LoadedModel loaded = load_model(model_dir, args["device"].as<std::string>(), /*context=*/0,
+                                    /*need_tokenizer=*/from_text);
+    if (from_text) ids = loaded.tokenizer->encode(args["prompt"].as<std::string>(), /*add_bos=*/true);
+    const int vocab = loaded.checkpoint.config.vocab_size;
+    for (int id : ids)
+      if (id >= vocab)
+        throw Error("token id " + std::to_string(id) + " is outside the model's vocabulary of " +
+                    std::to_string(vocab));
+    if (int(ids.size()) > loaded.model->context())
+      throw Error("the prompt has " + std::to_string(ids.size()) + " tokens; the model's context is " +
+                  std::to_string(loaded.model->context()));
+
+    std::vector<float> logits;  // [T, vocab]
+    loaded.model->forward(ids, /*pos0=*/0, /*all_logits=*/true, logits);
+
+    const int64_t T = int64_t(ids.size());
+    SafetensorsWriter writer;
+    writer.add("logits", HostTensor::copy_of(DType::F32, {T, vocab}, logits.data()));
+    writer.add("ids", HostTensor::copy_of(DType::I32, {T}, ids.data()));
+    writer.set_metadata("backend", loaded.backend->name());
+    const std::string output = args["output"].as<std::string>();
+    writer.write(output);
+    std::printf("logits: %lld tokens x %d vocabulary on %s -> %s\n", static_cast<long long>(T), vocab,
+                loaded.backend->name().c_str(), output.c_str());
+    return 0;
+  });
+}

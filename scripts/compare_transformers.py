@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""gemlite against an independent implementation: Hugging Face transformers.
+
+For each architecture gemlite supports, transformers builds a randomly initialised model
+(grouped-query attention, Llama-3 rope scaling, Qwen2's q/k/v biases, norms and biases
+randomised so a mix-up of them cannot hide), saves it as a bf16 safetensors checkpoint,
+and computes float32 logits over a random 64-token prompt. gemlite-quantize converts the
+checkpoint, gemlite-logits computes the logits of the same ids on each backend, and the
+two are compared.
+
+Runs where torch and transformers are installed (the GPU machine; scripts/gpu-check.sh
+calls it there):
+
+    python3 scripts/compare_transformers.py --bin BUILD_DIR [--devices cpu,cuda] [--out DIR]
+
+Tolerance, per (model, backend, format): max |gemlite - transformers| over all 64 x vocab
+logits, divided by max |transformers logit|:
+  - cpu backend, f32 checkpoint: <= 1e-4. Same weights (bf16 values, exact in f32) and
+    fp32 arithmetic; only the order of additions differs (~1e-6 relative per op, grown a
+    little through the layers).
+  - cuda backend (fp16 activations and KV cache, fp32 accumulation): <= 2e-2, the bound of
+    the GPU-vs-CPU test (tests/gpu/test_cuda_backend.cu): every activation is rounded to
+    fp16 (2^-11 relative) between ops, through every layer.
+  - f16 / bf16 checkpoint formats add the weights' own rounding: bf16 -> f16 is exact for
+    these magnitudes, so f16 keeps the bound of its backend; bf16 is the source itself.
+and, as a second check that does not depend on scale, the argmax agrees at >= 95 % of
+the positions. Prints one line per comparison and exits 1 if any fails.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file
+
+VOCAB = 512
+PROMPT_TOKENS = 64
+
+# name -> (transformers config class name, config keyword arguments)
+MODELS = {
+    # Llama 3: grouped-query attention (8 heads, 2 KV heads) and llama3 rope scaling.
+    "llama3-gqa": ("LlamaConfig", dict(
+        hidden_size=256, intermediate_size=688, num_hidden_layers=3, num_attention_heads=8,
+        num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=500000.0,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 128},
+        tie_word_embeddings=False)),
+    # Mistral: GQA 4:1; the sliding window is larger than any context used here.
+    "mistral": ("MistralConfig", dict(
+        hidden_size=256, intermediate_size=704, num_hidden_layers=3, num_attention_heads=8,
+        num_key_value_heads=2, max_position_embeddings=1024, sliding_window=1024, rope_theta=1e6,
+        rms_norm_eps=1e-5, tie_word_embeddings=False)),
+    # Qwen2: q/k/v projections with biases, tied embeddings.
+    "qwen2": ("Qwen2Config", dict(
+        hidden_size=256, intermediate_size=640, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=1024, rope_theta=1e6, rms_norm_eps=1e-6,
+        use_sliding_window=False, tie_word_embeddings=True)),
+    # TinyLlama's layer shapes (2048 wide, 32 heads of 64, 4 KV heads, 5632 hidden), two layers.
+    "tinyllama-shaped": ("LlamaConfig", dict(
+        hidden_size=2048, intermediate_size=5632, num_hidden_layers=2, num_attention_heads=32,
+        num_key_value_heads=4, max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0,
+        tie_word_embeddings=False)),
+}
+
+TOLERANCE = {"cpu": 1e-4, "cuda": 2e-2}
+MIN_ARGMAX_AGREEMENT = 0.95
+
+
+def build_model(name, directory, seed):
+    import transformers
+    class_name, kwargs = MODELS[name]
+    config = getattr(transformers, class_name)(vocab_size=VOCAB, initializer_range=0.05, **kwargs)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    with torch.no_grad():
+        for param_name, param in model.named_parameters():
+            # transformers starts norms at 1 and biases at 0: randomise both, so a norm
+            # applied to the wrong tensor or a dropped bias changes the logits.
+            if "norm" in param_name:
+                param.copy_(1 + 0.2 * torch.randn_like(param))
+            elif param_name.endswith(".bias"):
+                param.copy_(0.1 * torch.randn_like(param))
+    model = model.to(torch.bfloat16)
+    model.save_pretrained(directory, safe_serialization=True)
+    # The reference runs in float32 on exactly the saved (bf16-rounded) weights.
+    return model.to(torch.float32)
+
+
+def reference_logits(model, ids, device):
+    model = model.to(device).eval()
+    with torch.no_grad():
+        out = model(torch.tensor([ids], device=device))
+    return out.logits[0].float().cpu().numpy()  # [T, vocab]
+
+
+def run(command):
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.stderr.write(result.stdout + result.stderr)
+        raise SystemExit(f"failed: {' '.join(command)}")
+    return result.stdout
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bin", required=True, help="folder holding gemlite-quantize and gemlite-logits")
+    parser.add_argument("--devices", default="cpu,cuda")
+    parser.add_argument("--formats", default="f32,f16,bf16")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--out", default=None, help="keep the checkpoints here (default: a temporary folder)")
+    parser.add_argument("--seed", type=int, default=1234)
+    args = parser.parse_args()
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch_device = "cuda" if torch.cuda.is_available() else "cpu"
+    work = args.out or tempfile.mkdtemp(prefix="gemlite-compare-")
+    quantize = os.path.join(args.bin, "gemlite-quantize")
+    logits_tool = os.path.join(args.bin, "gemlite-logits")
+
+    failures = 0
+    print(f"transformers reference: float32 on {torch_device}, {PROMPT_TOKENS}-token random prompt, vocab {VOCAB}")
+    for index, name in enumerate(args.models.split(",")):
+        hf_dir = os.path.join(work, name, "hf")
+        model = build_model(name, hf_dir, args.seed + index)
+        rng = np.random.default_rng(args.seed + index)
+        ids = [1] + rng.integers(3, VOCAB, PROMPT_TOKENS - 1).tolist()
+        ref = reference_logits(model, ids, torch_device)
+        ref_scale = float(np.abs(ref).max())
+        ref_argmax = ref.argmax(axis=1)
+        for fmt in args.formats.split(","):
+            packed = os.path.join(work, name, fmt)
+            run([quantize, hf_dir, packed, fmt])
+            for device in args.devices.split(","):
+                out_file = os.path.join(work, name, f"logits-{fmt}-{device}.safetensors")
+                run([logits_tool, "-m", packed, "--device", device, "--ids", ",".join(map(str, ids)),
+                     "-o", out_file])
+                got = load_file(out_file)
+                assert list(got["ids"]) == ids, "gemlite-logits saved other ids"
+                logits = got["logits"]  # [T, vocab]
+                error = float(np.abs(logits - ref).max()) / ref_scale
+                agreement = float((logits.argmax(axis=1) == ref_argmax).mean())
+                ok = error <= TOLERANCE[device] and agreement >= MIN_ARGMAX_AGREEMENT
+                failures += not ok
+                print(f"compare {name} {fmt} {device}: max|diff|/max|logit| {error:.2e} "
+                      f"(tolerance {TOLERANCE[device]:.0e}), argmax agrees {agreement * 100:.1f} %, "
+                      f"{'PASS' if ok else 'FAIL'}")
+    print(f"compare: {'all passed' if failures == 0 else f'{failures} FAILED'} (checkpoints in {work})")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+// gemlite-logits saves the logits of every prompt position (the input of
+// scripts/compare_transformers.py). Its rows are checked against the model run one token
+// at a time through the KV cache, a different path through attention and the cache.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "models/llama_model.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/io/safetensors.h"
+#include "tests/cpu/program_runner.h"
+
+namespace gemlite {
+namespace {
+
+std::string stories_f32(const std::string& scratch) {
+  const std::string out = scratch + "/stories260K-f32";
+  const ProgramRun run = run_program_for_test(
+      "gemlite-quantize",
+      shared_file("models/stories260K/stories260K.bin") + " " + out + " f32 --tokenizer " +
+          shared_file("models/stories260K/tok512.model"),
+      true);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  return out;
+}
+
+TEST(LogitsProgram, RowsEqualTheModelRunTokenByToken) {
+  const std::string scratch = make_temp_dir();
+  const std::string model_dir = stories_f32(scratch);
+  const std::vector<int> ids = {1, 403, 407, 261, 378, 30, 500, 2};
+  const std::string file = scratch + "/logits.safetensors";
+  const ProgramRun run = run_program_for_test(
+      "gemlite-logits", "-m " + model_dir + " --device cpu --ids '1, 403,407 261,378,30,500,2' -o " + file, true);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+
+  const SafetensorsFile saved = SafetensorsFile::open(file);
+  const HostTensor saved_ids = saved.get("ids");        // [T] I32
+  const HostTensor saved_logits = saved.get("logits");  // [T, vocab] F32
+  ASSERT_EQ(saved_ids.shape, (std::vector<int64_t>{int64_t(ids.size())}));
+  EXPECT_EQ(std::vector<int>(saved_ids.as<int>(), saved_ids.as<int>() + ids.size()), ids);
+
+  const PackedCheckpoint ckpt = load_packed_checkpoint(model_dir);
+  const int vocab = ckpt.config.vocab_size;
+  ASSERT_EQ(saved_logits.shape, (std::vector<int64_t>{int64_t(ids.size()), vocab}));
+  auto backend = make_cpu_backend();
+  LlamaModel model(ckpt, *backend, 64);
+  std::vector<float> step;  // [vocab]
+  for (size_t t = 0; t < ids.size(); ++t) {
+    model.forward({ids[t]}, int(t), false, step);
+    const float* row = saved_logits.as<float>() + t * vocab;
+    float scale = 0, worst = 0;
+    for (int i = 0; i < vocab; ++i) {
+      scale = std::max(scale, std::abs(step[i]));
+      worst = std::max(worst, std::abs(row[i] - step[i]));
+    }
+    // fp32 on both paths; only the order of the attention sums differs.
+    EXPECT_LE(worst, 1e-5f * scale) << "position " << t;
+  }
+}
+
+TEST(LogitsProgram, BadInputIsOneLineAndExitOne) {
+  const std::string scratch = make_temp_dir();
+  const std::string model_dir = stories_f32(scratch);
+  const std::string out = " -o " + scratch + "/x.safetensors";
+  for (const std::string& args : std::vector<std::string>{"--ids '1,x'" + out, "--ids 1,99999" + out, "--ids ''" + out,
+                                  out.substr(1), "--ids 1 -p hi" + out, "--ids 1"}) {
+    const ProgramRun run = run_program_for_test("gemlite-logits", "-m " + model_dir + " " + args, true);
+    EXPECT_EQ(run.exit_code, 1) << args;
+    EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << args << ": " << run.output;
+    EXPECT_EQ(run.output.rfind("gemlite-logits: error: ", 0), 0u) << run.output;
+  }
+}
+
+}  // namespace
+}  // namespace gemlite
