@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -190,6 +191,11 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     t.shape = std::move(entry.shape);
     t.data = data + entry.begin;
     t.owner = file;  // the mapping lives as long as any tensor viewing it
+    // The format promises no alignment (writers pad the header to 8 bytes by convention;
+    // an odd header length or offset shifts the data), so a misaligned tensor is copied
+    // once into owned memory: every reader may then cast its pointer to the element type.
+    if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0)
+      t = HostTensor::copy_of(t.dtype, t.shape, t.data);
   }
   return result;
 }

@@ -91,6 +91,30 @@ TEST(Safetensors, AcceptsGapsBetweenTensors) {
   EXPECT_EQ(file.get("b").shape, std::vector<int64_t>{2});
 }
 
+TEST(Safetensors, CopiesMisalignedTensorsIntoAlignedMemory) {
+  ScratchDir dir;
+  const std::string path = dir.file("misaligned.safetensors");
+  // A 109-byte header (one trailing space) puts the data section at byte 117 of the
+  // page-aligned mapping, so both tensors start misaligned for their 4-byte elements.
+  const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("b":{"dtype":"I32","shape":[1],"data_offsets":[9,13]}} )";
+  std::string data(13, '\0');
+  const float a[2] = {1.5f, -2.25f};
+  const int32_t b = 123456789;
+  std::memcpy(&data[0], a, sizeof(a));
+  std::memcpy(&data[9], &b, sizeof(b));
+  ASSERT_EQ(header.size(), 109u);
+  write_bytes(path, le64(header.size()) + header + data);
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  const HostTensor& ta = file.get("a");
+  const HostTensor& tb = file.get("b");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(ta.data) % 4, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(tb.data) % 4, 0u);
+  EXPECT_EQ(ta.as<float>()[0], 1.5f);
+  EXPECT_EQ(ta.as<float>()[1], -2.25f);
+  EXPECT_EQ(tb.as<int32_t>()[0], b);
+}
+
 TEST(Safetensors, NamesTheMissingTensor) {
   ScratchDir dir;
   const std::string path = dir.file("empty.safetensors");
