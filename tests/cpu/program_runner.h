@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "tests/cpu/test_files.h"
@@ -34,6 +35,22 @@ inline ProgramRun run_program_for_test(const std::string& program, const std::st
   const int status = pclose(pipe);
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return run;
+}
+
+// stories260K converted by gemlite-quantize into `format` with its tokenizer, once per
+// format per test program (the directory lives until the program exits).
+inline const std::string& quantized_stories260k(const std::string& format) {
+  static std::map<std::string, std::string> converted;
+  auto found = converted.find(format);
+  if (found != converted.end()) return found->second;
+  const std::string out = make_temp_dir() + "/stories260K-" + format;
+  const ProgramRun run = run_program_for_test(
+      "gemlite-quantize",
+      shared_file("models/stories260K/stories260K.bin") + " " + out + " " + format + " --tokenizer " +
+          shared_file("models/stories260K/tok512.model"),
+      true);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  return converted.emplace(format, out).first->second;
 }
 
 }  // namespace gemlite

@@ -14,20 +14,9 @@
 namespace gemlite {
 namespace {
 
-std::string stories_f32(const std::string& scratch) {
-  const std::string out = scratch + "/stories260K-f32";
-  const ProgramRun run = run_program_for_test(
-      "gemlite-quantize",
-      shared_file("models/stories260K/stories260K.bin") + " " + out + " f32 --tokenizer " +
-          shared_file("models/stories260K/tok512.model"),
-      true);
-  EXPECT_EQ(run.exit_code, 0) << run.output;
-  return out;
-}
-
 TEST(LogitsProgram, RowsEqualTheModelRunTokenByToken) {
   const std::string scratch = make_temp_dir();
-  const std::string model_dir = stories_f32(scratch);
+  const std::string& model_dir = quantized_stories260k("f32");
   const std::vector<int> ids = {1, 403, 407, 261, 378, 30, 500, 2};
   const std::string file = scratch + "/logits.safetensors";
   const ProgramRun run = run_program_for_test(
@@ -61,7 +50,7 @@ TEST(LogitsProgram, RowsEqualTheModelRunTokenByToken) {
 
 TEST(LogitsProgram, BadInputIsOneLineAndExitOne) {
   const std::string scratch = make_temp_dir();
-  const std::string model_dir = stories_f32(scratch);
+  const std::string& model_dir = quantized_stories260k("f32");
   const std::string out = " -o " + scratch + "/x.safetensors";
   for (const std::string& args : std::vector<std::string>{"--ids '1,x'" + out, "--ids 1,99999" + out, "--ids ''" + out,
                                   out.substr(1), "--ids 1 -p hi" + out, "--ids 1"}) {

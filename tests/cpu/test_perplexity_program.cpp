@@ -18,17 +18,6 @@ namespace {
 
 const char* kText = "data/tinystories/tinystories_sample.txt";
 
-std::string quantized_stories(const std::string& format) {
-  const std::string out = make_temp_dir() + "/stories260K-" + format;
-  const ProgramRun run = run_program_for_test(
-      "gemlite-quantize",
-      shared_file("models/stories260K/stories260K.bin") + " " + out + " " + format +
-          " --tokenizer " + shared_file("models/stories260K/tok512.model"),
-      true);
-  EXPECT_EQ(run.exit_code, 0) << run.output;
-  return out;
-}
-
 double program_ppl(const std::string& dir, int n_ctx, int chunks, std::string* progress = nullptr) {
   const ProgramRun run = run_program_for_test(
       "gemlite-perplexity",
@@ -42,7 +31,7 @@ double program_ppl(const std::string& dir, int n_ctx, int chunks, std::string* p
 }
 
 TEST(PerplexityProgram, MatchesAnIndependentComputationOfTheProtocol) {
-  const std::string dir = quantized_stories("f32");
+  const std::string dir = quantized_stories260k("f32");
   const int n_ctx = 64, chunks = 3;
   std::string output;
   const double reported = program_ppl(dir, n_ctx, chunks, &output);
@@ -75,11 +64,11 @@ TEST(PerplexityProgram, MatchesAnIndependentComputationOfTheProtocol) {
 }
 
 TEST(PerplexityProgram, FewerBitsCostPerplexityInOrder) {
-  const double f32 = program_ppl(quantized_stories("f32"), 128, 4);
-  const double f16 = program_ppl(quantized_stories("f16"), 128, 4);
-  const double q8 = program_ppl(quantized_stories("q8"), 128, 4);
-  const double q4 = program_ppl(quantized_stories("q4g32"), 128, 4);
-  const double q2 = program_ppl(quantized_stories("q2g32"), 128, 4);
+  const double f32 = program_ppl(quantized_stories260k("f32"), 128, 4);
+  const double f16 = program_ppl(quantized_stories260k("f16"), 128, 4);
+  const double q8 = program_ppl(quantized_stories260k("q8"), 128, 4);
+  const double q4 = program_ppl(quantized_stories260k("q4g32"), 128, 4);
+  const double q2 = program_ppl(quantized_stories260k("q2g32"), 128, 4);
   EXPECT_NEAR(f16, f32, 0.002 * f32);
   EXPECT_LT(f32 * 0.99, q8);
   EXPECT_LT(q8, q4);
@@ -88,7 +77,7 @@ TEST(PerplexityProgram, FewerBitsCostPerplexityInOrder) {
 
 TEST(PerplexityProgram, TextShorterThanTwoChunksIsAnError) {
   const ProgramRun run = run_program_for_test(
-      "gemlite-perplexity", "-m " + quantized_stories("f32") + " -f " + shared_file(kText) + " -c 100000", true);
+      "gemlite-perplexity", "-m " + quantized_stories260k("f32") + " -f " + shared_file(kText) + " -c 100000", true);
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.output.find("tinystories_sample.txt"), std::string::npos) << run.output;
 }
