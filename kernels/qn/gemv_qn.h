@@ -19,14 +19,17 @@ constexpr int kGemvMaxM = 8;  // rows of x one launch takes: the n = 8 of an m16
 // (free with free_qn_weight).
 struct QnDeviceWeight {
   const uint32_t* qweight = nullptr;  // [N, Kw] packed codes, unchanged from the checkpoint
-  // [N, n_groups] pairs {scale, -zero * scale} rounded once to the activation type (fp16
-  // or bf16 bits, scale in the low half): the kernel dequantizes w = q * scale + that
-  // with one fma per pair of weights, and reads the same 4 bytes per group as the
-  // checkpoint's scales + zeros.
+  // [n_groups, N16 / 16, 8, 2] (N16 = qn_padded_rows(N)) pairs {scale, -zero * scale}
+  // rounded once to the activation type (fp16 or bf16 bits, scale in the low half): the
+  // kernel dequantizes w = q * scale + that with one fma per pair of weights, and reads
+  // the same 4 bytes per group and row as the checkpoint's scales + zeros. Pair (g, n) is
+  // at g N16 + n / 16 * 16 + n % 8 * 2 + n % 16 / 8: rows n and n + 8 of a 16-row block
+  // side by side, one 8-byte load per lane (see upload_qn_weight).
   const uint32_t* scale_bias = nullptr;
   const float* bias = nullptr;  // [N] or null
   DType act = DType::F16;       // F16 or BF16: the x / y type this weight was prepared for
-  int bits = 0;                 // 1..8
+  int bits = 0;                 // 1..8: code stride in a word (s7: 8)
+  bool sparse = false;          // s7: codes are 1:2 pair bytes (kernels/s7/s7_format.h)
   int group = 0;                // 0 = per output channel
   int64_t N = 0, K = 0;
   int64_t Kw = 0;               // words per row
@@ -35,6 +38,9 @@ struct QnDeviceWeight {
 
   size_t weight_bytes() const;  // qweight + scale_bias (+ bias): what one GEMV reads of W
 };
+
+// N rounded up to the 16 rows of a kernel block: the rows of scale_bias.
+inline int64_t qn_padded_rows(int64_t N) { return (N + 15) / 16 * 16; }
 
 // Uploads a qN / qNgG weight (synchronously; not for use inside a graph capture).
 // Throws Error for other formats, for act other than F16/BF16, and for a group that is
