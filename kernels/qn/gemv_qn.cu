@@ -20,19 +20,41 @@
 // in one group (one broadcast scale) and makes x a plain 8-byte load: no shared-memory
 // staging or permutation of x is needed.
 //
-// Dequantization of a pair, for fp16 (bf16 in brackets): a byte permute puts the same
-// byte window of the two words into the two 16-bit halves, one lop3 masks the code and
+// Dequantization of a pair, for fp16 (bf16 in brackets): the same code of two
+// neighbouring words sits in the two 16-bit halves of one register (two shared permutes
+// per word pair give all codes inside a half, see CodeLayout), one lop3 masks the code and
 // ORs the exponent of 1024 [128], giving 1024 + 2^d q exactly; one fma2 with constants
 // removes the offset and the 2^d exactly, one fma2 applies scale and -zero*scale:
-// w = q * s + (-z s). 3.5 instructions per 2 weights at 4 bits (PERF.md budgets ~6 per
-// weight at 4 bits for everything). bf16 8-bit codes do not fit the 7-bit bf16 mantissa,
-// so they go through fp32 (0x4B000000 | q) - 2^23 instead.
+// w = q * s + (-z s). bf16 8-bit codes do not fit the 7-bit bf16 mantissa, so they go
+// through fp32 (0x4B000000 | q) - 2^23 instead. s7 (kernels/s7/gemv_s7.h) is the same
+// kernel with SPARSE: a pair byte's 7-bit value, masked into one of two 32-k blocks.
 //
-// Where it stands on the H100 (gpu-check, fp16, M = 1, cold L2, % of a 2.99 TB/s copy):
-// q8 95 % at 8192 x 57344 and 89 % at 28672 x 8192; q4g64 73 / 69 %; q3g64 61 / 59 %;
-// q2g64 45 / 42 %; 4096 x 4096 shapes 24-60 %. The loop is bound by instructions and
-// their latencies (deeper memory pipelines did not help, see the main loop), so the gap
-// grows as bits shrink and dequantization work per byte grows.
+// Per chunk of 2 k blocks a lane loads one 8-byte {scale, bias} pair per block (rows gid
+// and gid + 8 side by side: the device layout of scale_bias, see gemv_qn.h) and two 8-byte
+// x fragments per block; the next chunk's (or next tile's first chunk's) loads are issued
+// before this chunk's dequantization and mmas.
+//
+// Where it stands on the H100 (fp16, M = 1, cold L2, % of a ~2.99 TB/s copy measured in
+// the same run; GEMLITE_BENCH_ACT=fp16 gemlite-bench --kernels, 2026-11-22, before -> after
+// this version, both binaries in one device session):
+//   8192 x 57344   q8 95.2 -> 93.7   q6g64 82.9 -> 81.5   q4g64 73.3 -> 78.1
+//                  q3g64 60.5 -> 65.5   q2g64 44.8 -> 54.6   (s7 75.5, q4g128 77.8)
+//   28672 x 8192   q8 89.0 -> 87.5   q6g64 82.6 -> 79.3   q4g64 68.7 -> 73.2
+//                  q3g64 58.9 -> 63.9   q2g64 42.3 -> 50.6
+//   8192 x 8192    q8 80.0 -> 78.3   q4g64 58.4 -> 60.4 (21.7 -> 20.9 us)   q2g64 34.6 -> 39.4
+//   4096-K shapes  q4g64 43-56 -> 48-61 %, q2g64 24-33 -> 28-37 %.
+// Below the targets (docs/PERF.md) at 2-6 bits. What limits it (ncu --clock-control none,
+// q4g64 8192 x 57344): 16 warps per SM (128 registers a thread), issue 2.2 of 4 per cycle,
+// ~4 instructions per weight, and the largest stall is long scoreboard (~37 % of samples:
+// L1/L2 loads of x and scale/bias in the dequantization chain), then fixed-latency waits
+// (15 %). Tried and measured: a register ring two tiles deep (q4g64 74 -> 64 %, spills),
+// shared half permutes alone (no change: the loop was not permute-bound), 32-bit address
+// arithmetic alone (instructions 61.3 M -> 60.5 M, no change). What helped: the scale/bias
+// layout (the checkpoint's [N, n_groups] put a warp's 16 rows in 8 sectors, 31 % of all L1
+// sectors were excess) and prefetching the scale lines of all 16 rows (only rows 0 and 8
+// were). Not done: split-K or stream-K for shapes with < 2 waves of blocks (N = 4096 ..
+// 14336), which is what the 15-50 MB class needs next; fewer instructions per weight
+// (the fma2 pair per two weights is half of them).
 #include "kernels/qn/gemv_qn.h"
 
 #include <cuda_bf16.h>
@@ -248,7 +270,9 @@ __device__ __forceinline__ uint32_t weight_pair(const WordPair& w, uint32_t scal
     static_assert(BITS == 8, "s7 pair bytes are packed as 8-bit codes");
     constexpr uint32_t b = uint32_t(3 - J);  // byte of code J (position 24 - 8 J)
     constexpr uint32_t sel = (8u | b) | (8u | b) << 4 | (8u | (4 + b)) << 8 | (8u | (4 + b)) << 12;
-    const uint32_t first_kept = __byte_perm(w.lo, w.hi, sel);  // 0xFFFF per half where bit 7 is set
+    // prmt's sign-replicate bit (bit 3 of a selector nibble); __byte_perm ignores it.
+    uint32_t first_kept;  // 0xFFFF per half where bit 7 of the word's byte J is set
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(first_kept) : "r"(w.lo), "r"(w.hi), "n"(sel));
     return HALF == 0 ? (value & first_kept) : (value & ~first_kept);
   } else {
     return value;

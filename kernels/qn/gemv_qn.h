@@ -13,7 +13,15 @@
 
 namespace gemlite {
 
-constexpr int kGemvMaxM = 8;  // rows of x one launch takes: the n = 8 of an m16n8k16 mma
+// Rows of x one launch takes: the n = 8 of an m16n8k16 mma. QuantLinear sends qN with
+// M <= kGemvMaxM here and larger M to a dense fp16 copy + cuBLAS. Measured rule (H100,
+// fp16, cold L2, 2026-11-22, gemv_qn vs cuBLAS fp16 GEMM at the same M, shapes 4096^2,
+// 8192^2, 8192 x 57344, formats q8 q6g64 q4g64 q3g64 q2g64): gemv_qn is faster at every
+// M = 1, 2, 4, 8 and every bit width; its lead shrinks with M and is smallest at 8-6 bits
+// on the small shape: M = 8, 4096^2: q8 1.28x, q6g64 1.17x, q4g64 1.39x, q3g64 1.47x,
+// q2g64 1.69x (8192^2: 1.50-2.12x; 8192 x 57344: 1.76-2.68x). So the crossover lies above
+// 8 for every bit width and the switch stays at the kernel's limit.
+constexpr int kGemvMaxM = 8;
 
 // A qN weight in device memory, prepared for one activation type. Owns its buffers
 // (free with free_qn_weight).
