@@ -9,9 +9,10 @@
 // one block or the other (kept weights as in s7_row_decoder, dropped ones exactly +0).
 // One byte per two weights and 4 bytes per 128 of scale/bias: exactly the bytes of
 // q4g128. Measured (H100, fp16, M = 1, cold L2, 2026-11-22; bench lines "gemv s7 ..."):
-// 8192 x 57344 s7 110.6 us (75.5 % of copy) vs q4g128 107.4 us (77.8 %); 8192^2 20.4 vs
-// 19.6 us; 28672 x 8192 59.5 vs 57.2 us: ~3-4 % slower than the A16 kernel of the same
-// bytes (one permute + one lop3 more per pair of weights), short of "at least as fast".
+// 8192 x 57344 s7 109.3 us (76.5 % of copy) vs q4g128 107.0 us (78.1 %); 8192^2 20.2 vs
+// 19.5 us; 28672 x 8192 58.0 vs 55.9 us; bf16 within 1-2 % of those: 2-4 % slower than
+// the A16 kernel of the same bytes (one permute + one lop3 more per pair of weights),
+// short of the "at least as fast".
 #include <string>
 
 #include "kernels/qn/gemv_qn.h"
