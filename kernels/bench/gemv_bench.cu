@@ -4,12 +4,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <map>
+#include <sstream>
 
 #include "kernels/cuda_check.h"
 #include "kernels/qn/gemv_qn.h"
 #include "kernels/qn/qn_format.h"
+#include "kernels/s7/s7_format.h"
 #include "kernels/group_quant.h"
 #include "kernels/weight_format.h"
 
@@ -170,24 +173,72 @@ QnDeviceWeight random_qn_weight(const WeightFormat& format, int64_t K, int64_t N
                                 cudaStream_t stream) {
   QnDeviceWeight w;
   w.act = act;
-  w.bits = format.bits;
+  const bool sparse = format.kind == FormatKind::S7;  // s7: pair bytes packed as q8 codes
+  w.bits = sparse ? 8 : format.bits;
+  w.sparse = sparse;
   w.group = format.group;
   w.N = N;
   w.K = K;
-  w.Kw = qn_words_per_row(K, format.bits);
+  w.Kw = sparse ? s7_words_per_row(K) : qn_words_per_row(K, format.bits);
   w.n_groups = group_count(format.group, K);
   int shift = 0;
   while ((int64_t(32) << shift) < group_size(format.group, K)) ++shift;
   w.group_shift = w.n_groups == 1 ? 30 : shift;
   uint32_t *q = nullptr, *sb = nullptr;
   CUDA_CHECK(cudaMalloc(&q, size_t(N * w.Kw) * 4));
-  CUDA_CHECK(cudaMalloc(&sb, size_t(N * w.n_groups) * 4));
+  CUDA_CHECK(cudaMalloc(&sb, size_t(qn_padded_rows(N) * w.n_groups) * 4));
   w.qweight = q;
   w.scale_bias = sb;
   fill_words(q, N * w.Kw, seed, stream);
   // scale ~2^-5..2^-1, -zero*scale of either sign: each a random 16-bit value
-  fill_values(reinterpret_cast<uint16_t*>(sb), 2 * N * w.n_groups, act, seed + 7, stream);
+  fill_values(reinterpret_cast<uint16_t*>(sb), 2 * qn_padded_rows(N) * w.n_groups, act, seed + 7, stream);
   return w;
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');)
+    if (!item.empty()) items.push_back(item);
+  return items;
+}
+
+int parse_int(const std::string& text, const char* what) {
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0') throw Error(std::string(what) + ": '" + text + "' is not an integer");
+  return int(v);
+}
+
+// GEMLITE_BENCH_{FORMATS,SHAPES,ACT,M,WARPS} narrow a run (gemlite-bench --kernels takes
+// no options of its own): "q4g64,q2g64", "8192x8192,8192x57344", "fp16", "1,2,4,8", "4,8".
+GemvBenchOptions with_environment(GemvBenchOptions options) {
+  if (const char* v = std::getenv("GEMLITE_BENCH_FORMATS")) options.formats = split_list(v);
+  if (const char* v = std::getenv("GEMLITE_BENCH_SHAPES")) {
+    options.shapes.clear();
+    for (const std::string& shape : split_list(v)) {
+      const size_t x = shape.find('x');
+      if (x == std::string::npos) throw Error("GEMLITE_BENCH_SHAPES: '" + shape + "' is not KxN");
+      options.shapes.push_back({parse_int(shape.substr(0, x), "GEMLITE_BENCH_SHAPES"),
+                                parse_int(shape.substr(x + 1), "GEMLITE_BENCH_SHAPES")});
+    }
+  }
+  if (const char* v = std::getenv("GEMLITE_BENCH_ACT")) {
+    options.activations.clear();
+    for (const std::string& a : split_list(v)) {
+      if (a != "fp16" && a != "bf16") throw Error("GEMLITE_BENCH_ACT: '" + a + "' (expected fp16 or bf16)");
+      options.activations.push_back(a == "bf16" ? DType::BF16 : DType::F16);
+    }
+  }
+  if (const char* v = std::getenv("GEMLITE_BENCH_M")) {
+    options.Ms.clear();
+    for (const std::string& m : split_list(v)) options.Ms.push_back(parse_int(m, "GEMLITE_BENCH_M"));
+  }
+  if (const char* v = std::getenv("GEMLITE_BENCH_WARPS")) {
+    options.warps_per_block.clear();
+    for (const std::string& w : split_list(v)) options.warps_per_block.push_back(parse_int(w, "GEMLITE_BENCH_WARPS"));
+  }
+  return options;
 }
 
 }  // namespace
@@ -200,7 +251,8 @@ double device_copy_bandwidth_gbs(FILE* log) {
   return gbs;
 }
 
-void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& options) {
+void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& given) {
+  const GemvBenchOptions options = with_environment(given);
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   cudaDeviceProp prop;
@@ -217,7 +269,7 @@ void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& options) {
   CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, workspace_bytes));
 
   const double copy_gbs = copy_bandwidth_gbs(stream, out);
-  const int M = options.M;
+  for (const int M : options.Ms)
   for (DType act : options.activations) {
     for (const GemvBenchShape& shape : options.shapes) {
       const int64_t K = shape.K, N = shape.N;

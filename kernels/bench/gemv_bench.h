@@ -21,12 +21,12 @@ struct GemvBenchShape {
 };
 
 struct GemvBenchOptions {
-  std::vector<std::string> formats = {"q8", "q6g64", "q5g64", "q4g64", "q4g128", "q3g64", "q2g64"};
+  std::vector<std::string> formats = {"q8", "q6g64", "q5g64", "q4g64", "q4g128", "q3g64", "q2g64", "s7"};
   std::vector<GemvBenchShape> shapes = {{4096, 4096},  {4096, 11008},  {11008, 4096},
                                         {4096, 14336}, {14336, 4096},  {8192, 8192},
                                         {8192, 10240}, {8192, 57344},  {28672, 8192}};
   std::vector<DType> activations = {DType::F16, DType::BF16};
-  int M = 1;
+  std::vector<int> Ms = {1};  // activation rows; each M is a full pass over the shapes
   // gemv_qn warps per block to sweep; 0 = the kernel's automatic choice. With more than
   // one value each line names its setting ("warps=4").
   std::vector<int> warps_per_block = {0};
@@ -38,7 +38,10 @@ struct GemvBenchOptions {
 // second, GB/s): the ceiling every "% of copy" in gemlite refers to. Logs one "copy:" line.
 double device_copy_bandwidth_gbs(FILE* log);
 
-// Runs everything on the current device; throws Error on any CUDA/cuBLAS failure.
+// Runs everything on the current device; throws Error on any CUDA/cuBLAS failure. The
+// environment narrows or widens `options` (see with_environment in gemv_bench.cu):
+// GEMLITE_BENCH_FORMATS=q4g64,q2g64 GEMLITE_BENCH_SHAPES=8192x8192 GEMLITE_BENCH_ACT=fp16
+// GEMLITE_BENCH_M=1,2,4,8 GEMLITE_BENCH_WARPS=4,8.
 void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& options = {});
 
 }  // namespace gemlite

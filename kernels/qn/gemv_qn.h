@@ -13,20 +13,31 @@
 
 namespace gemlite {
 
-constexpr int kGemvMaxM = 8;  // rows of x one launch takes: the n = 8 of an m16n8k16 mma
+// Rows of x one launch takes: the n = 8 of an m16n8k16 mma. QuantLinear sends qN with
+// M <= kGemvMaxM here and larger M to a dense fp16 copy + cuBLAS. Measured rule (H100,
+// fp16, cold L2, 2026-11-22, gemv_qn vs cuBLAS fp16 GEMM at the same M, shapes 4096^2,
+// 8192^2, 8192 x 57344, formats q8 q6g64 q4g64 q3g64 q2g64): gemv_qn is faster at every
+// M = 1, 2, 4, 8 and every bit width; its lead shrinks with M and is smallest at 8-6 bits
+// on the small shape: M = 8, 4096^2: q8 1.28x, q6g64 1.17x, q4g64 1.39x, q3g64 1.47x,
+// q2g64 1.69x (8192^2: 1.50-2.12x; 8192 x 57344: 1.76-2.68x). So the crossover lies above
+// 8 for every bit width and the switch stays at the kernel's limit.
+constexpr int kGemvMaxM = 8;
 
 // A qN weight in device memory, prepared for one activation type. Owns its buffers
 // (free with free_qn_weight).
 struct QnDeviceWeight {
   const uint32_t* qweight = nullptr;  // [N, Kw] packed codes, unchanged from the checkpoint
-  // [N, n_groups] pairs {scale, -zero * scale} rounded once to the activation type (fp16
-  // or bf16 bits, scale in the low half): the kernel dequantizes w = q * scale + that
-  // with one fma per pair of weights, and reads the same 4 bytes per group as the
-  // checkpoint's scales + zeros.
+  // [n_groups, N16 / 16, 8, 2] (N16 = qn_padded_rows(N)) pairs {scale, -zero * scale}
+  // rounded once to the activation type (fp16 or bf16 bits, scale in the low half): the
+  // kernel dequantizes w = q * scale + that with one fma per pair of weights, and reads
+  // the same 4 bytes per group and row as the checkpoint's scales + zeros. Pair (g, n) is
+  // at g N16 + n / 16 * 16 + n % 8 * 2 + n % 16 / 8: rows n and n + 8 of a 16-row block
+  // side by side, one 8-byte load per lane (see upload_qn_weight).
   const uint32_t* scale_bias = nullptr;
   const float* bias = nullptr;  // [N] or null
   DType act = DType::F16;       // F16 or BF16: the x / y type this weight was prepared for
-  int bits = 0;                 // 1..8
+  int bits = 0;                 // 1..8: code stride in a word (s7: 8)
+  bool sparse = false;          // s7: codes are 1:2 pair bytes (kernels/s7/s7_format.h)
   int group = 0;                // 0 = per output channel
   int64_t N = 0, K = 0;
   int64_t Kw = 0;               // words per row
@@ -35,6 +46,9 @@ struct QnDeviceWeight {
 
   size_t weight_bytes() const;  // qweight + scale_bias (+ bias): what one GEMV reads of W
 };
+
+// N rounded up to the 16 rows of a kernel block: the rows of scale_bias.
+inline int64_t qn_padded_rows(int64_t N) { return (N + 15) / 16 * 16; }
 
 // Uploads a qN / qNgG weight (synchronously; not for use inside a graph capture).
 // Throws Error for other formats, for act other than F16/BF16, and for a group that is

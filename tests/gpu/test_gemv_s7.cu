@@ -1,0 +1,192 @@
+// gemv_s7 (the qN kernel on 1:2-sparse 7-bit pair bytes) against the CPU reference
+// (linear_reference) on fresh random inputs: groups {64, 128} x {fp16, bf16} x M {1, 3, 8},
+// on shapes that are multiples of nothing (K = 33, 100, 4100: pairs whose second element
+// lies past K, a last tile of one block), thin (N = 7, 64), long (K = 57344) and square.
+//
+// Tolerance, per output: |y - ref| <= tol * S2 with
+//   S2 = sum_k |x_k| (|w_k| + 127 |s| + |z s|)   (s, z of k's group),
+// a bound on the magnitude of what the kernel rounds: it dequantizes a kept weight as
+// value7 * s + (-z s) with s and -z s stored in the activation type (value7 <= 127), a
+// dropped one to exactly 0. tol = 2^-9 (fp16) and 2^-7 (bf16) as in test_gemv_qn.cu: four
+// and two units of the output's roundoff. A wrong pair half, byte or group is an error of
+// order |x| |w| per weight, far above it. Outputs are poisoned (0xFF: NaN) before each launch.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+#include "kernels/group_quant.h"
+#include "kernels/packed_weight.h"
+#include "kernels/s7/gemv_s7.h"
+#include "kernels/weight_format.h"
+#include "runtime/dtype.h"
+
+namespace gemlite {
+namespace {
+
+uint64_t test_seed() {
+  static const uint64_t seed = [] {
+    const char* env = std::getenv("GEMLITE_TEST_SEED");
+    const uint64_t s = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
+    std::cout << "[gemv_s7] GEMLITE_TEST_SEED=" << s << "\n";
+    return s;
+  }();
+  return seed;
+}
+
+WeightFormat s7_format(int group) {
+  WeightFormat f;
+  f.kind = FormatKind::S7;
+  f.bits = 7;
+  f.group = group;
+  return f;
+}
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t bytes) { CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+struct StreamGuard {
+  cudaStream_t stream = nullptr;
+  StreamGuard() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+  ~StreamGuard() { cudaStreamDestroy(stream); }
+};
+
+// W [N, K] with rows of different scale and offset and an outlier per 97 columns.
+std::vector<float> random_weight(int64_t N, int64_t K, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(0.25f, 2.0f);
+  std::vector<float> w(size_t(N * K));
+  for (int64_t n = 0; n < N; ++n) {
+    const float scale = uniform(rng), offset = n % 5 == 0 ? 2.0f * normal(rng) : 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      float v = offset + scale * normal(rng);
+      if (k % 97 == int64_t(n % 97)) v *= 6.0f;
+      w[size_t(n * K + k)] = v;
+    }
+  }
+  return w;
+}
+
+// Returns the worst |y - ref| / S2 over all outputs (infinite for a non-finite y).
+double run_and_compare(const PackedWeight& packed, const S7DeviceWeight& dw, DType act, int64_t M,
+                       std::mt19937_64& rng, cudaStream_t stream, std::string* first_failure, int64_t* failures) {
+  const int64_t N = packed.rows, K = packed.cols, G = group_size(packed.format.group, K);
+  const int64_t n_groups = group_count(packed.format.group, K);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> x_bits(size_t(M * K));
+  std::vector<float> x(size_t(M * K));
+  for (size_t i = 0; i < x.size(); ++i) {
+    x_bits[i] = act == DType::BF16 ? float_to_bf16(normal(rng)) : float_to_half(normal(rng));
+    x[i] = act == DType::BF16 ? bf16_to_float(x_bits[i]) : half_to_float(x_bits[i]);
+  }
+  std::vector<float> ref(size_t(M * N));
+  linear_reference(packed, x.data(), M, ref.data());
+
+  // S2 per output, from the decoded rows and the group parameters.
+  const RowDecoder decode = make_row_decoder(packed);
+  const uint16_t* scales = packed.part("scales").as<uint16_t>();  // [N, n_groups]
+  const uint16_t* zeros = packed.part("zeros").as<uint16_t>();    // [N, n_groups]
+  std::vector<float> row(static_cast<size_t>(K)), terms(static_cast<size_t>(K)), s2(static_cast<size_t>(M * N));
+  for (int64_t n = 0; n < N; ++n) {
+    decode(n, row.data());
+    for (int64_t k = 0; k < K; ++k) {
+      const float s = half_to_float(scales[n * n_groups + k / G]), z = half_to_float(zeros[n * n_groups + k / G]);
+      terms[size_t(k)] = std::abs(row[size_t(k)]) + 127.0f * std::abs(s) + std::abs(z * s);
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      double sum = 0;
+      for (int64_t k = 0; k < K; ++k) sum += std::abs(double(x[size_t(m * K + k)])) * terms[size_t(k)];
+      s2[size_t(m * N + n)] = float(sum);
+    }
+  }
+
+  DeviceBuffer dx(size_t(M * K) * 2), dy(size_t(M * N) * 2);
+  CUDA_CHECK(cudaMemcpyAsync(dx.ptr, x_bits.data(), x_bits.size() * 2, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemsetAsync(dy.ptr, 0xFF, size_t(M * N) * 2, stream));
+  gemv_s7(dw, dx.ptr, dy.ptr, int(M), act, stream);
+  std::vector<uint16_t> y_bits(size_t(M * N));
+  CUDA_CHECK(cudaMemcpyAsync(y_bits.data(), dy.ptr, y_bits.size() * 2, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  const double tol = act == DType::BF16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -9);
+  double worst = 0;
+  for (int64_t i = 0; i < M * N; ++i) {
+    const float y = act == DType::BF16 ? bf16_to_float(y_bits[size_t(i)]) : half_to_float(y_bits[size_t(i)]);
+    const double ratio = std::isfinite(y) ? std::abs(double(y) - double(ref[size_t(i)])) / std::max(double(s2[size_t(i)]), 1e-30)
+                                          : INFINITY;
+    worst = std::max(worst, ratio);
+    if (!(ratio <= tol) && (*failures)++ == 0)
+      *first_failure = "y[" + std::to_string(i / N) + ", " + std::to_string(i % N) + "] = " + std::to_string(y) +
+                       ", reference " + std::to_string(ref[size_t(i)]) + ", |error| / S2 = " + std::to_string(ratio);
+  }
+  return worst;
+}
+
+struct Shape {
+  int64_t K, N;
+};
+
+class GemvS7Test : public ::testing::TestWithParam<int> {};
+
+TEST_P(GemvS7Test, MatchesCpuReference) {
+  const int group = GetParam();
+  const WeightFormat format = s7_format(group);
+  std::mt19937_64 rng(test_seed() * 1000003 + uint64_t(group));
+  StreamGuard stream;
+  double worst[2] = {0, 0};
+  for (const Shape shape : {Shape{33, 7}, Shape{100, 20}, Shape{4100, 1000}, Shape{11008, 64}, Shape{57344, 32},
+                            Shape{4096, 4096}}) {
+    const std::vector<float> w = random_weight(shape.N, shape.K, rng);
+    const PackedWeight packed = quantize_weight(w.data(), shape.N, shape.K, format);
+    for (DType act : {DType::F16, DType::BF16}) {
+      S7DeviceWeight dw = upload_s7_weight(packed, act);
+      for (int64_t M : {1, 3, 8}) {
+        SCOPED_TRACE(format.name() + " " + dtype_name(act) + " K=" + std::to_string(shape.K) +
+                     " N=" + std::to_string(shape.N) + " M=" + std::to_string(M) +
+                     " seed=" + std::to_string(test_seed()));
+        std::string first_failure;
+        int64_t failures = 0;
+        const double r = run_and_compare(packed, dw, act, M, rng, stream.stream, &first_failure, &failures);
+        EXPECT_EQ(failures, 0) << first_failure;
+        worst[act == DType::BF16] = std::max(worst[act == DType::BF16], r);
+      }
+      free_qn_weight(&dw);
+    }
+  }
+  std::cout << "[gemv_s7] " << format.name() << ": worst |error| / S2 fp16 " << worst[0] << " (tol "
+            << std::ldexp(1.0, -9) << "), bf16 " << worst[1] << " (tol " << std::ldexp(1.0, -7) << ")\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Groups, GemvS7Test, ::testing::Values(64, 128),
+                         [](const ::testing::TestParamInfo<int>& info) { return "Group" + std::to_string(info.param); });
+
+TEST(GemvS7Edges, RejectsOtherFormats) {
+  std::mt19937_64 rng(test_seed() + 5);
+  const std::vector<float> w = random_weight(16, 128, rng);
+  WeightFormat q4;
+  q4.kind = FormatKind::QN;
+  q4.bits = 4;
+  q4.group = 64;
+  const PackedWeight packed = quantize_weight(w.data(), 16, 128, q4);
+  EXPECT_THROW(upload_s7_weight(packed, DType::F16), Error);
+  QnDeviceWeight dw = upload_qn_weight(packed, DType::F16);
+  DeviceBuffer dx(128 * 2), dy(16 * 2);
+  EXPECT_THROW(gemv_s7(dw, dx.ptr, dy.ptr, 1, DType::F16, nullptr), Error);
+  free_qn_weight(&dw);
+}
+
+}  // namespace
+}  // namespace gemlite
