@@ -242,21 +242,33 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& options) {
         for (size_t f = 0; f < options.formats.size(); ++f) {
           const std::vector<FpxDeviceWeight>& weights = fpx[f];
           const int copies = int(weights.size());
-          const double us = time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
-            gemm_fpx(weights[size_t(i % copies)], x, y, M, act, stream);
-          });
-          // The check reads the output of the last timed launch: copy 0's weights after a
-          // fresh launch.
-          CUDA_CHECK(cudaMemsetAsync(y, 0xFF, size_t(M) * size_t(N) * 2, stream));
-          gemm_fpx(weights[0], x, y, M, act, stream);
-          const double ratio = worst_sample_ratio(weights[0], x, y, M, stream);
-          const double total = double(weights[0].weight_bytes()) + io_bytes;
-          std::fprintf(out,
-                       "fpx %s %s K=%lld N=%lld M=%d: %.1f us, %.0f GB/s, %.1f %% of copy, %.2fx cuBLAS, check %s (%.3f)\n",
-                       options.formats[f].c_str(), act_name(act), (long long)K, (long long)N, M, us,
-                       total / (us * 1e3), 100.0 * total / (us * 1e3) / copy_gbs, dense_us / us,
-                       ratio <= 1.0 ? "ok" : "FAILED", ratio);
-          std::fflush(out);
+          std::vector<std::pair<std::string, GemmFpxConfig>> settings = {{"", GemmFpxConfig{}}};
+          if (options.sweep_variants && M >= 16 && act == DType::F16) {
+            GemmFpxConfig mt2, smem;
+            mt2.m_tile = 2;
+            mt2.smem_x = 0;
+            smem.smem_x = 1;
+            settings.push_back({" mt=2", mt2});
+            settings.push_back({" smem", smem});
+          }
+          for (const auto& variant : settings) {
+            const std::string& setting = variant.first;
+            const GemmFpxConfig& config = variant.second;
+            const double us = time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
+              gemm_fpx(weights[size_t(i % copies)], x, y, M, act, stream, config);
+            });
+            // The check reads the output of a fresh launch on copy 0.
+            CUDA_CHECK(cudaMemsetAsync(y, 0xFF, size_t(M) * size_t(N) * 2, stream));
+            gemm_fpx(weights[0], x, y, M, act, stream, config);
+            const double ratio = worst_sample_ratio(weights[0], x, y, M, stream);
+            const double total = double(weights[0].weight_bytes()) + io_bytes;
+            std::fprintf(out,
+                         "fpx %s %s K=%lld N=%lld M=%d%s: %.1f us, %.0f GB/s, %.1f %% of copy, %.2fx cuBLAS, check %s (%.3f)\n",
+                         options.formats[f].c_str(), act_name(act), (long long)K, (long long)N, M, setting.c_str(), us,
+                         total / (us * 1e3), 100.0 * total / (us * 1e3) / copy_gbs, dense_us / us,
+                         ratio <= 1.0 ? "ok" : "FAILED", ratio);
+            std::fflush(out);
+          }
         }
       }
       for (auto& weights : fpx)

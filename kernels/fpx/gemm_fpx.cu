@@ -44,6 +44,7 @@ namespace {
 
 constexpr int kMaxSplits = 8;
 constexpr int kSplitMaxM = 16;  // split-K only for M <= 16 (two n-tiles)
+constexpr int kSmemMinM = 64;   // from this M on, x goes through shared memory (gemm_fpx_smem_kernel)
 
 struct GemmFpxParams {
   const uint8_t* packed;     // [RB, KT * tile bytes]
@@ -219,11 +220,36 @@ __device__ __forceinline__ uint2 load_x4(const uint16_t* row, int k, int K, bool
   return make_uint2(e[0] | e[1] << 16, e[2] | e[3] << 16);
 }
 
-// The 8 k-steps of one tile: acc[j] += W tile · x rows of n-tile j.
+// x fragments of one tile (8 k-steps x MT n-tiles) for this lane.
+template <int MT>
+__device__ __forceinline__ void load_x_tile(const uint16_t* const (&x_rows)[MT], int k0, int K, bool full,
+                                            uint2 (&xb)[8][MT]) {
+#pragma unroll
+  for (int s = 0; s < 8; ++s)
+#pragma unroll
+    for (int j = 0; j < MT; ++j) xb[s][j] = load_x4(x_rows[j], k0 + 16 * s, K, full);
+}
+
+// The 8 k-steps of one tile: acc[j] += W tile · x rows of n-tile j, x fragments given.
 template <int EBITS, int MBITS, bool BF16, int MT>
 __device__ __forceinline__ void tile_mma(const uint32_t (&words)[Planes<EBITS, MBITS>::kWords],
-                                         const uint16_t* const (&x_rows)[MT], int k0, int K, bool full,
-                                         float (&acc)[MT][4]) {
+                                         const uint2 (&xb)[8][MT], float (&acc)[MT][4]) {
+  static_for<0, 8>([&](auto step) {
+    constexpr int S = decltype(step)::value;
+    uint32_t a[4];
+    dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 0>(words), a[0], a[1]);
+    dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 1>(words), a[2], a[3]);
+#pragma unroll
+    for (int j = 0; j < MT; ++j) mma_16816<BF16>(acc[j], a, xb[S][j]);
+  });
+}
+
+// The same with x loaded step by step (MT >= 4: a whole tile of x fragments would not fit
+// in registers).
+template <int EBITS, int MBITS, bool BF16, int MT>
+__device__ __forceinline__ void tile_mma_loading_x(const uint32_t (&words)[Planes<EBITS, MBITS>::kWords],
+                                                   const uint16_t* const (&x_rows)[MT], int k0, int K, bool full,
+                                                   float (&acc)[MT][4]) {
   static_for<0, 8>([&](auto step) {
     constexpr int S = decltype(step)::value;
     uint2 b[MT];
@@ -269,20 +295,41 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
 #pragma unroll
     for (int j = 0; j < MT; ++j) x_rows[j] = p.x + int64_t(min(m0 + 8 * j + gid, p.M - 1)) * p.K;
     const uint8_t* tiles = p.packed + int64_t(rb) * p.KT * kTileBytes;
-    // The next tile's loads stay in flight while this one is dequantized and multiplied.
+    // The next tile's loads stay in flight while this one is dequantized and multiplied;
+    // for MT <= 2 its x fragments too (loading x step by step left each tile waiting on
+    // L2 latency: v1 of this kernel ran 8192 x 8192 at M = 1 in 26.2 us, 64 % of copy).
+    constexpr bool kPrefetchX = MT <= 2;
     uint32_t cur[P::kWords];
+    uint2 xc[kPrefetchX ? 8 : 1][MT];
     int t = t_begin + wk;
-    if (t < t_end) load_tile<EBITS, MBITS>(tiles + int64_t(t) * kTileBytes, lane, cur);
+    const auto full_tile = [&](int tile) { return p.x_vectorized && (tile + 1) * kFpxTileK <= p.K; };
+    if (t < t_end) {
+      load_tile<EBITS, MBITS>(tiles + int64_t(t) * kTileBytes, lane, cur);
+      if constexpr (kPrefetchX) load_x_tile<MT>(x_rows, t * kFpxTileK + 4 * tig, p.K, full_tile(t), xc);
+    }
     for (; t < t_end; t += p.warps_k) {
       uint32_t next[P::kWords];
-      const bool has_next = t + p.warps_k < t_end;
-      if (has_next) load_tile<EBITS, MBITS>(tiles + int64_t(t + p.warps_k) * kTileBytes, lane, next);
-      const int k0 = t * kFpxTileK + 4 * tig;
-      const bool full = p.x_vectorized && (t + 1) * kFpxTileK <= p.K;
-      tile_mma<EBITS, MBITS, BF16, MT>(cur, x_rows, k0, p.K, full, acc);
+      uint2 xn[kPrefetchX ? 8 : 1][MT];
+      const int tn = t + p.warps_k;
+      const bool has_next = tn < t_end;
+      if (has_next) {
+        load_tile<EBITS, MBITS>(tiles + int64_t(tn) * kTileBytes, lane, next);
+        if constexpr (kPrefetchX) load_x_tile<MT>(x_rows, tn * kFpxTileK + 4 * tig, p.K, full_tile(tn), xn);
+      }
+      if constexpr (kPrefetchX) {
+        tile_mma<EBITS, MBITS, BF16, MT>(cur, xc, acc);
+      } else {
+        tile_mma_loading_x<EBITS, MBITS, BF16, MT>(cur, x_rows, t * kFpxTileK + 4 * tig, p.K, full_tile(t), acc);
+      }
       if (has_next) {
 #pragma unroll
         for (int i = 0; i < P::kWords; ++i) cur[i] = next[i];
+        if constexpr (kPrefetchX) {
+#pragma unroll
+          for (int s = 0; s < 8; ++s)
+#pragma unroll
+            for (int j = 0; j < MT; ++j) xc[s][j] = xn[s][j];
+        }
       }
     }
   }
@@ -344,6 +391,104 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
   }
 }
 
+// ---- larger M: x tiles shared through shared memory ----------------------------------
+//
+// Each warp owns one row block as above and 64 x rows (8 n-tiles, MT = 8); the block's
+// warps_n warps (4 or 8: 64 or 128 rows of W) share each 64 x 128 tile of x, copied into
+// shared memory with cp.async one tile ahead (two stages), so a B fragment is one
+// conflict-free 8-byte shared load instead of an L2 round trip: the register-only kernel
+// above spent 0.1-0.25x cuBLAS at M >= 64 waiting on those. Needs K % 8 == 0 and x 16-byte
+// aligned (16-byte copies); rows past M copy row M - 1, columns past K are zero-filled.
+constexpr int kSmemRows = 64;                   // x rows per block
+constexpr int kSmemStride = kFpxTileK + 16;     // halves per row: 288 bytes, 8 banks apart
+constexpr size_t kSmemStageBytes = size_t(kSmemRows) * kSmemStride * 2;
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* global, int src_bytes) {
+  const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+// PRECOND: blockDim.x = 32 warps_n, dynamic shared memory 2 kSmemStageBytes, grid =
+// (ceil(M / 64), ceil(RB / warps_n)), K % 8 == 0, x 16-byte aligned.
+template <int EBITS, int MBITS, bool BF16>
+__global__ void __launch_bounds__(256) gemm_fpx_smem_kernel(const GemmFpxParams p) {
+  using P = Planes<EBITS, MBITS>;
+  constexpr int MT = kSmemRows / 8;
+  constexpr int kTileBytes = 256 * P::kBits;
+  extern __shared__ uint4 smem_raw[];
+  uint16_t* xs = reinterpret_cast<uint16_t*>(smem_raw);  // [2][64][kSmemStride]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int gid = lane / 4, tig = lane % 4;
+  const int rb = blockIdx.y * p.warps_n + warp;
+  const bool active = rb < p.RB;
+  const int m0 = blockIdx.x * kSmemRows;
+  const uint8_t* tiles = p.packed + int64_t(min(rb, p.RB - 1)) * p.KT * kTileBytes;
+
+  const auto copy_x = [&](int t, int stage) {  // x [m0 .. m0 + 63, 128 t .. 128 t + 127] -> stage
+    for (int c = threadIdx.x; c < kSmemRows * 16; c += blockDim.x) {
+      const int row = c / 16, col = c % 16;
+      const int k = t * kFpxTileK + col * 8;
+      const uint16_t* src = p.x + int64_t(min(m0 + row, p.M - 1)) * p.K + (k < p.K ? k : 0);
+      cp_async16(xs + (stage * kSmemRows + row) * kSmemStride + col * 8, src, k < p.K ? 16 : 0);
+    }
+    cp_async_commit();
+  };
+
+  float acc[MT][4] = {};
+  uint32_t cur[P::kWords];
+  copy_x(0, 0);
+  if (active) load_tile<EBITS, MBITS>(tiles, lane, cur);
+  for (int t = 0; t < p.KT; ++t) {
+    uint32_t next[P::kWords];
+    const bool has_next = t + 1 < p.KT;
+    if (has_next) {
+      copy_x(t + 1, (t + 1) & 1);
+      if (active) load_tile<EBITS, MBITS>(tiles + int64_t(t + 1) * kTileBytes, lane, next);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (active) {
+      const uint16_t* xt = xs + (t & 1) * kSmemRows * kSmemStride + gid * kSmemStride + 4 * tig;
+      static_for<0, 8>([&](auto step) {
+        constexpr int S = decltype(step)::value;
+        uint32_t a[4];
+        dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 0>(cur), a[0], a[1]);
+        dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 1>(cur), a[2], a[3]);
+#pragma unroll
+        for (int j = 0; j < MT; ++j) {
+          const uint2 b = *reinterpret_cast<const uint2*>(xt + 8 * j * kSmemStride + 16 * S);
+          mma_16816<BF16>(acc[j], a, b);
+        }
+      });
+    }
+    __syncthreads();  // the stage read here is the one copied into next iteration
+    if (has_next) {
+#pragma unroll
+      for (int i = 0; i < P::kWords; ++i) cur[i] = next[i];
+    }
+  }
+  if (!active) return;
+  // C fragment: acc[j][0..1] = row gid, x rows 8 j + 2 tig + 0/1; acc[j][2..3] = row gid + 8.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t n = int64_t(rb) * kFpxTileRows + gid + 8 * h;
+    if (n >= p.N) continue;
+    const float factor = p.row_factor[n], bias = p.bias ? p.bias[n] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < MT; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int m = m0 + 8 * j + 2 * tig + e;
+        if (m < p.M) p.y[int64_t(m) * p.N + n] = to_activation<BF16>(acc[j][2 * h + e] * factor + bias);
+      }
+  }
+}
+
 using KernelFn = void (*)(GemmFpxParams);
 
 template <int EBITS, int MBITS, bool BF16>
@@ -354,6 +499,11 @@ KernelFn pick_mt(int mt) {
     case 4: return gemm_fpx_kernel<EBITS, MBITS, BF16, 4>;
     default: return gemm_fpx_kernel<EBITS, MBITS, BF16, 8>;
   }
+}
+
+KernelFn pick_smem_kernel(int ebits, int mbits, bool bf16) {
+  if (ebits == 3 && mbits == 2) return bf16 ? gemm_fpx_smem_kernel<3, 2, true> : gemm_fpx_smem_kernel<3, 2, false>;
+  return bf16 ? gemm_fpx_smem_kernel<2, 2, true> : gemm_fpx_smem_kernel<2, 2, false>;
 }
 
 KernelFn pick_kernel(int ebits, int mbits, bool bf16, int mt) {
@@ -375,19 +525,21 @@ int sm_count() {
 }
 
 // Small M (<= 16, two n-tiles): first enough blocks along K (split-K) to give every SM a
-// block, then warps per block along K up to ~32 resident warps per SM (the MT <= 2 kernels
-// use <= 64 registers), every warp keeping >= 2 tiles of K so that its next tile's loads
-// overlap the current one. Larger M: 4 row blocks per block (they read the same x lines
+// block, then warps per block along K while the grid still fits in one wave of resident
+// warps, every warp keeping >= 2 tiles of K so that its next tile's loads overlap the
+// current one. Larger M: 4 row blocks per block (they read the same x lines
 // through L1), warps along K only while the grid is short of ~16 warps per SM.
 LaunchShape choose_launch(int64_t row_blocks, int64_t k_tiles, int M, int sms, const GemmFpxConfig& config) {
   LaunchShape s;
-  s.mt = M <= 8 ? 1 : M <= 16 ? 2 : M <= 32 ? 4 : 8;
+  // MT = 2 beat 4 and 8 (4 row blocks a block) at every M from 16 to 64 on the H100 (they
+  // wait on x from L2 step by step), e.g. 8192 x 8192 at M = 32: 54.5 us vs 114.6.
+  s.mt = config.m_tile > 0 ? config.m_tile : M <= 8 ? 1 : 2;
   const int64_t m_chunks = (M + 8 * s.mt - 1) / (8 * s.mt);
-  const bool small = s.mt <= 2;
+  const bool small = s.mt <= 2;  // one row block per block, x fragments prefetched
   s.warps_n = small ? 1 : 4;
   const int max_warps = small ? 16 : 8;  // shared memory: warps * MT * 512 bytes <= 16 KB, 32 KB
   s.splits = 1;
-  if (small) {
+  if (small && m_chunks == 1) {  // the workspace and counters hold one chunk of <= 16 x rows
     if (config.splits > 0) {
       s.splits = std::min(config.splits, kMaxSplits);
     } else {
@@ -395,13 +547,17 @@ LaunchShape choose_launch(int64_t row_blocks, int64_t k_tiles, int M, int sms, c
     }
   }
   const int64_t tiles = (k_tiles + s.splits - 1) / s.splits;
-  const int64_t target = int64_t(sms) * (small ? 32 : 16);
+  // Resident warps per SM at the kernels' register counts (ptxas, sm_90): MT = 1 uses 86
+  // registers (23 warps), MT = 2 126 (16), MT = 4 / 8 80 / 114 (16+).
+  const int64_t target = int64_t(sms) * (s.mt == 1 ? 23 : 16);
   if (config.warps_k > 0) {
     s.warps_k = std::clamp(config.warps_k, 1, max_warps / s.warps_n);
   } else {
     s.warps_k = small ? 4 : 1;
+    // Doubling only while the grid still fits one wave: 8192 x 8192 at M = 1 took 16-warp
+    // blocks (two waves of 4 tiles a warp) when the rule was "below the target".
     while (s.warps_n * s.warps_k * 2 <= max_warps && tiles >= 4 * s.warps_k &&
-           m_chunks * row_blocks * s.splits * s.warps_k < target)
+           m_chunks * row_blocks * s.splits * s.warps_k * 2 <= target)
       s.warps_k *= 2;
   }
   return s;
@@ -497,6 +653,8 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
     throw Error(std::string("gemm_fpx: activations are ") + dtype_name(act) + " but the weight was uploaded for " +
                 dtype_name(w.act));
   if (!w.packed) throw Error("gemm_fpx: weight not uploaded");
+  if (config.m_tile != 0 && config.m_tile != 1 && config.m_tile != 2 && config.m_tile != 4 && config.m_tile != 8)
+    throw Error("gemm_fpx: m_tile = " + std::to_string(config.m_tile) + " (expected 1, 2, 4 or 8)");
   static const int sms = sm_count();
   LaunchShape s = choose_launch(w.row_blocks, w.k_tiles, M, sms, config);
   s.splits = std::clamp(s.splits, 1, w.max_splits);
@@ -518,6 +676,23 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
   p.splits = s.splits;
   p.tiles_per_split = int((w.k_tiles + s.splits - 1) / s.splits);
   p.x_vectorized = w.K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0;
+  const bool smem_ok = w.K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const bool use_smem = smem_ok && (config.smem_x > 0 || (config.smem_x < 0 && config.m_tile == 0 && M >= kSmemMinM));
+  if (use_smem) {
+    const int64_t m_chunks = (M + kSmemRows - 1) / kSmemRows;
+    // 8 row blocks (128 rows of W) per block share each x tile; 4 or 2 when that leaves
+    // fewer than two (one) blocks per SM.
+    const auto blocks = [&](int per_block) { return m_chunks * ((w.row_blocks + per_block - 1) / per_block); };
+    p.warps_n = blocks(8) >= 2 * sms ? 8 : blocks(4) >= sms ? 4 : 2;
+    p.warps_k = 1;
+    p.splits = 1;
+    p.tiles_per_split = int(w.k_tiles);
+    const dim3 grid(unsigned(m_chunks), unsigned((w.row_blocks + p.warps_n - 1) / p.warps_n), 1);
+    const KernelFn kernel = pick_smem_kernel(w.ebits, w.mbits, act == DType::BF16);
+    kernel<<<grid, dim3(unsigned(p.warps_n * 32)), 2 * kSmemStageBytes, stream>>>(p);
+    CHECK_LAST_LAUNCH("gemm_fpx_smem_kernel");
+    return;
+  }
   const int warps = s.warps_n * s.warps_k;
   const size_t smem = size_t(warps) * s.mt * 4 * 32 * sizeof(float);
   const dim3 grid(unsigned((M + 8 * s.mt - 1) / (8 * s.mt)), unsigned((w.row_blocks + s.warps_n - 1) / s.warps_n),

@@ -49,6 +49,8 @@ FpxDeviceWeight alloc_fpx_weight(const WeightFormat& format, int64_t N, int64_t 
 struct GemmFpxConfig {
   int warps_k = 0;  // warps of a block splitting K
   int splits = 0;   // blocks splitting K (M <= 16 only; <= the weight's max_splits)
+  int m_tile = 0;   // n-tiles of 8 x rows per warp: 1, 2, 4 or 8
+  int smem_x = -1;  // x through shared memory (64 x rows a block): -1 automatic, 0 never, 1 when possible
 };
 
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias), on `stream`; x and y device pointers, rows

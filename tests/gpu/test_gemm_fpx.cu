@@ -212,7 +212,8 @@ INSTANTIATE_TEST_SUITE_P(Formats, GemmFpxTest, ::testing::Values("fp6", "fp5"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 // Misaligned x (odd element offset: scalar loads), a bias added after the reduction, and
-// every split-K and warps-per-block setting the weight allows, on one shape.
+// every split-K, warps-per-block and n-tile setting of the register kernel plus the
+// shared-memory kernel, on one shape.
 TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
   std::mt19937_64 rng(test_seed() + 5);
   StreamGuard stream;
@@ -226,7 +227,7 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
   packed.parts["bias"] = HostTensor::copy_of(DType::F32, {N}, bias.data());
   for (DType act : {DType::F16, DType::BF16}) {
     FpxDeviceWeight dw = upload_fpx_weight(packed, act);
-    for (int64_t M : {1, 5, 16, 40}) {
+    for (int64_t M : {1, 5, 16, 40, 70}) {
       SCOPED_TRACE(std::string(dtype_name(act)) + " M=" + std::to_string(M));
       CheckResult r = check_random(packed, dw, act, M, rng, stream.stream, 1);
       EXPECT_EQ(r.failures, 0) << "misaligned: " << r.first_failure;
@@ -235,9 +236,21 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
           GemmFpxConfig config;
           config.splits = splits;
           config.warps_k = warps_k;
+          config.smem_x = 0;
           r = check_random(packed, dw, act, M, rng, stream.stream, 0, config);
           EXPECT_EQ(r.failures, 0) << "splits " << splits << " warps_k " << warps_k << ": " << r.first_failure;
         }
+      for (int m_tile : {1, 2, 4, 8}) {  // every register-kernel variant, whatever M picks
+        GemmFpxConfig config;
+        config.m_tile = m_tile;
+        config.smem_x = 0;
+        r = check_random(packed, dw, act, M, rng, stream.stream, 0, config);
+        EXPECT_EQ(r.failures, 0) << "m_tile " << m_tile << ": " << r.first_failure;
+      }
+      GemmFpxConfig smem;  // the shared-memory kernel at small M too
+      smem.smem_x = 1;
+      r = check_random(packed, dw, act, M, rng, stream.stream, 0, smem);
+      EXPECT_EQ(r.failures, 0) << "shared-memory x: " << r.first_failure;
     }
     free_fpx_weight(&dw);
   }
