@@ -243,6 +243,11 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& options) {
           const std::vector<FpxDeviceWeight>& weights = fpx[f];
           const int copies = int(weights.size());
           std::vector<std::pair<std::string, GemmFpxConfig>> settings = {{"", GemmFpxConfig{}}};
+          if (options.sweep_variants && M <= 8 && act == DType::F16) {
+            GemmFpxConfig ahead1;
+            ahead1.tiles_ahead = 1;
+            settings.push_back({" ahead=1", ahead1});
+          }
           if (options.sweep_variants && M >= 16 && act == DType::F16) {
             GemmFpxConfig mt2, smem;
             mt2.m_tile = 2;

@@ -29,8 +29,9 @@ struct FpxBenchOptions {
                                        {14336, 4096}, {4096, 1024}};
   std::vector<int> batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
   std::vector<DType> activations = {DType::F16, DType::BF16};
-  // For M >= 16 with fp16, also time the register kernel with MT = 2 (" mt=2") and the
-  // shared-memory kernel (" smem") whatever the automatic choice, to compare in one run.
+  // With fp16, also time the variants the automatic choice decides between, in the same
+  // run: M <= 8 with one tile loaded ahead (" ahead=1"), M >= 16 the register kernel with
+  // MT = 2 (" mt=2") and the shared-memory kernel (" smem").
   bool sweep_variants = true;
   size_t rotation_bytes = size_t(256) << 20;
   int replays = 20;

@@ -277,7 +277,7 @@ __device__ __forceinline__ uint16_t to_activation(float v) {
 // PRECOND: blockDim.x = 32 warps_n warps_k; dynamic shared memory 512 MT bytes per warp;
 // grid = (ceil(M / 8 MT), ceil(RB / warps_n), splits); splits > 1 only with gridDim.x == 1
 // and M <= 16.
-template <int EBITS, int MBITS, bool BF16, int MT>
+template <int EBITS, int MBITS, bool BF16, int MT, int AHEAD>
 __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const GemmFpxParams p) {
   using P = Planes<EBITS, MBITS>;
   constexpr int kTileBytes = 256 * P::kBits;
@@ -295,40 +295,42 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
 #pragma unroll
     for (int j = 0; j < MT; ++j) x_rows[j] = p.x + int64_t(min(m0 + 8 * j + gid, p.M - 1)) * p.K;
     const uint8_t* tiles = p.packed + int64_t(rb) * p.KT * kTileBytes;
-    // The next tile's loads stay in flight while this one is dequantized and multiplied;
-    // for MT <= 2 its x fragments too (loading x step by step left each tile waiting on
+    // The next tiles' loads stay in flight while this one is dequantized and multiplied;
+    // for MT <= 2 their x fragments too (loading x step by step left each tile waiting on
     // L2 latency: v1 of this kernel ran 8192 x 8192 at M = 1 in 26.2 us, 64 % of copy).
+    // MT = 1 can keep two tiles in flight (AHEAD = 2, 114 registers): at one tile ahead
+    // its ~16 resident warps a SM hold ~24 KB in flight, short of the ~34 KB a SM that
+    // 3 TB/s at ~1.5 us latency needs.
     constexpr bool kPrefetchX = MT <= 2;
-    uint32_t cur[P::kWords];
-    uint2 xc[kPrefetchX ? 8 : 1][MT];
-    int t = t_begin + wk;
+    constexpr int kAhead = AHEAD;
+    uint32_t words[kAhead + 1][P::kWords];
+    uint2 xf[kPrefetchX ? kAhead + 1 : 1][kPrefetchX ? 8 : 1][MT];
     const auto full_tile = [&](int tile) { return p.x_vectorized && (tile + 1) * kFpxTileK <= p.K; };
-    if (t < t_end) {
-      load_tile<EBITS, MBITS>(tiles + int64_t(t) * kTileBytes, lane, cur);
-      if constexpr (kPrefetchX) load_x_tile<MT>(x_rows, t * kFpxTileK + 4 * tig, p.K, full_tile(t), xc);
-    }
-    for (; t < t_end; t += p.warps_k) {
-      uint32_t next[P::kWords];
-      uint2 xn[kPrefetchX ? 8 : 1][MT];
-      const int tn = t + p.warps_k;
-      const bool has_next = tn < t_end;
-      if (has_next) {
-        load_tile<EBITS, MBITS>(tiles + int64_t(tn) * kTileBytes, lane, next);
-        if constexpr (kPrefetchX) load_x_tile<MT>(x_rows, tn * kFpxTileK + 4 * tig, p.K, full_tile(tn), xn);
-      }
-      if constexpr (kPrefetchX) {
-        tile_mma<EBITS, MBITS, BF16, MT>(cur, xc, acc);
-      } else {
-        tile_mma_loading_x<EBITS, MBITS, BF16, MT>(cur, x_rows, t * kFpxTileK + 4 * tig, p.K, full_tile(t), acc);
-      }
-      if (has_next) {
+    const auto load = [&](int tile, int slot) {
+      load_tile<EBITS, MBITS>(tiles + int64_t(tile) * kTileBytes, lane, words[slot]);
+      if constexpr (kPrefetchX) load_x_tile<MT>(x_rows, tile * kFpxTileK + 4 * tig, p.K, full_tile(tile), xf[slot]);
+    };
+    const int t0 = t_begin + wk;
 #pragma unroll
-        for (int i = 0; i < P::kWords; ++i) cur[i] = next[i];
+    for (int i = 0; i < kAhead; ++i)
+      if (t0 + i * p.warps_k < t_end) load(t0 + i * p.warps_k, i);
+    for (int t = t0; t < t_end; t += p.warps_k) {
+      const int ahead = t + kAhead * p.warps_k;
+      if (ahead < t_end) load(ahead, kAhead);
+      if constexpr (kPrefetchX) {
+        tile_mma<EBITS, MBITS, BF16, MT>(words[0], xf[0], acc);
+      } else {
+        tile_mma_loading_x<EBITS, MBITS, BF16, MT>(words[0], x_rows, t * kFpxTileK + 4 * tig, p.K, full_tile(t), acc);
+      }
+#pragma unroll
+      for (int i = 0; i < kAhead; ++i) {  // slot i holds tile t + (i + 1) warps_k next
+#pragma unroll
+        for (int w = 0; w < P::kWords; ++w) words[i][w] = words[i + 1][w];
         if constexpr (kPrefetchX) {
 #pragma unroll
           for (int s = 0; s < 8; ++s)
 #pragma unroll
-            for (int j = 0; j < MT; ++j) xc[s][j] = xn[s][j];
+            for (int j = 0; j < MT; ++j) xf[i][s][j] = xf[i + 1][s][j];
         }
       }
     }
@@ -492,12 +494,12 @@ __global__ void __launch_bounds__(256) gemm_fpx_smem_kernel(const GemmFpxParams 
 using KernelFn = void (*)(GemmFpxParams);
 
 template <int EBITS, int MBITS, bool BF16>
-KernelFn pick_mt(int mt) {
+KernelFn pick_mt(int mt, int ahead) {
   switch (mt) {
-    case 1: return gemm_fpx_kernel<EBITS, MBITS, BF16, 1>;
-    case 2: return gemm_fpx_kernel<EBITS, MBITS, BF16, 2>;
-    case 4: return gemm_fpx_kernel<EBITS, MBITS, BF16, 4>;
-    default: return gemm_fpx_kernel<EBITS, MBITS, BF16, 8>;
+    case 1: return ahead == 2 ? gemm_fpx_kernel<EBITS, MBITS, BF16, 1, 2> : gemm_fpx_kernel<EBITS, MBITS, BF16, 1, 1>;
+    case 2: return gemm_fpx_kernel<EBITS, MBITS, BF16, 2, 1>;
+    case 4: return gemm_fpx_kernel<EBITS, MBITS, BF16, 4, 1>;
+    default: return gemm_fpx_kernel<EBITS, MBITS, BF16, 8, 1>;
   }
 }
 
@@ -506,9 +508,9 @@ KernelFn pick_smem_kernel(int ebits, int mbits, bool bf16) {
   return bf16 ? gemm_fpx_smem_kernel<2, 2, true> : gemm_fpx_smem_kernel<2, 2, false>;
 }
 
-KernelFn pick_kernel(int ebits, int mbits, bool bf16, int mt) {
-  if (ebits == 3 && mbits == 2) return bf16 ? pick_mt<3, 2, true>(mt) : pick_mt<3, 2, false>(mt);
-  if (ebits == 2 && mbits == 2) return bf16 ? pick_mt<2, 2, true>(mt) : pick_mt<2, 2, false>(mt);
+KernelFn pick_kernel(int ebits, int mbits, bool bf16, int mt, int ahead) {
+  if (ebits == 3 && mbits == 2) return bf16 ? pick_mt<3, 2, true>(mt, ahead) : pick_mt<3, 2, false>(mt, ahead);
+  if (ebits == 2 && mbits == 2) return bf16 ? pick_mt<2, 2, true>(mt, ahead) : pick_mt<2, 2, false>(mt, ahead);
   throw Error("gemm_fpx: e" + std::to_string(ebits) + "m" + std::to_string(mbits) +
               " is not instantiated (fp6 e3m2 and fp5 e2m2 are)");
 }
@@ -548,8 +550,8 @@ LaunchShape choose_launch(int64_t row_blocks, int64_t k_tiles, int M, int sms, c
   }
   const int64_t tiles = (k_tiles + s.splits - 1) / s.splits;
   // Resident warps per SM at the kernels' register counts (ptxas, sm_90): MT = 1 uses 86
-  // registers (23 warps), MT = 2 126 (16), MT = 4 / 8 80 / 114 (16+).
-  const int64_t target = int64_t(sms) * (s.mt == 1 ? 23 : 16);
+  // (one tile ahead) or 114 registers (two), MT = 2 126, MT = 4 / 8 80 / 111: ~16 warps.
+  const int64_t target = int64_t(sms) * (s.mt == 1 && config.tiles_ahead == 1 ? 23 : 16);
   if (config.warps_k > 0) {
     s.warps_k = std::clamp(config.warps_k, 1, max_warps / s.warps_n);
   } else {
@@ -576,7 +578,7 @@ FpxDeviceWeight alloc_fpx_weight(const WeightFormat& format, int64_t N, int64_t 
   if (act != DType::F16 && act != DType::BF16)
     fail(where, std::string("activation type ") + dtype_name(act) + " (expected F16 or BF16)");
   if (K > (int64_t(1) << 30)) fail(where, "K = " + std::to_string(K) + " too large for the GPU kernel");
-  pick_kernel(format.ebits, format.mbits, act == DType::BF16, 1);  // throws for a code it was not built for
+  pick_kernel(format.ebits, format.mbits, act == DType::BF16, 1, 1);  // throws for a code it was not built for
   FpxDeviceWeight d;
   d.act = act;
   d.ebits = format.ebits;
@@ -653,6 +655,8 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
     throw Error(std::string("gemm_fpx: activations are ") + dtype_name(act) + " but the weight was uploaded for " +
                 dtype_name(w.act));
   if (!w.packed) throw Error("gemm_fpx: weight not uploaded");
+  if (config.tiles_ahead < 0 || config.tiles_ahead > 2)
+    throw Error("gemm_fpx: tiles_ahead = " + std::to_string(config.tiles_ahead) + " (expected 0, 1 or 2)");
   if (config.m_tile != 0 && config.m_tile != 1 && config.m_tile != 2 && config.m_tile != 4 && config.m_tile != 8)
     throw Error("gemm_fpx: m_tile = " + std::to_string(config.m_tile) + " (expected 1, 2, 4 or 8)");
   static const int sms = sm_count();
@@ -676,10 +680,15 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
   p.splits = s.splits;
   p.tiles_per_split = int((w.k_tiles + s.splits - 1) / s.splits);
   p.x_vectorized = w.K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0;
+  // The shared-memory kernel gives each warp a whole row block's K and no split, so it
+  // needs many (row block, 64-row chunk) pairs to fill the GPU: measured on the H100 it won
+  // from ~4 per SM (8192 x 57344 at M = 64: 287 us vs 845; 4096 x 4096 at M = 256: 62 vs
+  // 132) and lost below (11008 x 4096 at M = 64, 256 pairs: 171 vs 92).
+  const int64_t m_chunks = (M + kSmemRows - 1) / kSmemRows;
   const bool smem_ok = w.K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const bool use_smem = smem_ok && (config.smem_x > 0 || (config.smem_x < 0 && config.m_tile == 0 && M >= kSmemMinM));
+  const bool smem_pays = M >= kSmemMinM && m_chunks * w.row_blocks >= 4 * int64_t(sms);
+  const bool use_smem = smem_ok && (config.smem_x > 0 || (config.smem_x < 0 && config.m_tile == 0 && smem_pays));
   if (use_smem) {
-    const int64_t m_chunks = (M + kSmemRows - 1) / kSmemRows;
     // 8 row blocks (128 rows of W) per block share each x tile; 4 or 2 when that leaves
     // fewer than two (one) blocks per SM.
     const auto blocks = [&](int per_block) { return m_chunks * ((w.row_blocks + per_block - 1) / per_block); };
@@ -697,7 +706,8 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
   const size_t smem = size_t(warps) * s.mt * 4 * 32 * sizeof(float);
   const dim3 grid(unsigned((M + 8 * s.mt - 1) / (8 * s.mt)), unsigned((w.row_blocks + s.warps_n - 1) / s.warps_n),
                   unsigned(s.splits));
-  const KernelFn kernel = pick_kernel(w.ebits, w.mbits, act == DType::BF16, s.mt);
+  const int ahead = s.mt == 1 ? (config.tiles_ahead > 0 ? config.tiles_ahead : 2) : 1;
+  const KernelFn kernel = pick_kernel(w.ebits, w.mbits, act == DType::BF16, s.mt, ahead);
   kernel<<<grid, dim3(unsigned(warps * 32)), smem, stream>>>(p);
   CHECK_LAST_LAUNCH("gemm_fpx_kernel");
 }

@@ -51,6 +51,7 @@ struct GemmFpxConfig {
   int splits = 0;   // blocks splitting K (M <= 16 only; <= the weight's max_splits)
   int m_tile = 0;   // n-tiles of 8 x rows per warp: 1, 2, 4 or 8
   int smem_x = -1;  // x through shared memory (64 x rows a block): -1 automatic, 0 never, 1 when possible
+  int tiles_ahead = 0;  // MT = 1: tiles of W and x loaded ahead of the one multiplied, 1 or 2 (0: 2)
 };
 
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias), on `stream`; x and y device pointers, rows

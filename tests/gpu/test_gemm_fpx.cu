@@ -240,18 +240,38 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
           r = check_random(packed, dw, act, M, rng, stream.stream, 0, config);
           EXPECT_EQ(r.failures, 0) << "splits " << splits << " warps_k " << warps_k << ": " << r.first_failure;
         }
-      for (int m_tile : {1, 2, 4, 8}) {  // every register-kernel variant, whatever M picks
-        GemmFpxConfig config;
-        config.m_tile = m_tile;
-        config.smem_x = 0;
-        r = check_random(packed, dw, act, M, rng, stream.stream, 0, config);
-        EXPECT_EQ(r.failures, 0) << "m_tile " << m_tile << ": " << r.first_failure;
-      }
+      for (int m_tile : {1, 2, 4, 8})  // every register-kernel variant, whatever M picks
+        for (int ahead : {1, 2}) {
+          GemmFpxConfig config;
+          config.m_tile = m_tile;
+          config.smem_x = 0;
+          config.tiles_ahead = ahead;
+          r = check_random(packed, dw, act, M, rng, stream.stream, 0, config);
+          EXPECT_EQ(r.failures, 0) << "m_tile " << m_tile << " tiles_ahead " << ahead << ": " << r.first_failure;
+        }
       GemmFpxConfig smem;  // the shared-memory kernel at small M too
       smem.smem_x = 1;
       r = check_random(packed, dw, act, M, rng, stream.stream, 0, smem);
       EXPECT_EQ(r.failures, 0) << "shared-memory x: " << r.first_failure;
     }
+    free_fpx_weight(&dw);
+  }
+}
+
+// A small case of the shared-memory kernel (two 64-row chunks, a partial last tile of K),
+// quick enough for compute-sanitizer racecheck.
+TEST(GemmFpxEdges, SharedMemoryKernelSmall) {
+  std::mt19937_64 rng(test_seed() + 9);
+  StreamGuard stream;
+  const int64_t N = 40, K = 328;
+  const std::vector<float> w = random_weight(N, K, rng);
+  const PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse("fp6"));
+  for (DType act : {DType::F16, DType::BF16}) {
+    FpxDeviceWeight dw = upload_fpx_weight(packed, act);
+    GemmFpxConfig smem;
+    smem.smem_x = 1;
+    const CheckResult r = check_random(packed, dw, act, 70, rng, stream.stream, 0, smem);
+    EXPECT_EQ(r.failures, 0) << dtype_name(act) << ": " << r.first_failure;
     free_fpx_weight(&dw);
   }
 }
@@ -265,6 +285,9 @@ TEST(GemmFpxEdges, RejectsWrongInputs) {
   FpxDeviceWeight dw = upload_fpx_weight(packed, DType::F16);
   EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 0, DType::F16, nullptr), Error);
   EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 1, DType::BF16, nullptr), Error);
+  GemmFpxConfig bad;
+  bad.m_tile = 3;
+  EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 1, DType::F16, nullptr, bad), Error);
   free_fpx_weight(&dw);
 }
 
