@@ -549,9 +549,9 @@ LaunchShape choose_launch(int64_t row_blocks, int64_t k_tiles, int M, int sms, c
     }
   }
   const int64_t tiles = (k_tiles + s.splits - 1) / s.splits;
-  // Resident warps per SM at the kernels' register counts (ptxas, sm_90): MT = 1 uses 86
+  // Resident warps per SM at the kernels' register counts (ptxas, sm_90): MT = 1 uses 88
   // (one tile ahead) or 114 registers (two), MT = 2 126, MT = 4 / 8 80 / 111: ~16 warps.
-  const int64_t target = int64_t(sms) * (s.mt == 1 && config.tiles_ahead == 1 ? 23 : 16);
+  const int64_t target = int64_t(sms) * 16;
   if (config.warps_k > 0) {
     s.warps_k = std::clamp(config.warps_k, 1, max_warps / s.warps_n);
   } else {
@@ -563,6 +563,11 @@ LaunchShape choose_launch(int64_t row_blocks, int64_t k_tiles, int M, int sms, c
       s.warps_k *= 2;
   }
   return s;
+}
+
+int64_t grid_warps(int64_t row_blocks, int M, const LaunchShape& s) {
+  const int64_t m_chunks = (M + 8 * s.mt - 1) / (8 * s.mt);
+  return m_chunks * (row_blocks + s.warps_n - 1) / s.warps_n * s.warps_n * s.warps_k * s.splits;
 }
 
 }  // namespace
@@ -706,7 +711,16 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
   const size_t smem = size_t(warps) * s.mt * 4 * 32 * sizeof(float);
   const dim3 grid(unsigned((M + 8 * s.mt - 1) / (8 * s.mt)), unsigned((w.row_blocks + s.warps_n - 1) / s.warps_n),
                   unsigned(s.splits));
-  const int ahead = s.mt == 1 ? (config.tiles_ahead > 0 ? config.tiles_ahead : 2) : 1;
+  // Two tiles ahead (114 registers, ~16 resident warps a SM) unless the grid fits one wave
+  // only at one tile ahead (88 registers, ~23 warps): 8192 x 10240 at M = 1 (2560 warps)
+  // took 33.8 us at two tiles ahead (1.2 waves) and 27.0 at one; elsewhere two tiles ahead
+  // won by 0-6 % (28672 x 8192: 67.0 us vs 70.5).
+  int ahead = 1;
+  if (s.mt == 1) {
+    const int64_t total_warps = grid_warps(w.row_blocks, M, s);
+    ahead = config.tiles_ahead > 0 ? config.tiles_ahead
+            : (total_warps > int64_t(sms) * 16 && total_warps <= int64_t(sms) * 23) ? 1 : 2;
+  }
   const KernelFn kernel = pick_kernel(w.ebits, w.mbits, act == DType::BF16, s.mt, ahead);
   kernel<<<grid, dim3(unsigned(warps * 32)), smem, stream>>>(p);
   CHECK_LAST_LAUNCH("gemm_fpx_kernel");
