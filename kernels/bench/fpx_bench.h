@@ -32,7 +32,7 @@ struct FpxBenchOptions {
   // With fp16, also time the variants the automatic choice decides between, in the same
   // run: M <= 8 with one tile loaded ahead (" ahead=1"), M >= 16 the register kernel with
   // MT = 2 (" mt=2") and the shared-memory kernel (" smem").
-  bool sweep_variants = true;
+  bool sweep_variants = false;
   size_t rotation_bytes = size_t(256) << 20;
   int replays = 20;
 };

@@ -8,7 +8,12 @@
 // row-block groups, splits): the M chunks of one row block are neighbours in launch order,
 // so they read the weights from DRAM about once and share them through L2. For small N,
 // `splits` blocks split K further and the last one to arrive sums their fp32 partials
-// (workspace + counter, one kernel, no second pass).
+// (workspace + counter, one kernel, no second pass). Which variant runs (measured on the
+// H100, kernels/fpx/BENCH.md): M <= 8 MT = 1 with two tiles of W and x in flight; M 9..63
+// MT = 2 (one M chunk per 16 x rows); M >= 64 the shared-memory kernel further down when
+// it has enough (row block, 64-row chunk) pairs to fill the GPU, else MT = 2. The exact
+// decoding of every code, subnormals included, through all of them is a GPU test
+// (tests/gpu/test_gemm_fpx.cu).
 //
 // Per k-step a lane's 4-bit plane word holds the top nibbles of its 8 codes (rows gid and
 // gid + 8, k = 16 s + 4 tig + 0..3; the mma's k order is permuted so that a lane's four
