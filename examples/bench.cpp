@@ -16,6 +16,7 @@
 #include "models/synthetic_model.h"
 #include "runtime/error.h"
 #ifdef GEMLITE_WITH_CUDA
+#include "kernels/bench/fpx_bench.h"
 #include "kernels/bench/gemv_bench.h"
 #endif
 
@@ -182,11 +183,16 @@ int main(int argc, char** argv) {
         ("device", "cpu or cuda (default: cuda when available)", cxxopts::value<std::string>()->default_value(""))
         ("t,threads", "CPU threads (0 = all cores)", cxxopts::value<int>()->default_value("0"))
         ("kernels", "GPU kernel benchmarks instead: each QuantLinear kernel vs cuBLAS and the copy "
-                    "bandwidth, cold L2 (CUDA builds only)");
+                    "bandwidth, cold L2 (CUDA builds only)")
+        ("kernel-set", "With --kernels: gemv (qN GEMV), fpx (fp6 matmul, M = 1..512) or all",
+         cxxopts::value<std::string>()->default_value("all"));
     const auto args = parse_args(options, argc, argv);
     if (args.count("kernels")) {
 #ifdef GEMLITE_WITH_CUDA
-      run_gemv_benchmarks(stdout);
+      const std::string set = args["kernel-set"].as<std::string>();
+      if (set != "all" && set != "gemv" && set != "fpx") throw Error("--kernel-set " + set + ": expected gemv, fpx or all");
+      if (set != "fpx") run_gemv_benchmarks(stdout);
+      if (set != "gemv") run_fpx_benchmarks(stdout);
       return 0;
 #else
       throw Error("--kernels needs a build with CUDA (this one has none)");

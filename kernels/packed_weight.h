@@ -9,8 +9,8 @@
 //          "scales"  [N, n_groups] F16,  "zeros" [N, n_groups] F16
 //   S7     "qweight" [N, Kw] I32  see kernels/s7/s7_format.h
 //          "scales"  [N, n_groups] F16,  "zeros" [N, n_groups] F16
-//   FPX    "codes"   [N, K] U8 (one logical code per byte, low bits)
-//          "scales"  [N] F16
+//   FPX    "packed"  [ceil(N/16), ceil(K/128) * 256 * bits] U8, the GPU kernel's tile
+//          order, see kernels/fpx/fpx_format.h;  "scales" [N] F16
 // An optional "bias" [N] F32 (Qwen2's q/k/v) travels with any format.
 #include <cstdint>
 #include <functional>

@@ -75,14 +75,16 @@ std::string WeightFormat::name() const {
 }
 
 double WeightFormat::bits_per_weight(int64_t K) const {
-  // One row's stored parts, from the same shapes the quantizer allocates.
-  size_t row_bytes = 0;
-  for (const PartSpec& spec : expected_parts(*this, 1, K)) {
+  // The stored parts of 16 rows (fp6/fp5 pack rows in blocks of 16), from the same shapes
+  // the quantizer allocates.
+  constexpr int64_t kRows = 16;
+  size_t bytes = 0;
+  for (const PartSpec& spec : expected_parts(*this, kRows, K)) {
     size_t count = 1;
     for (int64_t d : spec.shape) count *= size_t(d);
-    row_bytes += count * dtype_size(spec.dtype);
+    bytes += count * dtype_size(spec.dtype);
   }
-  return 8.0 * double(row_bytes) / double(K);
+  return 8.0 * double(bytes) / double(kRows * K);
 }
 
 }  // namespace gemlite

@@ -119,7 +119,7 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
   if (quant.value("format_version", 0) != kPackedFormatVersion)
     fail(config_path, "packed format version " + quant.value("format_version", json()).dump() +
                           " is not supported (this build reads version " +
-                          std::to_string(kPackedFormatVersion) + ")");
+                          std::to_string(kPackedFormatVersion) + "); re-quantize it with gemlite-quantize");
   const json modules = quant.value("modules", json::object());
   ckpt.default_format = quant.value("format", std::string());
   ckpt.chat_template = config_json.value("gemlite_chat_template", std::string());

@@ -1,7 +1,7 @@
 #pragma once
 // The packed checkpoint: a directory a Hugging Face user recognises.
 //   config.json        the model's HF config plus
-//                      "quantization_config": {"quant_method": "gemlite", "format_version": 1,
+//                      "quantization_config": {"quant_method": "gemlite", "format_version": 2,
 //                        "format": "<default>", "embedding": "f16",
 //                        "modules": {"<module>": "<format>" | "tied", ...}}
 //                      and "gemlite_chat_template": "<name>" when known.
@@ -19,7 +19,9 @@
 
 namespace gemlite {
 
-constexpr int kPackedFormatVersion = 1;
+// 2: fp6/fp5 weights pre-packed for the GPU kernel (kernels/fpx/fpx_format.h); v1
+// checkpoints must be re-quantized.
+constexpr int kPackedFormatVersion = 2;
 
 struct PackedLayer {
   HostTensor attn_norm, ffn_norm;         // [dim] F32

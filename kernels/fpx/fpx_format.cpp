@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/parallel.h"
 #include "runtime/error.h"
@@ -52,18 +53,116 @@ uint8_t fpx_encode(float x, int ebits, int mbits) {
   return code == 0 ? 0 : uint8_t(sign | code);
 }
 
+std::vector<int> fpx_plane_widths(int bits) {
+  std::vector<int> widths;
+  for (int w = 4; bits > 0; w /= 2)
+    while (bits >= w) widths.push_back(w), bits -= w;
+  return widths;
+}
+
+int64_t fpx_k_tiles(int64_t K) { return (K + kFpxTileK - 1) / kFpxTileK; }
+int64_t fpx_row_blocks(int64_t N) { return (N + kFpxTileRows - 1) / kFpxTileRows; }
+int64_t fpx_tile_bytes(int bits) { return int64_t(kFpxTileRows) * kFpxTileK * bits / 8; }
+
+namespace {
+
+// Where the top bit of plane `plane`'s field for (r, kk) of a tile lies: the 32-bit word
+// (byte offset in the tile) and the bit in it. See the layout in fpx_format.h.
+struct FieldSlot {
+  int64_t word_offset;
+  int top_bit;
+};
+FieldSlot field_slot(int r, int kk, int width, int offset_bits) {
+  const int s = kk / 16, tig = kk % 16 / 4, e = kk % 4, gid = r % 8;
+  const int lane = 4 * gid + tig, h = e / 2, byte = 2 * (e % 2) + (r < 8 ? 1 : 0);
+  const int steps_per_word = 4 / width;
+  const int wi = s / steps_per_word, u = (s % steps_per_word) * 2 + h;
+  const int chunk = std::min(16, 8 * width), words_per_chunk = chunk / 4;
+  const int64_t plane = int64_t(256) * offset_bits;
+  const int64_t word = plane + int64_t(wi / words_per_chunk) * 32 * chunk + lane * chunk + (wi % words_per_chunk) * 4;
+  return {word, 8 * byte + 7 - u * width};
+}
+
+// Calls f(plane width, bits above it, r, kk, slot) for every plane of every (r, kk).
+template <class F>
+void for_each_field(int bits, F&& f) {
+  int offset = 0;
+  for (int width : fpx_plane_widths(bits)) {
+    for (int r = 0; r < kFpxTileRows; ++r)
+      for (int kk = 0; kk < kFpxTileK; ++kk) f(width, offset, r, kk, field_slot(r, kk, width, offset));
+    offset += width;
+  }
+}
+
+}  // namespace
+
+void fpx_pack_codes(const uint8_t* codes, int64_t N, int64_t K, int bits, uint8_t* packed) {
+  const int64_t KT = fpx_k_tiles(K), tile_bytes = fpx_tile_bytes(bits), blocks = fpx_row_blocks(N);
+  std::memset(packed, 0, size_t(blocks * KT * tile_bytes));
+#pragma omp parallel for schedule(static) if (N * K >= kMinParallelWork)
+  for (int64_t rb = 0; rb < blocks; ++rb) {
+    for (int64_t t = 0; t < KT; ++t) {
+      uint8_t* tile = packed + (rb * KT + t) * tile_bytes;
+      for_each_field(bits, [&](int width, int offset, int r, int kk, FieldSlot slot) {
+        const int64_t n = rb * kFpxTileRows + r, k = t * kFpxTileK + kk;
+        if (n >= N || k >= K) return;  // padding: code 0
+        const uint32_t field = uint32_t(codes[n * K + k]) >> (bits - offset - width) & ((1u << width) - 1);
+        for (int b = 0; b < width; ++b) {
+          const int bit = slot.top_bit - b;
+          if (field >> (width - 1 - b) & 1) tile[slot.word_offset + bit / 8] |= uint8_t(1u << (bit % 8));
+        }
+      });
+    }
+  }
+}
+
+void fpx_unpack_row(const uint8_t* packed, int64_t n, int64_t K, int bits, uint8_t* out) {
+  const int64_t KT = fpx_k_tiles(K), tile_bytes = fpx_tile_bytes(bits);
+  const int64_t rb = n / kFpxTileRows;
+  const int r = int(n % kFpxTileRows);
+  // Where each bit of the code of (r, kk) lies in a tile, code bit bits-1 first: looked up
+  // once per call instead of per tile.
+  std::vector<uint16_t> byte_of(size_t(kFpxTileK * bits));
+  std::vector<uint8_t> bit_of(size_t(kFpxTileK * bits));
+  int offset = 0;
+  for (int width : fpx_plane_widths(bits)) {
+    for (int kk = 0; kk < kFpxTileK; ++kk) {
+      const FieldSlot slot = field_slot(r, kk, width, offset);
+      for (int b = 0; b < width; ++b) {
+        const int bit = slot.top_bit - b;
+        byte_of[size_t(kk * bits + offset + b)] = uint16_t(slot.word_offset + bit / 8);
+        bit_of[size_t(kk * bits + offset + b)] = uint8_t(bit % 8);
+      }
+    }
+    offset += width;
+  }
+  for (int64_t t = 0; t < KT; ++t) {
+    const uint8_t* tile = packed + (rb * KT + t) * tile_bytes;
+    const int64_t end = std::min<int64_t>(kFpxTileK, K - t * kFpxTileK);
+    for (int64_t kk = 0; kk < end; ++kk) {
+      uint32_t code = 0;
+      for (int b = 0; b < bits; ++b) {
+        const size_t i = size_t(kk * bits + b);
+        code = code << 1 | (tile[byte_of[i]] >> bit_of[i] & 1u);
+      }
+      out[t * kFpxTileK + kk] = uint8_t(code);
+    }
+  }
+}
+
 std::vector<PartSpec> fpx_parts(const WeightFormat& format, int64_t N, int64_t K) {
   if (format.ebits < 1 || format.mbits < 0 || format.bits != 1 + format.ebits + format.mbits ||
       format.bits > 8)
     throw Error("format " + format.name() + ": fpx needs ebits >= 1 and 1 + ebits + mbits <= 8 bits");
-  return {{"codes", DType::U8, {N, K}}, {"scales", DType::F16, {N}}};
+  return {{"packed", DType::U8, {fpx_row_blocks(N), fpx_k_tiles(K) * fpx_tile_bytes(format.bits)}},
+          {"scales", DType::F16, {N}}};
 }
 
 void fpx_quantize(const float* w, PackedWeight* out) {
   const int ebits = out->format.ebits, mbits = out->format.mbits;
   const int64_t N = out->rows, K = out->cols;
   const float max_finite = fpx_max_finite(ebits, mbits);
-  uint8_t* codes = out->parts.at("codes").mutable_as<uint8_t>();      // [N, K]
+  std::vector<uint8_t> codes(size_t(N * K));                          // [N, K]
   uint16_t* scales = out->parts.at("scales").mutable_as<uint16_t>();  // [N]
 #pragma omp parallel for schedule(static) if (N * K >= kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
@@ -75,23 +174,23 @@ void fpx_quantize(const float* w, PackedWeight* out) {
     float scale = round_to_half(absmax / max_finite);
     if (scale == 0) scale = 1;
     scales[n] = float_to_half(scale);
-    for (int64_t k = 0; k < K; ++k) codes[n * K + k] = fpx_encode(row[k] / scale, ebits, mbits);
+    for (int64_t k = 0; k < K; ++k) codes[size_t(n * K + k)] = fpx_encode(row[k] / scale, ebits, mbits);
   }
+  fpx_pack_codes(codes.data(), N, K, out->format.bits, out->parts.at("packed").mutable_as<uint8_t>());
 }
 
 RowDecoder fpx_row_decoder(const PackedWeight& w) {
-  const int ebits = w.format.ebits, mbits = w.format.mbits;
+  const int ebits = w.format.ebits, mbits = w.format.mbits, bits = w.format.bits;
   const int64_t K = w.cols;
-  const uint8_t* codes = w.part("codes").as<uint8_t>();      // [N, K]
+  const uint8_t* packed = w.part("packed").as<uint8_t>();    // [ceil(N/16), KT * 256 * bits]
   const uint16_t* scales = w.part("scales").as<uint16_t>();  // [N]
-  // decode(code) for every byte: bits above the code are ignored, as the decoder does,
-  // so a corrupt checkpoint cannot index out of the table.
   std::vector<float> values(256);
   for (int code = 0; code < 256; ++code) values[code] = fpx_decode(uint8_t(code), ebits, mbits);
   return [=](int64_t n, float* out) {
     const float scale = half_to_float(scales[n]);
-    const uint8_t* row = codes + n * K;
-    for (int64_t k = 0; k < K; ++k) out[k] = values[row[k]] * scale;
+    std::vector<uint8_t> codes(static_cast<size_t>(K));
+    fpx_unpack_row(packed, n, K, bits, codes.data());
+    for (int64_t k = 0; k < K; ++k) out[k] = values[codes[size_t(k)]] * scale;
   };
 }
 

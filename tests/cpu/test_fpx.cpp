@@ -108,7 +108,7 @@ TEST(FpxQuantize, ScalesEachRowToItsLargestMagnitude) {
     for (int64_t k = 0; k < K; ++k) w[2 * K + k] = 0;  // a zero row
     w[3 * K + 17] = -3.0f;                             // row 3's absmax, negative
     const PackedWeight packed = quantize_weight(w.data(), N, K, format);
-    ASSERT_EQ(packed.part("codes").shape, (std::vector<int64_t>{N, K}));
+    ASSERT_EQ(packed.part("packed").shape, (std::vector<int64_t>{1, 8 * 256 * format.bits}));  // K = 1000: 8 tiles
     ASSERT_EQ(packed.part("scales").shape, (std::vector<int64_t>{N}));
     const std::vector<double> dequantized = oracle::dequantize(packed);
     for (int64_t n = 0; n < N; ++n) {
@@ -129,9 +129,78 @@ TEST(FpxQuantize, ScalesEachRowToItsLargestMagnitude) {
       }
     }
     // The largest magnitude takes the largest code: max_value * scale, off by fp16 rounding.
-    EXPECT_EQ(packed.part("codes").as<uint8_t>()[3 * K + 17], (2u << (format.ebits + format.mbits)) - 1);
+    const uint8_t* bytes = packed.part("packed").as<uint8_t>();
+    EXPECT_EQ(oracle::fpx_code(bytes, K, format.bits, 3, 17), (2u << (format.ebits + format.mbits)) - 1);
     EXPECT_NEAR(dequantized[3 * K + 17], -3.0, 3.0 * std::ldexp(1.0, -11));
-    for (int64_t k = 0; k < K; ++k) EXPECT_EQ(packed.part("codes").as<uint8_t>()[2 * K + k], 0);
+    for (int64_t k = 0; k < K; ++k) EXPECT_EQ(oracle::fpx_code(bytes, K, format.bits, 2, k), 0u);
+  }
+}
+
+TEST(FpxLayout, PlanesAreFoursThenTwoThenOne) {
+  EXPECT_EQ(fpx_plane_widths(6), (std::vector<int>{4, 2}));
+  EXPECT_EQ(fpx_plane_widths(5), (std::vector<int>{4, 1}));
+  EXPECT_EQ(fpx_plane_widths(7), (std::vector<int>{4, 2, 1}));
+  EXPECT_EQ(fpx_plane_widths(8), (std::vector<int>{4, 4}));
+  EXPECT_EQ(fpx_plane_widths(3), (std::vector<int>{2, 1}));
+  EXPECT_EQ(fpx_plane_widths(1), (std::vector<int>{1}));
+}
+
+// Hand-placed: the fp6 code 0b101101 of row 0, k = 1 (s 0, tig 0, e 1 -> lane 0, h 0,
+// byte 3) has its top four bits 1011 at bits 31..28 of the tile's first word, and its low
+// two bits 01 at bits 31..30 of the 2-bit plane's first word (tile byte 1024).
+TEST(FpxLayout, OneCodeLandsWhereTheCommentSays) {
+  std::vector<uint8_t> codes(16 * 128, 0);
+  codes[1] = 0x2D;
+  std::vector<uint8_t> packed(size_t(fpx_tile_bytes(6)), 0xAA);
+  fpx_pack_codes(codes.data(), 16, 128, 6, packed.data());
+  for (size_t i = 0; i < packed.size(); ++i) {
+    const uint8_t expected = i == 3 ? 0xB0 : i == 1024 + 3 ? 0x40 : 0;
+    ASSERT_EQ(packed[i], expected) << "byte " << i;
+  }
+}
+
+// Every width 1..8, shapes that are multiples of nothing: pack -> unpack gives the codes
+// back, the oracle reads the same codes, and the padding is code 0.
+TEST(FpxLayout, PackUnpackRoundTripsAtOddShapes) {
+  std::mt19937 rng(9);
+  for (int bits = 1; bits <= 8; ++bits) {
+    for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 33}, {16, 128}, {17, 129}, {40, 300}}) {
+      std::vector<uint8_t> codes(size_t(N * K));
+      for (auto& c : codes) c = uint8_t(rng() & ((1u << bits) - 1));
+      const int64_t KT = fpx_k_tiles(K), blocks = fpx_row_blocks(N);
+      std::vector<uint8_t> packed(size_t(blocks * KT * fpx_tile_bytes(bits)));
+      fpx_pack_codes(codes.data(), N, K, bits, packed.data());
+      std::vector<uint8_t> row(static_cast<size_t>(K));
+      for (int64_t n = 0; n < N; ++n) {
+        fpx_unpack_row(packed.data(), n, K, bits, row.data());
+        for (int64_t k = 0; k < K; ++k) {
+          ASSERT_EQ(row[size_t(k)], codes[size_t(n * K + k)]) << bits << " bits [" << n << ", " << k << "]";
+          ASSERT_EQ(oracle::fpx_code(packed.data(), KT * 128, bits, n, k), codes[size_t(n * K + k)]);
+        }
+      }
+      for (int64_t n = 0; n < blocks * 16; ++n)
+        for (int64_t k = 0; k < KT * 128; ++k)
+          if (n >= N || k >= K) ASSERT_EQ(oracle::fpx_code(packed.data(), KT * 128, bits, n, k), 0u) << "padding";
+    }
+  }
+}
+
+TEST(FpxQuantize, RowDecoderMatchesTheOracleAtOddShapes) {
+  std::mt19937 rng(10);
+  std::normal_distribution<float> normal(0, 1);
+  for (const char* name : {"fp6", "fp5"}) {
+    const WeightFormat format = WeightFormat::parse(name);
+    for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{{3, 5}, {17, 200}, {33, 257}}) {
+      std::vector<float> w(size_t(N * K));
+      for (auto& v : w) v = normal(rng);
+      const PackedWeight packed = quantize_weight(w.data(), N, K, format);
+      const std::vector<double> expected = oracle::dequantize(packed);
+      std::vector<float> row(static_cast<size_t>(K));
+      for (int64_t n = 0; n < N; ++n) {
+        dequantize_row(packed, n, row.data());
+        for (int64_t k = 0; k < K; ++k) ASSERT_EQ(double(row[size_t(k)]), expected[size_t(n * K + k)]);
+      }
+    }
   }
 }
 

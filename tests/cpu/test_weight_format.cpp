@@ -88,8 +88,8 @@ TEST(WeightFormat, BitsPerWeightCountsPaddingScalesAndZeros) {
   EXPECT_DOUBLE_EQ(WeightFormat::parse("q8g32").bits_per_weight(100), (32 * 32 + 4 * 32) / 100.0);
   // s7 (g128), K = 4096: a byte per pair = 4 bits per weight, + 32 groups.
   EXPECT_DOUBLE_EQ(WeightFormat::parse("s7").bits_per_weight(4096), 4.25);
-  // fp6 is stored one code per byte in format v1, plus one fp16 scale per row.
-  EXPECT_DOUBLE_EQ(WeightFormat::parse("fp6").bits_per_weight(4096), 8 + 16 / 4096.0);
+  // fp6 is pre-packed at 6 bits per weight in format v2, plus one fp16 scale per row.
+  EXPECT_DOUBLE_EQ(WeightFormat::parse("fp6").bits_per_weight(4096), 6 + 16 / 4096.0);
   EXPECT_DOUBLE_EQ(WeightFormat::parse("f16").bits_per_weight(4096), 16);
   EXPECT_DOUBLE_EQ(WeightFormat::parse("bf16").bits_per_weight(11008), 16);
   EXPECT_DOUBLE_EQ(WeightFormat::parse("f32").bits_per_weight(7), 32);

@@ -1,5 +1,5 @@
 #pragma once
-// An independent reading of packed-checkpoint format v1 for the format tests, written
+// An independent reading of packed-checkpoint format v2 for the format tests, written
 // from the layout comments of kernels/qn/qn_format.h, kernels/s7/s7_format.h and
 // kernels/fpx/fpx_format.h, not from the library's code: the tests hold the library to
 // it. Values are computed in double.
@@ -33,6 +33,32 @@ inline S7Slot s7_slot(const int32_t* row_words, int64_t k) {
   const int64_t tile = k / 256, run = k % 256 / 32, lane = k % 32;
   const uint32_t word = uint32_t(row_words[tile * 32 + lane]);
   return {word >> (24 - 8 * (run / 2)) & 0xff, run % 2 == 0};
+}
+
+// fp6/fp5 "packed": the code of (n, k), read bit by bit as the layout comment of
+// kernels/fpx/fpx_format.h describes it (tiles of 16 rows x 128 k, planes of 4/2/1 bits).
+inline uint32_t fpx_code(const uint8_t* packed, int64_t K, int bits, int64_t n, int64_t k) {
+  std::vector<int> widths;
+  for (int left = bits, w = 4; left > 0; w /= 2)
+    while (left >= w) widths.push_back(w), left -= w;
+  const int64_t KT = (K + 127) / 128;
+  const uint8_t* tile = packed + ((n / 16) * KT + k / 128) * 256 * bits;
+  const int r = int(n % 16), kk = int(k % 128);
+  const int s = kk / 16, tig = kk % 16 / 4, e = kk % 4, gid = r % 8;
+  const int lane = 4 * gid + tig, h = e / 2, byte = 2 * (e % 2) + (r < 8 ? 1 : 0);
+  uint32_t code = 0;
+  int off = 0;
+  for (int w : widths) {
+    const int chunk = w >= 2 ? 16 : 8;
+    const int wi = s / (4 / w), u = (s % (4 / w)) * 2 + h;
+    const int chunk_index = wi * 4 / chunk, word_in_chunk = wi % (chunk / 4);
+    const uint8_t* word = tile + 256 * off + chunk_index * 32 * chunk + lane * chunk + word_in_chunk * 4;
+    const uint32_t value = uint32_t(word[0]) | uint32_t(word[1]) << 8 | uint32_t(word[2]) << 16 | uint32_t(word[3]) << 24;
+    const int top = 8 * byte + 7 - u * w;
+    code = code << w | (value >> (top - w + 1) & ((1u << w) - 1));
+    off += w;
+  }
+  return code;
 }
 
 // The non-negative values of e3m2 (bias 3) and e2m2 (bias 1), by code, written out by hand.
@@ -75,11 +101,11 @@ inline std::vector<double> dequantize(const PackedWeight& w) {
     const std::vector<float> values = w.part("weight").to_float();
     for (size_t i = 0; i < out.size(); ++i) out[i] = values[i];
   } else if (f.kind == FormatKind::FPX) {
-    const uint8_t* codes = w.part("codes").as<uint8_t>();
+    const uint8_t* packed = w.part("packed").as<uint8_t>();
     const uint16_t* scales = w.part("scales").as<uint16_t>();
     for (int64_t n = 0; n < N; ++n)
       for (int64_t k = 0; k < K; ++k)
-        out[n * K + k] = fpx_value(codes[n * K + k], f.ebits, f.mbits) * half_to_float(scales[n]);
+        out[n * K + k] = fpx_value(fpx_code(packed, K, f.bits, n, k), f.ebits, f.mbits) * half_to_float(scales[n]);
   } else {  // qN and s7: words plus an fp16 scale and zero per group
     const HostTensor& qweight = w.part("qweight");
     const int64_t words_per_row = qweight.shape[1];

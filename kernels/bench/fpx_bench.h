@@ -1,0 +1,42 @@
+#pragma once
+// Kernel benchmark of gemm_fpx (fp6/fp5) against cuBLAS of the same activation type, in
+// one run, for every batch size M (docs/PERF.md's rules: cold L2 by rotating weight copies
+// totalling > 200 MB, CUDA-graph replays timed with events, median, random data).
+// One greppable line per measurement:
+//   cublas fp16 K=8192 N=8192 M=16: 80.1 us, 1680 GB/s, 56.9 % of copy
+//   fpx fp6 fp16 K=8192 N=8192 M=16: 21.0 us, 2410 GB/s, 81.7 % of copy, 3.81x cuBLAS, check ok (0.02)
+// GB/s counts packed weights + row factors + x + y. "check" compares 256 sampled outputs
+// of the timed kernel with a float64 dot product of the decoded codes on the GPU (an
+// independent decoder of the packed layout): ok when every |error| <= u |ref| + 2^-14 S
+// (tests/gpu/test_gemm_fpx.cu), followed by the worst error / tolerance.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "runtime/dtype.h"
+
+namespace gemlite {
+
+struct FpxBenchShape {
+  int64_t K, N;
+};
+
+struct FpxBenchOptions {
+  std::vector<std::string> formats = {"fp6"};
+  std::vector<FpxBenchShape> shapes = {{8192, 8192},  {8192, 10240}, {8192, 57344}, {28672, 8192},
+                                       {4096, 4096},  {4096, 11008}, {11008, 4096}, {4096, 14336},
+                                       {14336, 4096}, {4096, 1024}};
+  std::vector<int> batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+  std::vector<DType> activations = {DType::F16, DType::BF16};
+  // With fp16, also time the variants the automatic choice decides between, in the same
+  // run: M <= 8 with one tile loaded ahead (" ahead=1"), M >= 16 the register kernel with
+  // MT = 2 (" mt=2") and the shared-memory kernel (" smem").
+  bool sweep_variants = false;
+  size_t rotation_bytes = size_t(256) << 20;
+  int replays = 20;
+};
+
+void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& options = {});
+
+}  // namespace gemlite

@@ -1,0 +1,734 @@
+// FPx dequantize + matmul on tensor cores. See gemm_fpx.h for the contract and
+// fpx_format.h for the packed layout it reads.
+//
+// Work split. A warp owns one row block (16 rows of W: the m of an m16n8k16 mma, W is the
+// A operand) and 8 MT rows of x (MT n-tiles of 8: x is the B operand), and walks K by
+// tiles of 128 (8 mma k-steps). A block holds warps_n row blocks x warps_k warps splitting
+// K (tile t goes to warp t % warps_k), reduced in shared memory; grid = (M chunks of 8 MT,
+// row-block groups, splits): the M chunks of one row block are neighbours in launch order,
+// so they read the weights from DRAM about once and share them through L2. For small N,
+// `splits` blocks split K further and the last one to arrive sums their fp32 partials
+// (workspace + counter, one kernel, no second pass). Which variant runs (measured on the
+// H100, kernels/fpx/BENCH.md): M <= 8 MT = 1 with two tiles of W and x in flight; M 9..63
+// MT = 2 (one M chunk per 16 x rows); M >= 64 the shared-memory kernel further down when
+// it has enough (row block, 64-row chunk) pairs to fill the GPU, else MT = 2. The exact
+// decoding of every code, subnormals included, through all of them is a GPU test
+// (tests/gpu/test_gemm_fpx.cu).
+//
+// Per k-step a lane's 4-bit plane word holds the top nibbles of its 8 codes (rows gid and
+// gid + 8, k = 16 s + 4 tig + 0..3; the mma's k order is permuted so that a lane's four
+// k are consecutive in memory and its B fragment is one 8-byte load of x). Dequantization
+// of 8 codes is pure bit moves, no arithmetic:
+//   X    = 4 codes top-aligned in the 4 bytes (plane 4 | plane 2 shifted, one lop3)
+//   D1   = per byte: sign | magnitude >> SH  (the high byte of the 16-bit float)
+//   D2   = per byte: magnitude << (8 - SH)   (its low byte; bf16 only)
+//   pair = prmt(D1, D2): two 16-bit floats whose exponent field is the code's exponent and
+//          whose mantissa starts with its mantissa, i.e. value * 2^(bias - 15) (fp16) or
+//          value * 2^(bias - 127) (bf16); subnormal codes come out subnormal, exactly.
+// fp16: the 2^(15 - bias) is folded into the per-row factor of the fp32 epilogue. bf16:
+// one multiply by 2^(127 - bias) (exact) first, since products near 2^-124 would fall
+// below fp32's normal range inside the mma.
+#include "kernels/fpx/gemm_fpx.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+#include "kernels/fpx/fpx_format.h"
+#include "runtime/error.h"
+
+namespace gemlite {
+
+namespace {
+
+constexpr int kMaxSplits = 8;
+constexpr int kSplitMaxM = 16;  // split-K only for M <= 16 (two n-tiles)
+constexpr int kSmemMinM = 64;   // from this M on, x goes through shared memory (gemm_fpx_smem_kernel)
+
+struct GemmFpxParams {
+  const uint8_t* packed;     // [RB, KT * tile bytes]
+  const float* row_factor;   // [RB * 16]
+  const float* bias;         // [N] or null
+  const uint16_t* x;         // [M, K]
+  uint16_t* y;               // [M, N]
+  float* workspace;          // [splits, 16, RB * 16]
+  int* counters;             // [RB]
+  int64_t N;
+  int K, KT, RB, M;
+  int warps_n, warps_k, splits, tiles_per_split;
+  bool x_vectorized;         // K % 4 == 0 and x 8-byte aligned
+};
+
+// ---- the code layout, at compile time -------------------------------------------------
+
+template <int EBITS, int MBITS>
+struct Planes {
+  static constexpr int kBits = 1 + EBITS + MBITS;
+  __host__ __device__ static constexpr int count() {
+    int n = 0, left = kBits;
+    for (int w = 4; w > 0; w /= 2)
+      while (left >= w) ++n, left -= w;
+    return n;
+  }
+  __host__ __device__ static constexpr int width(int j) {
+    int n = 0, left = kBits;
+    for (int w = 4; w > 0; w /= 2)
+      while (left >= w) {
+        if (n == j) return w;
+        ++n, left -= w;
+      }
+    return 0;
+  }
+  __host__ __device__ static constexpr int offset(int j) {  // bits of the code above plane j
+    int o = 0;
+    for (int i = 0; i < j; ++i) o += width(i);
+    return o;
+  }
+  // A lane's 32-bit words per tile: plane j's 2 w words start at word 2 offset(j).
+  static constexpr int kWords = 2 * kBits;
+};
+
+// Where the 16-bit float wants the code: sign at 15, exponent field = E, mantissa starting
+// right below it. X holds a code top-aligned in a byte; the half built from that byte
+// (high byte, low byte 0) is moved right by SH and masked.
+template <int EBITS, int MBITS, bool BF16>
+struct HalfPlacement {
+  static constexpr int kMantissa = BF16 ? 7 : 10;
+  static constexpr int kShift = 15 - kMantissa - EBITS;
+  static_assert(kShift >= 0 && kShift < 8 && MBITS <= kMantissa, "code does not fit this 16-bit float");
+  static constexpr uint32_t kMagnitude = ((1u << (EBITS + MBITS)) - 1) << (kMantissa - MBITS);
+  static constexpr uint32_t kHigh = (kMagnitude >> 8) * 0x01010101u;
+  static constexpr uint32_t kLow = (kMagnitude & 0xFFu) * 0x01010101u;
+};
+
+__device__ __forceinline__ uint4 load_streaming16(const void* p) {  // read once: skip L1
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 load_streaming8(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+// A lane's words of tile `tile` (all planes), in plane order.
+template <int EBITS, int MBITS>
+__device__ __forceinline__ void load_tile(const uint8_t* tile, int lane, uint32_t (&words)[Planes<EBITS, MBITS>::kWords]) {
+  using P = Planes<EBITS, MBITS>;
+#pragma unroll
+  for (int j = 0; j < P::count(); ++j) {
+    const int w = P::width(j);
+    const uint8_t* plane = tile + 256 * P::offset(j);
+    if (w >= 2) {
+#pragma unroll
+      for (int c = 0; c < w / 2; ++c) {
+        const uint4 v = load_streaming16(plane + c * 512 + lane * 16);
+        uint32_t* dst = words + 2 * P::offset(j) + 4 * c;
+        dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+      }
+    } else {
+      const uint2 v = load_streaming8(plane + lane * 8);
+      words[2 * P::offset(j)] = v.x;
+      words[2 * P::offset(j) + 1] = v.y;
+    }
+  }
+}
+
+// The four codes (h = 0: k + 0/1, h = 1: k + 2/3; bytes 3 2 1 0 = rows gid, gid+8 of the
+// odd k, rows gid, gid+8 of the even k) of k-step S, top-aligned in the bytes; bits below
+// a code are garbage.
+template <int EBITS, int MBITS, int S, int H>
+__device__ __forceinline__ uint32_t code_bytes(const uint32_t (&words)[Planes<EBITS, MBITS>::kWords]) {
+  using P = Planes<EBITS, MBITS>;
+  uint32_t x = 0;
+#pragma unroll
+  for (int j = 0; j < P::count(); ++j) {
+    const int w = P::width(j), off = P::offset(j);
+    const int steps_per_word = 4 / w;
+    const uint32_t word = words[2 * off + S / steps_per_word];
+    const int u = (S % steps_per_word) * 2 + H;
+    const int shift = u * w - off;  // field top at byte bit 7 - u w, wanted at 7 - off
+    const uint32_t moved = shift >= 0 ? word << shift : word >> -shift;
+    if (j == 0) {
+      x = moved;
+    } else {
+      const uint32_t keep = ((0xFF00u >> off) & 0xFFu) * 0x01010101u;  // the bits above plane j
+      x = (x & keep) | (moved & ~keep);
+    }
+  }
+  return x;
+}
+
+// A fragment registers {a0, a1} (h = 0) or {a2, a3} (h = 1): rows gid and gid + 8.
+template <int EBITS, int MBITS, bool BF16>
+__device__ __forceinline__ void dequantize_pairs(uint32_t x, uint32_t& row_lo, uint32_t& row_hi) {
+  using L = HalfPlacement<EBITS, MBITS, BF16>;
+  const uint32_t d1 = (x & 0x80808080u) | ((x >> L::kShift) & L::kHigh);
+  const uint32_t d2 = L::kLow ? (x << (8 - L::kShift)) & L::kLow : 0u;
+  row_lo = __byte_perm(d1, d2, 0x3715);  // bytes 3 (k+1) and 1 (k): row gid
+  row_hi = __byte_perm(d1, d2, 0x2604);  // bytes 2 and 0: row gid + 8
+  if constexpr (BF16) {
+    constexpr int kBias = (1 << (EBITS - 1)) - 1;
+    constexpr uint32_t kTwoPow = uint32_t(254 - kBias) << 7;  // bf16 bits of 2^(127 - bias)
+    __nv_bfloat162 f, lo, hi;
+    const uint32_t f_bits = kTwoPow | kTwoPow << 16;
+    memcpy(&f, &f_bits, 4);
+    memcpy(&lo, &row_lo, 4);
+    memcpy(&hi, &row_hi, 4);
+    lo = __hmul2(lo, f);
+    hi = __hmul2(hi, f);
+    memcpy(&row_lo, &lo, 4);
+    memcpy(&row_hi, &hi, 4);
+  }
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint2 b) {
+  if constexpr (BF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+  }
+}
+
+template <int BEGIN, int END, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+  if constexpr (BEGIN < END) {
+    f(std::integral_constant<int, BEGIN>{});
+    static_for<BEGIN + 1, END>(f);
+  }
+}
+
+// x [k .. k+3] of one row as a B fragment; `full`: all four inside K and 8-byte loads allowed.
+__device__ __forceinline__ uint2 load_x4(const uint16_t* row, int k, int K, bool full) {
+  if (full) return __ldg(reinterpret_cast<const uint2*>(row + k));
+  uint32_t e[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) e[i] = k + i < K ? uint32_t(__ldg(row + k + i)) : 0u;
+  return make_uint2(e[0] | e[1] << 16, e[2] | e[3] << 16);
+}
+
+// x fragments of one tile (8 k-steps x MT n-tiles) for this lane.
+template <int MT>
+__device__ __forceinline__ void load_x_tile(const uint16_t* const (&x_rows)[MT], int k0, int K, bool full,
+                                            uint2 (&xb)[8][MT]) {
+#pragma unroll
+  for (int s = 0; s < 8; ++s)
+#pragma unroll
+    for (int j = 0; j < MT; ++j) xb[s][j] = load_x4(x_rows[j], k0 + 16 * s, K, full);
+}
+
+// The 8 k-steps of one tile: acc[j] += W tile · x rows of n-tile j, x fragments given.
+template <int EBITS, int MBITS, bool BF16, int MT>
+__device__ __forceinline__ void tile_mma(const uint32_t (&words)[Planes<EBITS, MBITS>::kWords],
+                                         const uint2 (&xb)[8][MT], float (&acc)[MT][4]) {
+  static_for<0, 8>([&](auto step) {
+    constexpr int S = decltype(step)::value;
+    uint32_t a[4];
+    dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 0>(words), a[0], a[1]);
+    dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 1>(words), a[2], a[3]);
+#pragma unroll
+    for (int j = 0; j < MT; ++j) mma_16816<BF16>(acc[j], a, xb[S][j]);
+  });
+}
+
+// The same with x loaded step by step (MT >= 4: a whole tile of x fragments would not fit
+// in registers).
+template <int EBITS, int MBITS, bool BF16, int MT>
+__device__ __forceinline__ void tile_mma_loading_x(const uint32_t (&words)[Planes<EBITS, MBITS>::kWords],
+                                                   const uint16_t* const (&x_rows)[MT], int k0, int K, bool full,
+                                                   float (&acc)[MT][4]) {
+  static_for<0, 8>([&](auto step) {
+    constexpr int S = decltype(step)::value;
+    uint2 b[MT];
+#pragma unroll
+    for (int j = 0; j < MT; ++j) b[j] = load_x4(x_rows[j], k0 + 16 * S, K, full);
+    uint32_t a[4];
+    dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 0>(words), a[0], a[1]);
+    dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 1>(words), a[2], a[3]);
+#pragma unroll
+    for (int j = 0; j < MT; ++j) mma_16816<BF16>(acc[j], a, b[j]);
+  });
+}
+
+template <bool BF16>
+__device__ __forceinline__ uint16_t to_activation(float v) {
+  if constexpr (BF16) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    return *reinterpret_cast<const uint16_t*>(&h);
+  } else {
+    const __half h = __float2half_rn(v);
+    return *reinterpret_cast<const uint16_t*>(&h);
+  }
+}
+
+// PRECOND: blockDim.x = 32 warps_n warps_k; dynamic shared memory 512 MT bytes per warp;
+// grid = (ceil(M / 8 MT), ceil(RB / warps_n), splits); splits > 1 only with gridDim.x == 1
+// and M <= 16.
+template <int EBITS, int MBITS, bool BF16, int MT, int AHEAD>
+__global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const GemmFpxParams p) {
+  using P = Planes<EBITS, MBITS>;
+  constexpr int kTileBytes = 256 * P::kBits;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int wn = warp / p.warps_k, wk = warp % p.warps_k;
+  const int gid = lane / 4, tig = lane % 4;
+  const int rb = blockIdx.y * p.warps_n + wn;
+  const int m0 = blockIdx.x * 8 * MT;
+  const int t_begin = blockIdx.z * p.tiles_per_split;
+  const int t_end = min(p.KT, t_begin + p.tiles_per_split);
+
+  float acc[MT][4] = {};
+  if (rb < p.RB) {
+    const uint16_t* x_rows[MT];
+#pragma unroll
+    for (int j = 0; j < MT; ++j) x_rows[j] = p.x + int64_t(min(m0 + 8 * j + gid, p.M - 1)) * p.K;
+    const uint8_t* tiles = p.packed + int64_t(rb) * p.KT * kTileBytes;
+    // The next tiles' loads stay in flight while this one is dequantized and multiplied;
+    // for MT <= 2 their x fragments too (loading x step by step left each tile waiting on
+    // L2 latency: v1 of this kernel ran 8192 x 8192 at M = 1 in 26.2 us, 64 % of copy).
+    // MT = 1 can keep two tiles in flight (AHEAD = 2, 114 registers): at one tile ahead
+    // its ~16 resident warps a SM hold ~24 KB in flight, short of the ~34 KB a SM that
+    // 3 TB/s at ~1.5 us latency needs.
+    constexpr bool kPrefetchX = MT <= 2;
+    constexpr int kAhead = AHEAD;
+    uint32_t words[kAhead + 1][P::kWords];
+    uint2 xf[kPrefetchX ? kAhead + 1 : 1][kPrefetchX ? 8 : 1][MT];
+    const auto full_tile = [&](int tile) { return p.x_vectorized && (tile + 1) * kFpxTileK <= p.K; };
+    const auto load = [&](int tile, int slot) {
+      load_tile<EBITS, MBITS>(tiles + int64_t(tile) * kTileBytes, lane, words[slot]);
+      if constexpr (kPrefetchX) load_x_tile<MT>(x_rows, tile * kFpxTileK + 4 * tig, p.K, full_tile(tile), xf[slot]);
+    };
+    const int t0 = t_begin + wk;
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i)
+      if (t0 + i * p.warps_k < t_end) load(t0 + i * p.warps_k, i);
+    for (int t = t0; t < t_end; t += p.warps_k) {
+      const int ahead = t + kAhead * p.warps_k;
+      if (ahead < t_end) load(ahead, kAhead);
+      if constexpr (kPrefetchX) {
+        tile_mma<EBITS, MBITS, BF16, MT>(words[0], xf[0], acc);
+      } else {
+        tile_mma_loading_x<EBITS, MBITS, BF16, MT>(words[0], x_rows, t * kFpxTileK + 4 * tig, p.K, full_tile(t), acc);
+      }
+#pragma unroll
+      for (int i = 0; i < kAhead; ++i) {  // slot i holds tile t + (i + 1) warps_k next
+#pragma unroll
+        for (int w = 0; w < P::kWords; ++w) words[i][w] = words[i + 1][w];
+        if constexpr (kPrefetchX) {
+#pragma unroll
+          for (int s = 0; s < 8; ++s)
+#pragma unroll
+            for (int j = 0; j < MT; ++j) xf[i][s][j] = xf[i + 1][s][j];
+        }
+      }
+    }
+  }
+
+  // C fragment of n-tile j: acc[j][0..1] = row gid, x rows 2 tig, 2 tig + 1; [2..3] = row gid + 8.
+  extern __shared__ float partial[];  // [warps][MT][4][32]
+#pragma unroll
+  for (int j = 0; j < MT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) partial[((warp * MT + j) * 4 + i) * 32 + lane] = acc[j][i];
+  __syncthreads();
+
+  const int outputs = p.warps_n * kFpxTileRows * 8 * MT;  // (row block, row, x row) of this block
+  const bool split = gridDim.z > 1;
+  const int64_t padded_n = int64_t(p.RB) * kFpxTileRows;
+  for (int o = threadIdx.x; o < outputs; o += blockDim.x) {
+    const int g = o / (kFpxTileRows * 8 * MT), rest = o % (kFpxTileRows * 8 * MT);
+    const int mc = rest / kFpxTileRows, r = rest % kFpxTileRows;  // x row in the chunk, row in the block
+    const int j = mc / 8, c = mc % 8;
+    const int i = (r >= 8 ? 2 : 0) + (c & 1), src = (r % 8) * 4 + c / 2;
+    const int64_t n = int64_t(blockIdx.y * p.warps_n + g) * kFpxTileRows + r;
+    const int m = m0 + mc;
+    if (n >= p.N || m >= p.M) continue;
+    float sum = 0;
+    for (int w = 0; w < p.warps_k; ++w) sum += partial[(((g * p.warps_k + w) * MT + j) * 4 + i) * 32 + src];
+    if (split) {
+      p.workspace[(int64_t(blockIdx.z) * kSplitMaxM + m) * padded_n + n] = sum;
+    } else {
+      sum *= p.row_factor[n];
+      if (p.bias) sum += p.bias[n];
+      p.y[int64_t(m) * p.N + n] = to_activation<BF16>(sum);
+    }
+  }
+  if (!split) return;
+
+  // Split-K: the last block of this row-block group to arrive sums all splits' partials.
+  __shared__ bool is_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int arrived = atomicAdd(&p.counters[blockIdx.y], 1);
+    is_last = arrived == int(gridDim.z) - 1;
+    if (is_last) p.counters[blockIdx.y] = 0;  // ready for the next launch (stream-ordered)
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  for (int o = threadIdx.x; o < outputs; o += blockDim.x) {
+    const int g = o / (kFpxTileRows * 8 * MT), rest = o % (kFpxTileRows * 8 * MT);
+    const int mc = rest / kFpxTileRows, r = rest % kFpxTileRows;
+    const int64_t n = int64_t(blockIdx.y * p.warps_n + g) * kFpxTileRows + r;
+    const int m = m0 + mc;
+    if (n >= p.N || m >= p.M) continue;
+    float sum = 0;
+    for (int z = 0; z < int(gridDim.z); ++z) sum += __ldcg(p.workspace + (int64_t(z) * kSplitMaxM + m) * padded_n + n);
+    sum *= p.row_factor[n];
+    if (p.bias) sum += p.bias[n];
+    p.y[int64_t(m) * p.N + n] = to_activation<BF16>(sum);
+  }
+}
+
+// ---- larger M: x tiles shared through shared memory ----------------------------------
+//
+// Each warp owns one row block as above and 64 x rows (8 n-tiles, MT = 8); the block's
+// warps_n warps (4 or 8: 64 or 128 rows of W) share each 64 x 128 tile of x, copied into
+// shared memory with cp.async one tile ahead (two stages), so a B fragment is one
+// conflict-free 8-byte shared load instead of an L2 round trip: the register-only kernel
+// above spent 0.1-0.25x cuBLAS at M >= 64 waiting on those. Needs K % 8 == 0 and x 16-byte
+// aligned (16-byte copies); rows past M copy row M - 1, columns past K are zero-filled.
+constexpr int kSmemRows = 64;                   // x rows per block
+constexpr int kSmemStride = kFpxTileK + 16;     // halves per row: 288 bytes, 8 banks apart
+constexpr size_t kSmemStageBytes = size_t(kSmemRows) * kSmemStride * 2;
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* global, int src_bytes) {
+  const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+// PRECOND: blockDim.x = 32 warps_n, dynamic shared memory 2 kSmemStageBytes, grid =
+// (ceil(M / 64), ceil(RB / warps_n)), K % 8 == 0, x 16-byte aligned.
+template <int EBITS, int MBITS, bool BF16>
+__global__ void __launch_bounds__(256) gemm_fpx_smem_kernel(const GemmFpxParams p) {
+  using P = Planes<EBITS, MBITS>;
+  constexpr int MT = kSmemRows / 8;
+  constexpr int kTileBytes = 256 * P::kBits;
+  extern __shared__ uint4 smem_raw[];
+  uint16_t* xs = reinterpret_cast<uint16_t*>(smem_raw);  // [2][64][kSmemStride]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int gid = lane / 4, tig = lane % 4;
+  const int rb = blockIdx.y * p.warps_n + warp;
+  const bool active = rb < p.RB;
+  const int m0 = blockIdx.x * kSmemRows;
+  const uint8_t* tiles = p.packed + int64_t(min(rb, p.RB - 1)) * p.KT * kTileBytes;
+
+  const auto copy_x = [&](int t, int stage) {  // x [m0 .. m0 + 63, 128 t .. 128 t + 127] -> stage
+    for (int c = threadIdx.x; c < kSmemRows * 16; c += blockDim.x) {
+      const int row = c / 16, col = c % 16;
+      const int k = t * kFpxTileK + col * 8;
+      const uint16_t* src = p.x + int64_t(min(m0 + row, p.M - 1)) * p.K + (k < p.K ? k : 0);
+      cp_async16(xs + (stage * kSmemRows + row) * kSmemStride + col * 8, src, k < p.K ? 16 : 0);
+    }
+    cp_async_commit();
+  };
+
+  float acc[MT][4] = {};
+  uint32_t cur[P::kWords];
+  copy_x(0, 0);
+  if (active) load_tile<EBITS, MBITS>(tiles, lane, cur);
+  for (int t = 0; t < p.KT; ++t) {
+    uint32_t next[P::kWords];
+    const bool has_next = t + 1 < p.KT;
+    if (has_next) {
+      copy_x(t + 1, (t + 1) & 1);
+      if (active) load_tile<EBITS, MBITS>(tiles + int64_t(t + 1) * kTileBytes, lane, next);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (active) {
+      const uint16_t* xt = xs + (t & 1) * kSmemRows * kSmemStride + gid * kSmemStride + 4 * tig;
+      static_for<0, 8>([&](auto step) {
+        constexpr int S = decltype(step)::value;
+        uint32_t a[4];
+        dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 0>(cur), a[0], a[1]);
+        dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 1>(cur), a[2], a[3]);
+#pragma unroll
+        for (int j = 0; j < MT; ++j) {
+          const uint2 b = *reinterpret_cast<const uint2*>(xt + 8 * j * kSmemStride + 16 * S);
+          mma_16816<BF16>(acc[j], a, b);
+        }
+      });
+    }
+    __syncthreads();  // the stage read here is the one copied into next iteration
+    if (has_next) {
+#pragma unroll
+      for (int i = 0; i < P::kWords; ++i) cur[i] = next[i];
+    }
+  }
+  if (!active) return;
+  // C fragment: acc[j][0..1] = row gid, x rows 8 j + 2 tig + 0/1; acc[j][2..3] = row gid + 8.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t n = int64_t(rb) * kFpxTileRows + gid + 8 * h;
+    if (n >= p.N) continue;
+    const float factor = p.row_factor[n], bias = p.bias ? p.bias[n] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < MT; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int m = m0 + 8 * j + 2 * tig + e;
+        if (m < p.M) p.y[int64_t(m) * p.N + n] = to_activation<BF16>(acc[j][2 * h + e] * factor + bias);
+      }
+  }
+}
+
+using KernelFn = void (*)(GemmFpxParams);
+
+template <int EBITS, int MBITS, bool BF16>
+KernelFn pick_mt(int mt, int ahead) {
+  switch (mt) {
+    case 1: return ahead == 2 ? gemm_fpx_kernel<EBITS, MBITS, BF16, 1, 2> : gemm_fpx_kernel<EBITS, MBITS, BF16, 1, 1>;
+    case 2: return gemm_fpx_kernel<EBITS, MBITS, BF16, 2, 1>;
+    case 4: return gemm_fpx_kernel<EBITS, MBITS, BF16, 4, 1>;
+    default: return gemm_fpx_kernel<EBITS, MBITS, BF16, 8, 1>;
+  }
+}
+
+KernelFn pick_smem_kernel(int ebits, int mbits, bool bf16) {
+  if (ebits == 3 && mbits == 2) return bf16 ? gemm_fpx_smem_kernel<3, 2, true> : gemm_fpx_smem_kernel<3, 2, false>;
+  return bf16 ? gemm_fpx_smem_kernel<2, 2, true> : gemm_fpx_smem_kernel<2, 2, false>;
+}
+
+KernelFn pick_kernel(int ebits, int mbits, bool bf16, int mt, int ahead) {
+  if (ebits == 3 && mbits == 2) return bf16 ? pick_mt<3, 2, true>(mt, ahead) : pick_mt<3, 2, false>(mt, ahead);
+  if (ebits == 2 && mbits == 2) return bf16 ? pick_mt<2, 2, true>(mt, ahead) : pick_mt<2, 2, false>(mt, ahead);
+  throw Error("gemm_fpx: e" + std::to_string(ebits) + "m" + std::to_string(mbits) +
+              " is not instantiated (fp6 e3m2 and fp5 e2m2 are)");
+}
+
+struct LaunchShape {
+  int mt, warps_n, warps_k, splits;
+};
+
+int sm_count() {
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+// Small M (<= 16, two n-tiles): first enough blocks along K (split-K) to give every SM a
+// block, then warps per block along K while the grid still fits in one wave of resident
+// warps, every warp keeping >= 2 tiles of K so that its next tile's loads overlap the
+// current one. Larger M: 4 row blocks per block (they read the same x lines
+// through L1), warps along K only while the grid is short of ~16 warps per SM.
+LaunchShape choose_launch(int64_t row_blocks, int64_t k_tiles, int M, int sms, const GemmFpxConfig& config) {
+  LaunchShape s;
+  // MT = 2 beat 4 and 8 (4 row blocks a block) at every M from 16 to 64 on the H100 (they
+  // wait on x from L2 step by step), e.g. 8192 x 8192 at M = 32: 54.5 us vs 114.6.
+  s.mt = config.m_tile > 0 ? config.m_tile : M <= 8 ? 1 : 2;
+  const int64_t m_chunks = (M + 8 * s.mt - 1) / (8 * s.mt);
+  const bool small = s.mt <= 2;  // one row block per block, x fragments prefetched
+  s.warps_n = small ? 1 : 4;
+  const int max_warps = small ? 16 : 8;  // shared memory: warps * MT * 512 bytes <= 16 KB, 32 KB
+  s.splits = 1;
+  if (small && m_chunks == 1) {  // the workspace and counters hold one chunk of <= 16 x rows
+    if (config.splits > 0) {
+      s.splits = std::min(config.splits, kMaxSplits);
+    } else {
+      while (s.splits < kMaxSplits && row_blocks * s.splits < sms && k_tiles >= 16 * s.splits) s.splits *= 2;
+    }
+  }
+  const int64_t tiles = (k_tiles + s.splits - 1) / s.splits;
+  // Resident warps per SM at the kernels' register counts (ptxas, sm_90): MT = 1 uses 88
+  // (one tile ahead) or 114 registers (two), MT = 2 126, MT = 4 / 8 80 / 111: ~16 warps.
+  const int64_t target = int64_t(sms) * 16;
+  if (config.warps_k > 0) {
+    s.warps_k = std::clamp(config.warps_k, 1, max_warps / s.warps_n);
+  } else {
+    s.warps_k = small ? 4 : 1;
+    // Doubling only while the grid still fits one wave: 8192 x 8192 at M = 1 took 16-warp
+    // blocks (two waves of 4 tiles a warp) when the rule was "below the target".
+    while (s.warps_n * s.warps_k * 2 <= max_warps && tiles >= 4 * s.warps_k &&
+           m_chunks * row_blocks * s.splits * s.warps_k * 2 <= target)
+      s.warps_k *= 2;
+  }
+  return s;
+}
+
+int64_t grid_warps(int64_t row_blocks, int M, const LaunchShape& s) {
+  const int64_t m_chunks = (M + 8 * s.mt - 1) / (8 * s.mt);
+  return m_chunks * (row_blocks + s.warps_n - 1) / s.warps_n * s.warps_n * s.warps_k * s.splits;
+}
+
+}  // namespace
+
+size_t FpxDeviceWeight::weight_bytes() const {
+  return size_t(row_blocks) * size_t(k_tiles) * size_t(fpx_tile_bytes(bits)) + size_t(N) * 4 +
+         (bias ? size_t(N) * 4 : 0);
+}
+
+FpxDeviceWeight alloc_fpx_weight(const WeightFormat& format, int64_t N, int64_t K, DType act) {
+  const std::string where = "upload_fpx_weight (" + format.name() + ")";
+  if (format.kind != FormatKind::FPX) fail(where, "not an fp6/fp5 weight");
+  if (act != DType::F16 && act != DType::BF16)
+    fail(where, std::string("activation type ") + dtype_name(act) + " (expected F16 or BF16)");
+  if (K > (int64_t(1) << 30)) fail(where, "K = " + std::to_string(K) + " too large for the GPU kernel");
+  pick_kernel(format.ebits, format.mbits, act == DType::BF16, 1, 1);  // throws for a code it was not built for
+  FpxDeviceWeight d;
+  d.act = act;
+  d.ebits = format.ebits;
+  d.mbits = format.mbits;
+  d.bits = format.bits;
+  d.N = N;
+  d.K = K;
+  d.k_tiles = fpx_k_tiles(K);
+  d.row_blocks = fpx_row_blocks(N);
+  // The most blocks split-K will use for this shape (M = 1 splits the most).
+  d.max_splits = choose_launch(d.row_blocks, d.k_tiles, 1, sm_count(), {}).splits;
+  const size_t padded_n = size_t(d.row_blocks) * kFpxTileRows;
+  try {
+    uint8_t* q = nullptr;
+    float* f = nullptr;
+    CUDA_CHECK(cudaMalloc(&q, size_t(d.row_blocks * d.k_tiles * fpx_tile_bytes(d.bits))));
+    d.packed = q;
+    CUDA_CHECK(cudaMalloc(&f, padded_n * 4));
+    d.row_factor = f;
+    if (d.max_splits > 1) {
+      CUDA_CHECK(cudaMalloc(&d.workspace, size_t(d.max_splits) * kSplitMaxM * padded_n * 4));
+      CUDA_CHECK(cudaMalloc(&d.counters, size_t(d.row_blocks) * 4));
+      CUDA_CHECK(cudaMemset(d.counters, 0, size_t(d.row_blocks) * 4));
+    }
+  } catch (...) {
+    free_fpx_weight(&d);
+    throw;
+  }
+  return d;
+}
+
+FpxDeviceWeight upload_fpx_weight(const PackedWeight& w, DType act) {
+  const std::string where = "upload_fpx_weight (" + w.format.name() + ")";
+  const HostTensor& packed = w.part("packed");
+  const size_t packed_bytes = size_t(fpx_row_blocks(w.rows) * fpx_k_tiles(w.cols) * fpx_tile_bytes(w.format.bits));
+  if (w.format.kind == FormatKind::FPX && packed.nbytes() != packed_bytes)
+    fail(where, "packed has shape " + packed.shape_string());
+  FpxDeviceWeight d = alloc_fpx_weight(w.format, w.rows, w.cols, act);
+  const uint16_t* scales = w.part("scales").as<uint16_t>();  // [N]
+  const int bias_exponent = (1 << (d.ebits - 1)) - 1;
+  std::vector<float> factor(size_t(d.row_blocks * kFpxTileRows), 0.0f);
+  for (int64_t n = 0; n < d.N; ++n)
+    factor[size_t(n)] = half_to_float(scales[n]) * (act == DType::F16 ? std::ldexp(1.0f, 15 - bias_exponent) : 1.0f);
+  try {
+    CUDA_CHECK(cudaMemcpy(const_cast<uint8_t*>(d.packed), packed.data, packed_bytes, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(const_cast<float*>(d.row_factor), factor.data(), factor.size() * 4, cudaMemcpyHostToDevice));
+    const auto bias = w.parts.find("bias");
+    if (bias != w.parts.end()) {
+      float* b = nullptr;
+      CUDA_CHECK(cudaMalloc(&b, size_t(d.N) * 4));
+      d.bias = b;
+      CUDA_CHECK(cudaMemcpy(b, bias->second.data, size_t(d.N) * 4, cudaMemcpyHostToDevice));
+    }
+  } catch (...) {
+    free_fpx_weight(&d);
+    throw;
+  }
+  return d;
+}
+
+void free_fpx_weight(FpxDeviceWeight* w) {
+  cudaFree(const_cast<uint8_t*>(w->packed));
+  cudaFree(const_cast<float*>(w->row_factor));
+  cudaFree(const_cast<float*>(w->bias));
+  cudaFree(w->workspace);
+  cudaFree(w->counters);
+  *w = FpxDeviceWeight{};
+}
+
+void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
+              const GemmFpxConfig& config) {
+  if (M < 1) throw Error("gemm_fpx: M = " + std::to_string(M) + " (expected >= 1)");
+  if (act != w.act)
+    throw Error(std::string("gemm_fpx: activations are ") + dtype_name(act) + " but the weight was uploaded for " +
+                dtype_name(w.act));
+  if (!w.packed) throw Error("gemm_fpx: weight not uploaded");
+  if (config.tiles_ahead < 0 || config.tiles_ahead > 2)
+    throw Error("gemm_fpx: tiles_ahead = " + std::to_string(config.tiles_ahead) + " (expected 0, 1 or 2)");
+  if (config.m_tile != 0 && config.m_tile != 1 && config.m_tile != 2 && config.m_tile != 4 && config.m_tile != 8)
+    throw Error("gemm_fpx: m_tile = " + std::to_string(config.m_tile) + " (expected 1, 2, 4 or 8)");
+  static const int sms = sm_count();
+  LaunchShape s = choose_launch(w.row_blocks, w.k_tiles, M, sms, config);
+  s.splits = std::clamp(s.splits, 1, w.max_splits);
+  GemmFpxParams p;
+  p.packed = w.packed;
+  p.row_factor = w.row_factor;
+  p.bias = w.bias;
+  p.x = static_cast<const uint16_t*>(x);
+  p.y = static_cast<uint16_t*>(y);
+  p.workspace = w.workspace;
+  p.counters = w.counters;
+  p.N = w.N;
+  p.K = int(w.K);
+  p.KT = int(w.k_tiles);
+  p.RB = int(w.row_blocks);
+  p.M = M;
+  p.warps_n = s.warps_n;
+  p.warps_k = s.warps_k;
+  p.splits = s.splits;
+  p.tiles_per_split = int((w.k_tiles + s.splits - 1) / s.splits);
+  p.x_vectorized = w.K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0;
+  // The shared-memory kernel gives each warp a whole row block's K and no split, so it
+  // needs many (row block, 64-row chunk) pairs to fill the GPU: measured on the H100 it won
+  // from ~4 per SM (8192 x 57344 at M = 64: 287 us vs 845; 4096 x 4096 at M = 256: 62 vs
+  // 132) and lost below (11008 x 4096 at M = 64, 256 pairs: 171 vs 92).
+  const int64_t m_chunks = (M + kSmemRows - 1) / kSmemRows;
+  const bool smem_ok = w.K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const bool smem_pays = M >= kSmemMinM && m_chunks * w.row_blocks >= 4 * int64_t(sms);
+  const bool use_smem = smem_ok && (config.smem_x > 0 || (config.smem_x < 0 && config.m_tile == 0 && smem_pays));
+  if (use_smem) {
+    // 8 row blocks (128 rows of W) per block share each x tile; 4 or 2 when that leaves
+    // fewer than two (one) blocks per SM.
+    const auto blocks = [&](int per_block) { return m_chunks * ((w.row_blocks + per_block - 1) / per_block); };
+    p.warps_n = blocks(8) >= 2 * sms ? 8 : blocks(4) >= sms ? 4 : 2;
+    p.warps_k = 1;
+    p.splits = 1;
+    p.tiles_per_split = int(w.k_tiles);
+    const dim3 grid(unsigned(m_chunks), unsigned((w.row_blocks + p.warps_n - 1) / p.warps_n), 1);
+    const KernelFn kernel = pick_smem_kernel(w.ebits, w.mbits, act == DType::BF16);
+    kernel<<<grid, dim3(unsigned(p.warps_n * 32)), 2 * kSmemStageBytes, stream>>>(p);
+    CHECK_LAST_LAUNCH("gemm_fpx_smem_kernel");
+    return;
+  }
+  const int warps = s.warps_n * s.warps_k;
+  const size_t smem = size_t(warps) * s.mt * 4 * 32 * sizeof(float);
+  const dim3 grid(unsigned((M + 8 * s.mt - 1) / (8 * s.mt)), unsigned((w.row_blocks + s.warps_n - 1) / s.warps_n),
+                  unsigned(s.splits));
+  // Two tiles ahead (114 registers, ~16 resident warps a SM) unless the grid fits one wave
+  // only at one tile ahead (88 registers, ~23 warps): 8192 x 10240 at M = 1 (2560 warps)
+  // took 33.8 us at two tiles ahead (1.2 waves) and 27.0 at one; elsewhere two tiles ahead
+  // won by 0-6 % (28672 x 8192: 67.0 us vs 70.5).
+  int ahead = 1;
+  if (s.mt == 1) {
+    const int64_t total_warps = grid_warps(w.row_blocks, M, s);
+    ahead = config.tiles_ahead > 0 ? config.tiles_ahead
+            : (total_warps > int64_t(sms) * 16 && total_warps <= int64_t(sms) * 23) ? 1 : 2;
+  }
+  const KernelFn kernel = pick_kernel(w.ebits, w.mbits, act == DType::BF16, s.mt, ahead);
+  kernel<<<grid, dim3(unsigned(warps * 32)), smem, stream>>>(p);
+  CHECK_LAST_LAUNCH("gemm_fpx_kernel");
+}
+
+}  // namespace gemlite

@@ -1,0 +1,62 @@
+#pragma once
+// FPx (fp6 e3m2, fp5 e2m2) dequantize + matmul on tensor cores, for any batch:
+//   y [M, N] = x [M, K] · Wᵀ (+ bias),  W [N, K] pre-packed as in kernels/fpx/fpx_format.h,
+// x and y fp16 or bf16, fp32 accumulation (mma m16n8k16), any M >= 1, any K and N.
+// The launch is asynchronous on the caller's stream, allocates nothing and never
+// synchronizes, so it can be captured into a CUDA graph.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/packed_weight.h"
+#include "runtime/dtype.h"
+
+namespace gemlite {
+
+// An fp6/fp5 weight in device memory, prepared for one activation type. Owns its buffers
+// (free with free_fpx_weight), including the split-K workspace, so one weight must not be
+// used by two launches running at the same time on different streams.
+struct FpxDeviceWeight {
+  const uint8_t* packed = nullptr;     // [ceil(N/16), KT * 256 * bits], unchanged from the checkpoint
+  // [ceil(N/16) * 16] the row's fp16 scale times the power of two that turns the kernel's
+  // bit-moved weights into true values (2^(15 - bias) for fp16; 1 for bf16, whose weights
+  // are rescaled in registers): applied once per output in the fp32 epilogue.
+  const float* row_factor = nullptr;
+  const float* bias = nullptr;         // [N] or null
+  float* workspace = nullptr;          // [max_splits, 16, ceil(N/16) * 16] split-K partial sums
+  int* counters = nullptr;             // [ceil(N/16)] split-K arrivals, back to 0 after each launch
+  DType act = DType::F16;              // F16 or BF16
+  int ebits = 0, mbits = 0, bits = 0;
+  int64_t N = 0, K = 0;
+  int64_t k_tiles = 0, row_blocks = 0;
+  int max_splits = 1;                  // what the workspace holds (chosen at upload for this N, K)
+
+  size_t weight_bytes() const;  // packed + row_factor (+ bias): what one matmul reads of W
+};
+
+// Uploads an fp6/fp5 weight (synchronously; not for use inside a graph capture). Throws
+// Error for other formats, for act other than F16/BF16 and for an (ebits, mbits) the
+// activation type cannot hold (fp16: 1 + ebits + mbits <= 8 with ebits <= 5; instantiated:
+// e3m2 and e2m2).
+FpxDeviceWeight upload_fpx_weight(const PackedWeight& w, DType act);
+void free_fpx_weight(FpxDeviceWeight* w);  // frees and clears; safe on an empty weight
+// The device buffers of an N x K weight of `format` (packed, row_factor, split-K workspace;
+// no bias), contents undefined: what upload_fpx_weight fills, and what the benchmarks fill
+// with random bits.
+FpxDeviceWeight alloc_fpx_weight(const WeightFormat& format, int64_t N, int64_t K, DType act);
+
+// Launch tuning; 0 = the automatic choice (what the benchmarks measured best).
+struct GemmFpxConfig {
+  int warps_k = 0;  // warps of a block splitting K
+  int splits = 0;   // blocks splitting K (M <= 16 only; <= the weight's max_splits)
+  int m_tile = 0;   // n-tiles of 8 x rows per warp: 1, 2, 4 or 8
+  int smem_x = -1;  // x through shared memory (64 x rows a block): -1 automatic, 0 never, 1 when possible
+  int tiles_ahead = 0;  // MT = 1: tiles of W and x loaded ahead of the one multiplied, 1 or 2 (0: 2)
+};
+
+// y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias), on `stream`; x and y device pointers, rows
+// contiguous. Preconditions (checked, Error): M >= 1, act == w.act.
+void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
+              const GemmFpxConfig& config = {});
+
+}  // namespace gemlite

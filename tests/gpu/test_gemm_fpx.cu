@@ -1,0 +1,295 @@
+// gemm_fpx (fp6 e3m2, fp5 e2m2) on the GPU:
+//  - exact decoding: a weight holding every code (scale 1) times one-hot activations
+//    returns each code's value bit-exactly, through every kernel variant (M = 1, 8, 16, 64)
+//    and both activation types; this is also what shows that the tensor cores keep the
+//    subnormal fp16/bf16 values the bit moves produce for the subnormal codes;
+//  - random matrices at M = 1, 2, 3, 8, 17, 64, 128, 257, 512 for fp16 and bf16 against
+//    the CPU reference (the library's row decoder, float64 accumulation), on shapes that
+//    are multiples of nothing (K % 128 != 0, K % 4 != 0, N % 16 != 0), a split-K shape,
+//    misaligned x and a bias.
+//
+// Tolerance, per output: |y - ref| <= u |ref| + 2^-14 S, S = sum_k |x_k w_k|, u = 2^-11
+// (fp16 output) or 2^-8 (bf16). Why: the kernel's weights are the decoded codes exactly
+// (bit moves, times powers of two) and x is the same fp16/bf16 value the reference uses, so
+// every product is exact; what remains is the fp32 accumulation (K/16 chained mma adds + the
+// split reductions, each <= 2^-23 S: 2^-15 S at K = 4096, the largest K here) and the one
+// rounding of the output (u |y|). A wrong lane, plane or shift errs by ~|x w| per weight,
+// far above both. Outputs are poisoned with 0xFF bytes (NaN) before every launch.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+#include "kernels/fpx/fpx_format.h"
+#include "kernels/fpx/gemm_fpx.h"
+#include "kernels/packed_weight.h"
+#include "kernels/weight_format.h"
+#include "runtime/dtype.h"
+
+namespace gemlite {
+namespace {
+
+uint64_t test_seed() {
+  static const uint64_t seed = [] {
+    const char* env = std::getenv("GEMLITE_TEST_SEED");
+    const uint64_t s = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
+    std::cout << "[gemm_fpx] GEMLITE_TEST_SEED=" << s << "\n";
+    return s;
+  }();
+  return seed;
+}
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t bytes) { CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+struct StreamGuard {
+  cudaStream_t stream = nullptr;
+  StreamGuard() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+  ~StreamGuard() { cudaStreamDestroy(stream); }
+};
+
+uint16_t to_bits(float v, DType act) { return act == DType::BF16 ? float_to_bf16(v) : float_to_half(v); }
+float from_bits(uint16_t v, DType act) { return act == DType::BF16 ? bf16_to_float(v) : half_to_float(v); }
+
+// y [M, N] = gemm_fpx(x [M, K]) with y poisoned first; x copied to an offset of
+// `x_offset` elements into its buffer (an odd offset makes it misaligned).
+std::vector<uint16_t> run_gemm(const FpxDeviceWeight& dw, const std::vector<uint16_t>& x, int64_t M, DType act,
+                               cudaStream_t stream, int x_offset = 0, const GemmFpxConfig& config = {}) {
+  const int64_t N = dw.N;
+  DeviceBuffer dx((x.size() + size_t(x_offset)) * 2), dy(size_t(M * N) * 2);
+  uint16_t* x_dev = static_cast<uint16_t*>(dx.ptr) + x_offset;
+  CUDA_CHECK(cudaMemcpyAsync(x_dev, x.data(), x.size() * 2, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemsetAsync(dy.ptr, 0xFF, size_t(M * N) * 2, stream));
+  gemm_fpx(dw, x_dev, dy.ptr, int(M), act, stream, config);
+  std::vector<uint16_t> y(size_t(M * N));
+  CUDA_CHECK(cudaMemcpyAsync(y.data(), dy.ptr, y.size() * 2, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return y;
+}
+
+TEST(GemmFpxDecoding, EveryCodeIsExact) {
+  StreamGuard stream;
+  for (const char* name : {"fp6", "fp5"}) {
+    const WeightFormat format = WeightFormat::parse(name);
+    const int codes = 1 << format.bits;
+    // Row n, column k holds code (n + k) % codes: every row has every code, so its absmax
+    // is the largest finite value and its fp16 scale exactly 1.
+    const int64_t N = 64, K = 64;
+    std::vector<float> w(size_t(N * K));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k)
+        w[size_t(n * K + k)] = fpx_decode(uint8_t((n + k) % codes), format.ebits, format.mbits);
+    const PackedWeight packed = quantize_weight(w.data(), N, K, format);
+    for (int64_t n = 0; n < N; ++n) ASSERT_EQ(half_to_float(packed.part("scales").as<uint16_t>()[n]), 1.0f);
+    for (DType act : {DType::F16, DType::BF16}) {
+      FpxDeviceWeight dw = upload_fpx_weight(packed, act);
+      for (int64_t M : {1, 8, 16, 64}) {
+        for (int64_t first = 0; first < K; first += M) {  // x rows = identity rows first .. first + M - 1
+          std::vector<uint16_t> x(size_t(M * K), 0);
+          for (int64_t m = 0; m < M; ++m) x[size_t(m * K + first + m)] = to_bits(1.0f, act);
+          const std::vector<uint16_t> y = run_gemm(dw, x, M, act, stream.stream);
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n) {
+              const float expected = w[size_t(n * K + first + m)];
+              ASSERT_EQ(from_bits(y[size_t(m * N + n)], act), expected)
+                  << name << " " << dtype_name(act) << " M=" << M << " code " << (n + first + m) % codes;
+            }
+        }
+      }
+      free_fpx_weight(&dw);
+    }
+  }
+}
+
+// W [N, K]: rows of different magnitude with an outlier per 97 columns (so the row scales
+// differ and small codes, subnormals included, are common).
+std::vector<float> random_weight(int64_t N, int64_t K, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(0.25f, 2.0f);
+  std::vector<float> w(size_t(N * K));
+  for (int64_t n = 0; n < N; ++n) {
+    const float scale = uniform(rng);
+    for (int64_t k = 0; k < K; ++k) {
+      float v = scale * normal(rng);
+      if (k % 97 == n % 97) v *= 6.0f;
+      w[size_t(n * K + k)] = v;
+    }
+  }
+  return w;
+}
+
+struct CheckResult {
+  double worst_ratio = 0;  // max |y - ref| / (u |ref| + 2^-14 S): <= 1 passes
+  int64_t failures = 0;
+  std::string first_failure;
+};
+
+CheckResult check_random(const PackedWeight& packed, const FpxDeviceWeight& dw, DType act, int64_t M,
+                         std::mt19937_64& rng, cudaStream_t stream, int x_offset = 0,
+                         const GemmFpxConfig& config = {}) {
+  const int64_t N = packed.rows, K = packed.cols;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> x(size_t(M * K));
+  std::vector<double> xv(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = to_bits(normal(rng), act);
+    xv[i] = from_bits(x[i], act);
+  }
+  const std::vector<uint16_t> y = run_gemm(dw, x, M, act, stream, x_offset, config);
+  const RowDecoder decode = make_row_decoder(packed);
+  const float* bias = packed.parts.count("bias") ? packed.part("bias").as<float>() : nullptr;
+  const double u = act == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  std::vector<float> row(static_cast<size_t>(K));
+  CheckResult result;
+  for (int64_t n = 0; n < N; ++n) {
+    decode(n, row.data());
+    for (int64_t m = 0; m < M; ++m) {
+      double ref = bias ? bias[n] : 0.0, s = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = xv[size_t(m * K + k)] * double(row[size_t(k)]);
+        ref += p;
+        s += std::abs(p);
+      }
+      const float got = from_bits(y[size_t(m * N + n)], act);
+      const double tol = u * std::abs(ref) + std::ldexp(s, -14) + 1e-30;
+      const double ratio = std::isfinite(got) ? std::abs(double(got) - ref) / tol : INFINITY;
+      result.worst_ratio = std::max(result.worst_ratio, ratio);
+      if (!(ratio <= 1) && result.failures++ == 0)
+        result.first_failure = "y[" + std::to_string(m) + ", " + std::to_string(n) + "] = " + std::to_string(got) +
+                               ", reference " + std::to_string(ref) + ", error / tolerance " + std::to_string(ratio);
+    }
+  }
+  return result;
+}
+
+struct Shape {
+  int64_t N, K;
+};
+
+class GemmFpxTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GemmFpxTest, MatchesCpuReferenceAtEveryBatchSize) {
+  const WeightFormat format = WeightFormat::parse(GetParam());
+  std::mt19937_64 rng(test_seed() * 7919 + uint64_t(format.bits));
+  StreamGuard stream;
+  // K = 1000: a partial last tile; K = 515: K % 4 != 0 (scalar x loads) and N % 16 != 0;
+  // N = 1024, K = 4096: few row blocks, so small M splits K over blocks.
+  for (const Shape shape : {Shape{300, 1000}, Shape{77, 515}, Shape{1024, 4096}}) {
+    const std::vector<float> w = random_weight(shape.N, shape.K, rng);
+    const PackedWeight packed = quantize_weight(w.data(), shape.N, shape.K, format);
+    for (DType act : {DType::F16, DType::BF16}) {
+      FpxDeviceWeight dw = upload_fpx_weight(packed, act);
+      double worst = 0;
+      for (int64_t M : {1, 2, 3, 8, 17, 64, 128, 257, 512}) {
+        if (shape.K == 4096 && M > 128) continue;  // keeps the float64 reference short
+        SCOPED_TRACE(format.name() + " " + dtype_name(act) + " N=" + std::to_string(shape.N) +
+                     " K=" + std::to_string(shape.K) + " M=" + std::to_string(M) + " seed=" + std::to_string(test_seed()));
+        const CheckResult r = check_random(packed, dw, act, M, rng, stream.stream);
+        EXPECT_EQ(r.failures, 0) << r.first_failure;
+        worst = std::max(worst, r.worst_ratio);
+      }
+      std::cout << "[gemm_fpx] " << format.name() << " " << dtype_name(act) << " N=" << shape.N << " K=" << shape.K
+                << ": worst error / tolerance " << worst << " (max_splits " << dw.max_splits << ")\n";
+      free_fpx_weight(&dw);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, GemmFpxTest, ::testing::Values("fp6", "fp5"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
+// Misaligned x (odd element offset: scalar loads), a bias added after the reduction, and
+// every split-K, warps-per-block and n-tile setting of the register kernel plus the
+// shared-memory kernel, on one shape.
+TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
+  std::mt19937_64 rng(test_seed() + 5);
+  StreamGuard stream;
+  const WeightFormat format = WeightFormat::parse("fp6");
+  const int64_t N = 520, K = 2048;
+  const std::vector<float> w = random_weight(N, K, rng);
+  PackedWeight packed = quantize_weight(w.data(), N, K, format);
+  std::vector<float> bias(static_cast<size_t>(N));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& b : bias) b = normal(rng);
+  packed.parts["bias"] = HostTensor::copy_of(DType::F32, {N}, bias.data());
+  for (DType act : {DType::F16, DType::BF16}) {
+    FpxDeviceWeight dw = upload_fpx_weight(packed, act);
+    for (int64_t M : {1, 5, 16, 40, 70}) {
+      SCOPED_TRACE(std::string(dtype_name(act)) + " M=" + std::to_string(M));
+      CheckResult r = check_random(packed, dw, act, M, rng, stream.stream, 1);
+      EXPECT_EQ(r.failures, 0) << "misaligned: " << r.first_failure;
+      for (int splits = 1; splits <= dw.max_splits; splits *= 2)
+        for (int warps_k : {1, 2, 4, 16}) {
+          GemmFpxConfig config;
+          config.splits = splits;
+          config.warps_k = warps_k;
+          config.smem_x = 0;
+          r = check_random(packed, dw, act, M, rng, stream.stream, 0, config);
+          EXPECT_EQ(r.failures, 0) << "splits " << splits << " warps_k " << warps_k << ": " << r.first_failure;
+        }
+      for (int m_tile : {1, 2, 4, 8})  // every register-kernel variant, whatever M picks
+        for (int ahead : {1, 2}) {
+          GemmFpxConfig config;
+          config.m_tile = m_tile;
+          config.smem_x = 0;
+          config.tiles_ahead = ahead;
+          r = check_random(packed, dw, act, M, rng, stream.stream, 0, config);
+          EXPECT_EQ(r.failures, 0) << "m_tile " << m_tile << " tiles_ahead " << ahead << ": " << r.first_failure;
+        }
+      GemmFpxConfig smem;  // the shared-memory kernel at small M too
+      smem.smem_x = 1;
+      r = check_random(packed, dw, act, M, rng, stream.stream, 0, smem);
+      EXPECT_EQ(r.failures, 0) << "shared-memory x: " << r.first_failure;
+    }
+    free_fpx_weight(&dw);
+  }
+}
+
+// A small case of the shared-memory kernel (two 64-row chunks, a partial last tile of K),
+// quick enough for compute-sanitizer racecheck.
+TEST(GemmFpxEdges, SharedMemoryKernelSmall) {
+  std::mt19937_64 rng(test_seed() + 9);
+  StreamGuard stream;
+  const int64_t N = 40, K = 328;
+  const std::vector<float> w = random_weight(N, K, rng);
+  const PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse("fp6"));
+  for (DType act : {DType::F16, DType::BF16}) {
+    FpxDeviceWeight dw = upload_fpx_weight(packed, act);
+    GemmFpxConfig smem;
+    smem.smem_x = 1;
+    const CheckResult r = check_random(packed, dw, act, 70, rng, stream.stream, 0, smem);
+    EXPECT_EQ(r.failures, 0) << dtype_name(act) << ": " << r.first_failure;
+    free_fpx_weight(&dw);
+  }
+}
+
+TEST(GemmFpxEdges, RejectsWrongInputs) {
+  const std::vector<float> w(16 * 64, 0.5f);
+  const PackedWeight packed = quantize_weight(w.data(), 16, 64, WeightFormat::parse("fp6"));
+  EXPECT_THROW(upload_fpx_weight(packed, DType::F32), Error);
+  const PackedWeight q4 = quantize_weight(w.data(), 16, 64, WeightFormat::parse("q4g64"));
+  EXPECT_THROW(upload_fpx_weight(q4, DType::F16), Error);
+  FpxDeviceWeight dw = upload_fpx_weight(packed, DType::F16);
+  EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 0, DType::F16, nullptr), Error);
+  EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 1, DType::BF16, nullptr), Error);
+  GemmFpxConfig bad;
+  bad.m_tile = 3;
+  EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 1, DType::F16, nullptr, bad), Error);
+  free_fpx_weight(&dw);
+}
+
+}  // namespace
+}  // namespace gemlite
