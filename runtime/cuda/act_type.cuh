@@ -43,15 +43,16 @@ __device__ float block_reduce(float v, Op op) {
   return v;
 }
 
-// Calls f(Act{}) with the device type of `act`. Only fp16 is instantiated for now, to keep
-// the CI build (4 architectures, 2 cores) short; bf16 is one more case here.
+// Calls f(Act{}) with the device type of `act`: every kernel of the backend exists for
+// fp16 and bf16 activations.
 template <typename F>
 void dispatch_act(DType act, const char* op, F&& f) {
   switch (act) {
     case DType::F16: f(__half{}); return;
+    case DType::BF16: f(__nv_bfloat16{}); return;
     default:
       throw Error(std::string("cuda backend: ") + op + " has no kernel for activation type " +
-                  dtype_name(act) + " (F16 only)");
+                  dtype_name(act) + " (F16 or BF16)");
   }
 }
 

@@ -1,4 +1,4 @@
-// Causal grouped-query attention over the fp16 KV cache, one block per (head, token), fp32
+// Causal grouped-query attention over the KV cache (fp16 or bf16), one block per (head, token), fp32
 // math like runtime/cpu/cpu_backend.cpp. The context can be thousands of positions, so
 // positions go through in chunks of kAttentionThreads with an online softmax (running max
 // and sum, the accumulator rescaled per chunk): nothing per position is kept beyond a chunk.
@@ -15,18 +15,33 @@ namespace {
 
 constexpr int kChunk = kAttentionThreads;  // positions scored per round: one per thread
 
-// grid (n_heads, T), blockDim.x = kAttentionThreads. PRECOND: head_dim <= kAttentionThreads.
+// Rows k, v [T, kv_dim] -> the cache at positions *pos0 + t. grid.x = T. A kernel rather
+// than a memcpy at a host-computed offset, so the position can change between replays.
+template <typename Act>
+__global__ void kv_store_kernel(Act* key_cache, Act* value_cache, const int* pos0, const Act* k, const Act* v,
+                                int kv_dim) {
+  const int64_t t = blockIdx.x;
+  const int64_t at = (int64_t(*pos0) + t) * kv_dim;
+  for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    key_cache[at + i] = k[t * kv_dim + i];
+    value_cache[at + i] = v[t * kv_dim + i];
+  }
+}
+
+// grid.x = T * n_heads (block b: head b % n_heads of token b / n_heads; on x, whose limit
+// is 2^31 - 1, not on y with its 65535), blockDim.x = kAttentionThreads.
+// PRECOND: head_dim <= kAttentionThreads.
 // For the weighted sum of values, thread i owns dimension d = i % hd of position lane
 // i / hd (n_lanes = blockDim / hd lanes; threads past the last whole lane idle), so each
 // value row is read by hd neighbouring threads; lanes are summed at the end.
 template <typename Act>
-__global__ void attention_kernel(const Act* key_cache, const Act* value_cache, const Act* q, int pos0,
+__global__ void attention_kernel(const Act* key_cache, const Act* value_cache, const Act* q, const int* pos0,
                                  int n_heads, int group, int head_dim, int kv_dim, float scale, Act* out) {
   __shared__ float query[kAttentionThreads];    // [hd]
   __shared__ float weights[kChunk];             // [chunk] exp(score - running max)
   __shared__ float partial[kAttentionThreads];  // [n_lanes, hd] per-lane sums
-  const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
-  const int n_pos = pos0 + t + 1;  // causal: positions [0, pos0 + t]
+  const int h = int(blockIdx.x % unsigned(n_heads)), t = int(blockIdx.x / unsigned(n_heads)), tid = threadIdx.x;
+  const int n_pos = *pos0 + t + 1;  // causal: positions [0, pos0 + t]
   const int kv_offset = (h / group) * head_dim;
   const int64_t row = (int64_t(t) * n_heads + h) * head_dim;  // this head in q / out [T, n_heads*hd]
   for (int i = tid; i < head_dim; i += blockDim.x) query[i] = to_float(q[row + i]);
@@ -70,7 +85,7 @@ __global__ void attention_kernel(const Act* key_cache, const Act* value_cache, c
 
 }  // namespace
 
-void launch_attention(void* key_cache, void* value_cache, int pos0, const void* q, const void* k,
+void launch_attention(void* key_cache, void* value_cache, const int* pos0, const void* q, const void* k,
                       const void* v, int64_t T, int n_heads, int n_kv_heads, int head_dim, void* out,
                       DType act, cudaStream_t stream) {
   if (head_dim < 1 || head_dim > kAttentionThreads || n_kv_heads < 1 || n_heads % n_kv_heads != 0)
@@ -78,15 +93,16 @@ void launch_attention(void* key_cache, void* value_cache, int pos0, const void* 
                 " heads / " + std::to_string(n_kv_heads) + " kv heads (need head_dim <= " +
                 std::to_string(kAttentionThreads) + " and n_heads a multiple of n_kv_heads)");
   const int kv_dim = n_kv_heads * head_dim;
-  const size_t bytes = size_t(T) * kv_dim * dtype_size(act);
-  // Rows pos0.. of the cache are contiguous like k and v [T, kv_dim]: one copy each.
-  const size_t at = size_t(pos0) * kv_dim * dtype_size(act);
-  CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(key_cache) + at, k, bytes, cudaMemcpyDeviceToDevice, stream));
-  CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(value_cache) + at, v, bytes, cudaMemcpyDeviceToDevice, stream));
+  if (T * n_heads > (int64_t(1) << 31) - 1) throw Error("cuda attention: " + std::to_string(T) + " tokens x " +
+                                                       std::to_string(n_heads) + " heads exceed the grid");
   const float scale = 1.0f / std::sqrt(float(head_dim));
   dispatch_act(act, "attention", [&](auto tag) {
     using Act = decltype(tag);
-    attention_kernel<Act><<<dim3(n_heads, unsigned(T)), kAttentionThreads, 0, stream>>>(
+    kv_store_kernel<Act><<<unsigned(T), 128, 0, stream>>>(static_cast<Act*>(key_cache), static_cast<Act*>(value_cache),
+                                                          pos0, static_cast<const Act*>(k),
+                                                          static_cast<const Act*>(v), kv_dim);
+    CHECK_LAST_LAUNCH("kv_store_kernel");
+    attention_kernel<Act><<<unsigned(T * n_heads), kAttentionThreads, 0, stream>>>(
         static_cast<const Act*>(key_cache), static_cast<const Act*>(value_cache), static_cast<const Act*>(q),
         pos0, n_heads, n_heads / n_kv_heads, head_dim, kv_dim, scale, static_cast<Act*>(out));
     CHECK_LAST_LAUNCH("attention_kernel");

@@ -49,9 +49,10 @@ __global__ void rmsnorm_kernel(const Act* x, const float* weight, float eps, int
 // PRECOND: grid.x = T. Thread j of the row handles pair i = j % half of head j / half,
 // heads [0, n_heads) in q, then [0, n_kv) in k.
 template <typename Act>
-__global__ void rope_kernel(Act* q, Act* k, int n_heads, int n_kv_heads, int head_dim, int pos0,
+__global__ void rope_kernel(Act* q, Act* k, int n_heads, int n_kv_heads, int head_dim, const int* pos0_ptr,
                             const float* inv_freq) {
   const int64_t t = blockIdx.x;
+  const int pos0 = *pos0_ptr;
   const int half = head_dim / 2;
   for (int j = threadIdx.x; j < (n_heads + n_kv_heads) * half; j += blockDim.x) {
     const int head = j / half, i = j % half;
@@ -116,7 +117,7 @@ void launch_rmsnorm(const void* x, const float* weight, float eps, int64_t T, in
   });
 }
 
-void launch_rope(void* q, void* k, int64_t T, int n_heads, int n_kv_heads, int head_dim, int pos0,
+void launch_rope(void* q, void* k, int64_t T, int n_heads, int n_kv_heads, int head_dim, const int* pos0,
                  const float* inv_freq, DType act, cudaStream_t stream) {
   dispatch_act(act, "rope", [&](auto tag) {
     using Act = decltype(tag);
