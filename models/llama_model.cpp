@@ -99,31 +99,31 @@ void LlamaModel::run_ops(int T, bool all_rows) {
   Tensor gate = workspace_.gate.slice_rows(0, T);  // [T, hidden]
   Tensor up = workspace_.up.slice_rows(0, T);      // [T, hidden]
 
+  // h holds each block's input (normed), then its output, which add_rmsnorm adds to the
+  // residual stream x while norming x for the next block: one pass instead of two.
   b.embed(embedding_, x);
+  b.rmsnorm(x, layers_[0].attn_norm, c.norm_eps, h);
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& layer = layers_[l];
-    b.rmsnorm(x, layer.attn_norm, c.norm_eps, h);
     layer.q->forward(h, q);
     layer.k->forward(h, k);
     layer.v->forward(h, v);
-    b.rope(q, k, attention_shape_, rope_inv_freq_);
-    b.attention(*kv_cache_, int(l), q, k, v, attention_shape_, attn);
+    b.attention(*kv_cache_, int(l), q, k, v, rope_inv_freq_, attention_shape_, attn);
     layer.o->forward(attn, h);
-    b.add(x, h);
+    b.add_rmsnorm(x, h, layer.ffn_norm, c.norm_eps, h);
 
-    b.rmsnorm(x, layer.ffn_norm, c.norm_eps, h);
     layer.gate->forward(h, gate);
     layer.up->forward(h, up);
     b.silu_mul(gate, up);
     layer.down->forward(gate, h);
-    b.add(x, h);
+    const Tensor& next_norm = l + 1 < layers_.size() ? layers_[l + 1].attn_norm : final_norm_;
+    b.add_rmsnorm(x, h, next_norm, c.norm_eps, h);
   }
 
-  // Only the rows whose logits are wanted go through the classifier.
-  const Tensor last = all_rows ? x : x.slice_rows(T - 1, 1);  // [rows, dim]
-  Tensor normed = h.slice_rows(0, last.rows);                  // [rows, dim]
-  b.rmsnorm(last, final_norm_, c.norm_eps, normed);
-  Tensor logits = workspace_.logits.slice_rows(0, last.rows);  // [rows, vocab]
+  // h is now the final-normed residual stream; only the rows whose logits are wanted go
+  // through the classifier.
+  const Tensor normed = all_rows ? h : h.slice_rows(T - 1, 1);  // [rows, dim]
+  Tensor logits = workspace_.logits.slice_rows(0, normed.rows);  // [rows, vocab]
   lm_head_->forward(normed, logits);
 }
 

@@ -75,18 +75,18 @@ class Backend {
   virtual void embed(const Tensor& table, Tensor& out) = 0;
   // out [T, d] = x / rms(x) * weight [1, d]
   virtual void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
-  // Rotates q [T, n_heads*hd] and k [T, n_kv*hd] in place (rotate-half pairs (i, i+hd/2))
-  // at the step's positions pos0 + t, with inv_freq [1, hd/2] F32 (Llama-3 scaling already
-  // folded in).
-  virtual void rope(Tensor& q, Tensor& k, const AttentionShape& shape, const Tensor& inv_freq) = 0;
-  // Stores k, v [T, n_kv*hd] at the step's positions of `layer`, then causal attention of
-  // q [T, n_heads*hd] over positions [0, pos0 + t] -> out [T, n_heads*hd].
-  virtual void attention(KVCache& cache, int layer, const Tensor& q, const Tensor& k, const Tensor& v,
-                         const AttentionShape& shape, Tensor& out) = 0;
+  // x [T, d] += y [T, d], then out [T, d] = rmsnorm(x) (out may be y): a block's output
+  // joins the residual stream and the next block's input is normed, in one pass.
+  virtual void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& weight, float eps, Tensor& out) = 0;
+  // Self-attention at the step's positions pos0 + t: rotates q [T, n_heads*hd] and
+  // k [T, n_kv*hd] (RoPE, rotate-half pairs (i, i+hd/2), inv_freq [1, hd/2] F32 with any
+  // Llama-3 scaling folded in), stores k and v [T, n_kv*hd] in `layer` of the cache, then
+  // causal attention of q over positions [0, pos0 + t] -> out [T, n_heads*hd]. q and k
+  // may be overwritten.
+  virtual void attention(KVCache& cache, int layer, Tensor& q, Tensor& k, const Tensor& v,
+                         const Tensor& inv_freq, const AttentionShape& shape, Tensor& out) = 0;
   // gate [T, h] = silu(gate) * up
   virtual void silu_mul(Tensor& gate, const Tensor& up) = 0;
-  // x [T, d] += y [T, d]
-  virtual void add(Tensor& x, const Tensor& y) = 0;
 
   // Runs `ops` (ops only: no set_step, nothing read back) on this step. A backend that
   // can record does so the first time (into `captured`) and replays the record on every

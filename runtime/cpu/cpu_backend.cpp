@@ -113,7 +113,26 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void rope(Tensor& q, Tensor& k, const AttentionShape& shape, const Tensor& inv_freq_table) override {
+  void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& weight, float eps, Tensor& out) override {
+    add(x, y);
+    rmsnorm(x, weight, eps, out);
+  }
+
+  void attention(KVCache& kv, int layer, Tensor& q, Tensor& k, const Tensor& v, const Tensor& inv_freq,
+                 const AttentionShape& shape, Tensor& out) override {
+    rope(q, k, shape, inv_freq);
+    attend(kv, layer, q, k, v, shape, out);
+  }
+
+  void silu_mul(Tensor& gate, const Tensor& up) override {
+    float* g = gate.as<float>();
+    const float* u = up.as<float>();
+#pragma omp parallel for
+    for (int64_t i = 0; i < gate.numel(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+
+ private:
+  void rope(Tensor& q, Tensor& k, const AttentionShape& shape, const Tensor& inv_freq_table) {
     const int half = shape.head_dim / 2;
     const float* inv_freq = inv_freq_table.as<float>();  // [hd/2]
     const int pos0 = step_pos0_;
@@ -137,8 +156,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void attention(KVCache& kv, int layer, const Tensor& q, const Tensor& k, const Tensor& v,
-                 const AttentionShape& shape, Tensor& out) override {
+  // Stores k, v at the step's positions, then causal attention of q.
+  void attend(KVCache& kv, int layer, const Tensor& q, const Tensor& k, const Tensor& v,
+              const AttentionShape& shape, Tensor& out) {
     auto& cache = static_cast<CpuKVCache&>(kv);
     const int pos0 = step_pos0_;
     const int64_t T = q.rows;
@@ -179,20 +199,12 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void silu_mul(Tensor& gate, const Tensor& up) override {
-    float* g = gate.as<float>();
-    const float* u = up.as<float>();
-#pragma omp parallel for
-    for (int64_t i = 0; i < gate.numel(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-  }
-
-  void add(Tensor& x, const Tensor& y) override {
+  void add(Tensor& x, const Tensor& y) {
     float* a = x.as<float>();
     const float* b = y.as<float>();
     for (int64_t i = 0; i < x.numel(); ++i) a[i] += b[i];
   }
 
- private:
   std::vector<int> step_ids_;  // [T] of the current step
   int step_pos0_ = 0;
 };

@@ -15,17 +15,38 @@ namespace {
 
 constexpr int kChunk = kAttentionThreads;  // positions scored per round: one per thread
 
-// Rows k, v [T, kv_dim] -> the cache at positions *pos0 + t. grid.x = T. A kernel rather
-// than a memcpy at a host-computed offset, so the position can change between replays.
+// RoPE on q (in place) and k, and the rotated k and v -> the cache at positions *pos0 + t:
+// one launch where rope + two copies were three. A kernel, not a memcpy at a
+// host-computed offset, so the position can change between graph replays.
+// PRECOND: grid.x = T. Thread j of the row handles pair i = j % half of head j / half,
+// heads [0, n_heads) of q, then [0, n_kv) of k; then v is copied.
 template <typename Act>
-__global__ void kv_store_kernel(Act* key_cache, Act* value_cache, const int* pos0, const Act* k, const Act* v,
-                                int kv_dim) {
+__global__ void rope_store_kernel(Act* q, const Act* k, const Act* v, Act* key_cache, Act* value_cache,
+                                  const int* pos0, const float* inv_freq, int n_heads, int n_kv_heads,
+                                  int head_dim) {
   const int64_t t = blockIdx.x;
-  const int64_t at = (int64_t(*pos0) + t) * kv_dim;
-  for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-    key_cache[at + i] = k[t * kv_dim + i];
-    value_cache[at + i] = v[t * kv_dim + i];
+  const int pos = *pos0 + int(t), half = head_dim / 2, kv_dim = n_kv_heads * head_dim;
+  Act* key_row = key_cache + int64_t(pos) * kv_dim;      // [kv_dim]
+  Act* value_row = value_cache + int64_t(pos) * kv_dim;  // [kv_dim]
+  for (int j = threadIdx.x; j < (n_heads + n_kv_heads) * half; j += blockDim.x) {
+    const int head = j / half, i = j % half;
+    const float angle = float(pos) * inv_freq[i];  // fp32 like the CPU and Hugging Face
+    float sin_a, cos_a;
+    sincosf(angle, &sin_a, &cos_a);
+    if (head < n_heads) {
+      Act* h = q + (t * n_heads + head) * head_dim;  // [hd]
+      const float a = to_float(h[i]), b = to_float(h[i + half]);
+      h[i] = from_float<Act>(a * cos_a - b * sin_a);
+      h[i + half] = from_float<Act>(b * cos_a + a * sin_a);
+    } else {
+      const int kv_head = head - n_heads;
+      const Act* h = k + t * kv_dim + kv_head * head_dim;  // [hd]
+      const float a = to_float(h[i]), b = to_float(h[i + half]);
+      key_row[kv_head * head_dim + i] = from_float<Act>(a * cos_a - b * sin_a);
+      key_row[kv_head * head_dim + i + half] = from_float<Act>(b * cos_a + a * sin_a);
+    }
   }
+  for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) value_row[i] = v[t * kv_dim + i];
 }
 
 // grid.x = T * n_heads (block b: head b % n_heads of token b / n_heads; on x, whose limit
@@ -85,23 +106,23 @@ __global__ void attention_kernel(const Act* key_cache, const Act* value_cache, c
 
 }  // namespace
 
-void launch_attention(void* key_cache, void* value_cache, const int* pos0, const void* q, const void* k,
-                      const void* v, int64_t T, int n_heads, int n_kv_heads, int head_dim, void* out,
+void launch_attention(void* key_cache, void* value_cache, const int* pos0, const float* inv_freq, void* q,
+                      const void* k, const void* v, int64_t T, int n_heads, int n_kv_heads, int head_dim, void* out,
                       DType act, cudaStream_t stream) {
-  if (head_dim < 1 || head_dim > kAttentionThreads || n_kv_heads < 1 || n_heads % n_kv_heads != 0)
+  if (head_dim < 2 || head_dim % 2 != 0 || head_dim > kAttentionThreads || n_kv_heads < 1 || n_heads % n_kv_heads != 0)
     throw Error("cuda attention: head_dim " + std::to_string(head_dim) + " with " + std::to_string(n_heads) +
                 " heads / " + std::to_string(n_kv_heads) + " kv heads (need head_dim <= " +
-                std::to_string(kAttentionThreads) + " and n_heads a multiple of n_kv_heads)");
+                std::to_string(kAttentionThreads) + ", even, and n_heads a multiple of n_kv_heads)");
   const int kv_dim = n_kv_heads * head_dim;
   if (T * n_heads > (int64_t(1) << 31) - 1) throw Error("cuda attention: " + std::to_string(T) + " tokens x " +
                                                        std::to_string(n_heads) + " heads exceed the grid");
   const float scale = 1.0f / std::sqrt(float(head_dim));
   dispatch_act(act, "attention", [&](auto tag) {
     using Act = decltype(tag);
-    kv_store_kernel<Act><<<unsigned(T), 128, 0, stream>>>(static_cast<Act*>(key_cache), static_cast<Act*>(value_cache),
-                                                          pos0, static_cast<const Act*>(k),
-                                                          static_cast<const Act*>(v), kv_dim);
-    CHECK_LAST_LAUNCH("kv_store_kernel");
+    rope_store_kernel<Act><<<unsigned(T), kAttentionThreads, 0, stream>>>(
+        static_cast<Act*>(q), static_cast<const Act*>(k), static_cast<const Act*>(v), static_cast<Act*>(key_cache),
+        static_cast<Act*>(value_cache), pos0, inv_freq, n_heads, n_kv_heads, head_dim);
+    CHECK_LAST_LAUNCH("rope_store_kernel");
     attention_kernel<Act><<<unsigned(T * n_heads), kAttentionThreads, 0, stream>>>(
         static_cast<const Act*>(key_cache), static_cast<const Act*>(value_cache), static_cast<const Act*>(q),
         pos0, n_heads, n_heads / n_kv_heads, head_dim, kv_dim, scale, static_cast<Act*>(out));

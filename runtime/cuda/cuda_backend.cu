@@ -142,24 +142,23 @@ class CudaBackend final : public Backend {
     launch_rmsnorm(x.data, weight.as<float>(), eps, x.rows, x.cols, out.data, x.dtype, ctx_->stream);
   }
 
-  void rope(Tensor& q, Tensor& k, const AttentionShape& shape, const Tensor& inv_freq) override {
-    launch_rope(q.data, k.data, q.rows, shape.n_heads, shape.n_kv_heads, shape.head_dim, step_pos0(),
-                inv_freq.as<float>(), q.dtype, ctx_->stream);
+  void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& weight, float eps, Tensor& out) override {
+    if (weight.dtype != DType::F32)
+      throw Error(std::string("cuda rmsnorm: weight of type ") + dtype_name(weight.dtype) + " (expected F32)");
+    launch_add_rmsnorm(x.data, y.data, weight.as<float>(), eps, x.rows, x.cols, out.data, x.dtype, ctx_->stream);
   }
 
-  void attention(KVCache& kv, int layer, const Tensor& q, const Tensor& k, const Tensor& v,
+  void attention(KVCache& kv, int layer, Tensor& q, Tensor& k, const Tensor& v, const Tensor& inv_freq,
                  const AttentionShape& shape, Tensor& out) override {
     auto& cache = static_cast<CudaKVCache&>(kv);
     launch_attention(cache.layer_slice(cache.keys, layer), cache.layer_slice(cache.values, layer), step_pos0(),
-                     q.data, k.data, v.data, q.rows, shape.n_heads, shape.n_kv_heads, shape.head_dim, out.data,
-                     q.dtype, ctx_->stream);
+                     inv_freq.as<float>(), q.data, k.data, v.data, q.rows, shape.n_heads, shape.n_kv_heads,
+                     shape.head_dim, out.data, q.dtype, ctx_->stream);
   }
 
   void silu_mul(Tensor& gate, const Tensor& up) override {
     launch_silu_mul(gate.data, up.data, gate.numel(), gate.dtype, ctx_->stream);
   }
-
-  void add(Tensor& x, const Tensor& y) override { launch_add(x.data, y.data, x.numel(), x.dtype, ctx_->stream); }
 
   // Decode is launch-bound without this: ~350 launches a token on TinyLlama-1.1B, each
   // ~4 us of host time (tg128 q4g64 478 tok/s, eager). A graph replays them in one launch.

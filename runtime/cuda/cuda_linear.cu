@@ -45,13 +45,14 @@ class CudaLinear final : public QuantLinear {
 
   // x [M, K] -> y [M, N], fp16 or bf16 (the backend's activation type), on its stream.
   //
-  // THE DISPATCH RULE: qN / qNgG with M <= kGemvMaxM (decode, small batches) -> gemv_qn, the
-  // fused dequantize + GEMV that reads the packed weight once (it adds the bias itself).
-  // Everything else -- qN at M > 8 (prefill), fp6, fp5, s7 and dense f16/bf16/f32 -- ->
-  // a dense copy of W in the activation type, made once (for qN lazily, on the device, at
-  // the first large-M call, so decode-only use never pays its memory) and cuBLAS; the bias
-  // is added afterwards. Dense f32 weights are thus rounded to fp16/bf16 on the GPU, like
-  // the activations.
+  // THE DISPATCH RULE:
+  //   qN / qNgG, M <= kGemvMaxM (decode, small batches) -> gemv_qn, the fused dequantize +
+  //     GEMV that reads the packed weight once (it adds the bias itself);
+  //   fp6, fp5, s7, dense f16/bf16/f32, M <= kGemvMaxM -> gemv_dense over the dense copy;
+  //   everything at M > 8 (prefill) -> cuBLAS over the dense copy, then the bias.
+  // The dense copy of W is in the activation type, made once (for qN lazily, on the
+  // device, at the first large-M call, so decode-only use never pays its memory). Dense
+  // f32 weights are thus rounded to fp16/bf16 on the GPU, like the activations.
   void forward(const Tensor& x, Tensor& y) const override {
     const int64_t M = x.rows, N = out_features(), K = in_features();
     if (x.cols != K || y.cols != N || y.rows != M || x.dtype != act_ || y.dtype != act_)
@@ -63,6 +64,10 @@ class CudaLinear final : public QuantLinear {
       return;
     }
     if (!dense_) dequantize_qn_on_device();
+    if (M <= kGemvMaxM) {
+      launch_gemv_dense(dense_.get(), x.data, bias_, y.data, int(M), N, K, act_, ctx_->stream);
+      return;
+    }
     // Row-major y [M, N] = x [M, K] · Wᵀ is, column-major, yᵀ [N, M] = W(ᵀ as stored) · xᵀ:
     // W [N, K] row-major is a column-major [K, N] matrix (ld K), taken transposed.
     const float alpha = 1.0f, beta = 0.0f;

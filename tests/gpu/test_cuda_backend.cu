@@ -18,9 +18,10 @@
 // Argmax ids must agree on at least 90% of positions (near-ties may flip under rounding).
 //
 // bf16 activations (--dtype bf16): unit roundoff 2^-8 ~ 3.9e-3, 8x fp16's, at the same
-// ~50 roundings, so the same argument gives 8x the fp16 tolerance: 1.6e-1 -- loose, but a
-// wrong head/position/group still moves the logits by O(1) of their range; and argmax
-// agreement >= 75% (bf16 flips more near-ties).
+// ~50 roundings. Measured on an H100: 1.0e-2 .. 3.5e-2 for every format except q2g64
+// (6.4e-2: gemv_qn's scale and -zero*scale rounded to bf16 on 2-bit groups, as above);
+// tolerance 1e-1, which a wrong head/position/group still exceeds by far. Argmax agreement
+// >= 85% (measured >= 36/40: bf16 flips more near-ties).
 //
 // The decode step runs as a replayed CUDA graph (the default). Graph decode must equal
 // eager decode (GEMLITE_NO_GRAPH's path) bitwise -- the same kernels on the same inputs --
@@ -42,6 +43,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -49,7 +51,9 @@
 #include "models/llama_model.h"
 #include "models/quantize_model.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "kernels/cuda_check.h"
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/ops.h"
 #include "runtime/error.h"
 
 namespace gemlite {
@@ -60,8 +64,8 @@ const std::vector<int> kReferenceIds = {403, 407, 261, 378, 432, 383, 286, 261, 
                                         419, 292, 411, 322, 265, 282, 295, 433, 426, 385};
 constexpr float kRelativeTolerance = 2e-2f;
 constexpr double kMinArgmaxAgreement = 0.9;
-constexpr float kBf16RelativeTolerance = 1.6e-1f;
-constexpr double kBf16MinArgmaxAgreement = 0.75;
+constexpr float kBf16RelativeTolerance = 1e-1f;
+constexpr double kBf16MinArgmaxAgreement = 0.85;
 constexpr float kChunkedRelativeTolerance = 1e-2f;
 
 std::string stories260k_path() {
@@ -269,6 +273,70 @@ TEST(CudaBackendMemory, TooLargeKvCacheIsAClearError) {
   // The backend stays usable.
   LlamaModel model(checkpoint, *backend);
   EXPECT_GE(backend->argmax(model.forward_last({1}, 0)), 0);
+}
+
+// gemv_dense against float64 on fresh random data, y poisoned (NaN) before the launch.
+// Tolerance: |gpu - ref| <= 2^-9 |ref| + 2^-16 sum_k |w x|: y is rounded once to fp16
+// (2^-11) or bf16 (2^-8 -> 2^-7 for bf16), fp32 accumulation adds ~K 2^-24 of sum |w x|.
+TEST(CudaGemvDense, MatchesFloat64OnAwkwardShapes) {
+  struct Shape { int M; int64_t N, K; bool bias; };
+  const Shape shapes[] = {{1, 1, 8, false},     {1, 37, 4096, true},  {3, 1000, 4104, false},
+                          {8, 257, 1000, true}, {5, 129, 1001, true}, {2, 64, 172, false},
+                          {8, 4096, 11008, false}};
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  for (DType act : {DType::F16, DType::BF16}) {
+    const bool bf16 = act == DType::BF16;
+    auto to_bits = [&](float f) { return bf16 ? float_to_bf16(f) : float_to_half(f); };
+    auto from_bits = [&](uint16_t b) { return bf16 ? bf16_to_float(b) : half_to_float(b); };
+    for (const Shape& shape : shapes) {
+      const int M = shape.M;
+      const int64_t N = shape.N, K = shape.K;
+      std::vector<uint16_t> w(size_t(N * K)), x(size_t(M * K)), y(size_t(M * N));  // [N,K] [M,K] [M,N]
+      std::vector<float> bias(static_cast<size_t>(N));  // [N]
+      for (auto& v : w) v = to_bits(normal(rng));
+      for (auto& v : x) v = to_bits(normal(rng));
+      for (auto& v : bias) v = normal(rng);
+      void *dw, *dx, *dy;
+      float* dbias;
+      CUDA_CHECK(cudaMalloc(&dw, w.size() * 2));
+      CUDA_CHECK(cudaMalloc(&dx, x.size() * 2));
+      CUDA_CHECK(cudaMalloc(&dy, y.size() * 2));
+      CUDA_CHECK(cudaMalloc(&dbias, bias.size() * 4));
+      CUDA_CHECK(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dbias, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemset(dy, 0xff, y.size() * 2));  // NaN in fp16 and bf16
+      launch_gemv_dense(dw, dx, shape.bias ? dbias : nullptr, dy, M, N, K, act, stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      CUDA_CHECK(cudaMemcpy(y.data(), dy, y.size() * 2, cudaMemcpyDeviceToHost));
+      double worst = 0;
+      for (int m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          double ref = shape.bias ? bias[size_t(n)] : 0.0, magnitude = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double p = double(from_bits(w[size_t(n * K + k)])) * from_bits(x[size_t(m * K + k)]);
+            ref += p;
+            magnitude += std::fabs(p);
+          }
+          const double got = from_bits(y[size_t(m * N + n)]);
+          const double bound = (bf16 ? 0x1p-7 : 0x1p-9) * std::fabs(ref) + 0x1p-16 * magnitude + 1e-6;
+          const double err = std::isfinite(got) ? std::fabs(got - ref) : INFINITY;
+          worst = std::max(worst, err / bound);
+          ASSERT_LE(err, bound) << dtype_name(act) << " M " << M << " N " << N << " K " << K << " at (" << m
+                                << ", " << n << "): " << got << " vs " << ref;
+        }
+      std::cout << "[gemv_dense] " << dtype_name(act) << " M " << M << " N " << N << " K " << K
+                << ": worst err / bound " << worst << "\n";
+      cudaFree(dw);
+      cudaFree(dx);
+      cudaFree(dy);
+      cudaFree(dbias);
+    }
+  }
+  cudaStreamDestroy(stream);
 }
 
 TEST(CudaBackendGreedy, F16ReproducesReferenceIds) {
