@@ -21,6 +21,13 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
   return __float2bfloat16_rn(v);
 }
 
+// Two activations in one 32-bit word: __half2 / __nv_bfloat162, for 16-byte vector loads.
+template <typename Act> struct PairOf;
+template <> struct PairOf<__half> { using type = __half2; };
+template <> struct PairOf<__nv_bfloat16> { using type = __nv_bfloat162; };
+__device__ __forceinline__ float2 to_float2(__half2 v) { return __half22float2(v); }
+__device__ __forceinline__ float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+
 struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };

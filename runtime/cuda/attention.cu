@@ -49,6 +49,20 @@ __global__ void rope_store_kernel(Act* q, const Act* k, const Act* v, Act* key_c
   for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) value_row[i] = v[t * kv_dim + i];
 }
 
+// The dot product of 8 stored values (one 16-byte load) with q [8] (fp32, shared memory).
+template <typename Act>
+__device__ __forceinline__ float dot8_of(const uint4& packed, const float* q) {
+  using Pair = typename PairOf<Act>::type;
+  const Pair* pairs = reinterpret_cast<const Pair*>(&packed);
+  float sum = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = to_float2(pairs[i]);
+    sum += q[2 * i] * f.x + q[2 * i + 1] * f.y;
+  }
+  return sum;
+}
+
 // grid.x = T * n_heads (block b: head b % n_heads of token b / n_heads; on x, whose limit
 // is 2^31 - 1, not on y with its 65535), blockDim.x = kAttentionThreads.
 // PRECOND: head_dim <= kAttentionThreads.
@@ -76,7 +90,16 @@ __global__ void attention_kernel(const Act* key_cache, const Act* value_cache, c
     if (p < n_pos) {
       const Act* key = key_cache + int64_t(p) * kv_dim + kv_offset;  // [hd]
       float dot = 0;
-      for (int i = 0; i < head_dim; ++i) dot += query[i] * to_float(key[i]);
+      if (head_dim % 8 == 0) {
+        // 16-byte loads, unrolled so several are in flight: one scalar load after another
+        // (each waiting ~0.5 us on memory) cost ~60 us per layer at head_dim 128 -- half
+        // of a Llama-2-7B decode step (measured: 202 tok/s q4g64, 189 q8 before this).
+        const uint4* chunks = reinterpret_cast<const uint4*>(key);  // [hd / 8]
+#pragma unroll 4
+        for (int c = 0; c < head_dim / 8; ++c) dot += dot8_of<Act>(chunks[c], query + 8 * c);
+      } else {
+        for (int i = 0; i < head_dim; ++i) dot += query[i] * to_float(key[i]);
+      }
       score = dot * scale;
     }
     // The chunk holds position c0 < n_pos, so new_max is finite; exp(-inf) = 0 on the first.
@@ -90,8 +113,17 @@ __global__ void attention_kernel(const Act* key_cache, const Act* value_cache, c
     if (lane < n_lanes) {
       acc *= rescale;
       const int in_chunk = min(kChunk, n_pos - c0);
-      for (int j = lane; j < in_chunk; j += n_lanes)
-        acc += weights[j] * to_float(value_cache[int64_t(c0 + j) * kv_dim + kv_offset + d]);
+      const Act* column = value_cache + int64_t(c0) * kv_dim + kv_offset + d;  // [in_chunk] stride kv_dim
+      int j = lane;
+      // Eight value loads in flight per thread, as for the keys.
+      for (; j + 7 * n_lanes < in_chunk; j += 8 * n_lanes) {
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v[u] = to_float(column[int64_t(j + u * n_lanes) * kv_dim]);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) acc += weights[j + u * n_lanes] * v[u];
+      }
+      for (; j < in_chunk; j += n_lanes) acc += weights[j] * to_float(column[int64_t(j) * kv_dim]);
     }
     __syncthreads();  // the next chunk rewrites `weights`
   }

@@ -103,11 +103,18 @@ class CudaLinear final : public QuantLinear {
                       format().bits, group_size(format().group, in_features()), dense_.get(), act_, ctx_->stream);
   }
 
-  // Other formats: W [N, K] -> dense_ [N, K] (act). Rows are dequantized on the host with
+  // Other formats: W [N, K] -> dense_ [N, K] (act). A dense weight stored in the activation
+  // type is copied as it is; other rows are dequantized on the host with
   // the CPU reference decoder (exact by construction, slow for big models) and uploaded;
   // fp6/fp5 get their tensor-core kernel (kernels/fpx), s7 its own, in later work.
   void upload_dense() const {
     const int64_t N = out_features(), K = in_features();
+    if (format().kind == FormatKind::Dense && format().dense_dtype == act_) {  // stored as computed: copy as is
+      const HostTensor& stored = weight_.part("weight");  // [N, K]
+      dense_ = device_alloc(ctx_, dense_bytes(), dense_what());
+      CUDA_CHECK(cudaMemcpyAsync(dense_.get(), stored.data, dense_bytes(), cudaMemcpyHostToDevice, ctx_->stream));
+      return;
+    }
     const RowDecoder decode = make_row_decoder(weight_);
     std::vector<float> row(static_cast<size_t>(K));                // [K]
     std::vector<uint16_t> dense(static_cast<size_t>(N * K));       // [N, K] fp16 or bf16 bits

@@ -18,12 +18,6 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 constexpr int kInFlight = 4;  // 16-byte loads of W per lane before the math
 
-template <typename Act> struct PairOf;
-template <> struct PairOf<__half> { using type = __half2; };
-template <> struct PairOf<__nv_bfloat16> { using type = __nv_bfloat162; };
-__device__ __forceinline__ float2 to_float2(__half2 v) { return __half22float2(v); }
-__device__ __forceinline__ float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
-
 // acc[m] += dot(8 weights in w, 8 activations of row m of x at chunk c)
 template <typename Act>
 __device__ __forceinline__ void fma_chunk(const uint4& w, const Act* x, int64_t K, int64_t c, int M, float* acc) {
