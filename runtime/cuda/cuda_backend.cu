@@ -161,7 +161,8 @@ class CudaBackend final : public Backend {
   }
 
   // Decode is launch-bound without this: ~350 launches a token on TinyLlama-1.1B, each
-  // ~4 us of host time (tg128 q4g64 478 tok/s, eager). A graph replays them in one launch.
+  // a few us of host time. A graph replays them in one launch (H100, same build, tg128:
+  // q4g64 489 -> 593 tok/s, f16 402 -> 473).
   void run_captured(std::unique_ptr<CapturedOps>& captured, const std::function<void()>& ops) override {
     if (!graphs_) {
       ops();
