@@ -76,15 +76,22 @@ std::pair<double, double> tokens_per_second(int tokens, int repetitions, Run run
   return {mean, std::sqrt(var)};
 }
 
+// pp: the prompt fed at once (the model runs it in chunks of `batch`), until the backend is
+// done. tg: one token at a time from an empty context, each forward waited for, like
+// llama-bench's (llama_decode + llama_synchronize per token) and like gemlite-chat's
+// decode (which also takes the argmax on the device: a few us more per token).
 void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const std::string& device,
-                 int n_prompt, int n_gen, int batch, int repetitions, std::vector<Result>& results) {
-  auto backend = make_backend(device.empty() ? default_backend_name() : device);
-  LlamaModel model(ckpt, *backend, std::max(n_prompt, n_gen));
-  Generation generation(model, batch);
+                 const BackendOptions& options, int n_prompt, int n_gen, int batch, int repetitions,
+                 std::vector<Result>& results) {
+  auto backend = make_backend(device.empty() ? default_backend_name() : device, options);
+  LlamaModel model(ckpt, *backend, std::max(n_prompt, n_gen), batch);
+  Generation generation(model);
   std::mt19937 rng(42);
   Result base;
   base.model = label;
   base.backend = backend->name();
+  if (backend->name() == "cuda" && backend->activation_type() != DType::F16)
+    base.backend += std::string(" ") + dtype_name(backend->activation_type());
   base.weight_bytes = ckpt.weight_bytes();
   base.params = count_params(ckpt.config);
   base.threads = omp_get_max_threads();
@@ -96,6 +103,7 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
     std::tie(r.mean_tps, r.std_tps) = tokens_per_second(n_prompt, repetitions, [&] {
       generation.reset();
       generation.feed(prompt);
+      generation.wait();
     });
     results.push_back(r);
   }
@@ -106,7 +114,10 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
     r.n_gen = n_gen;
     std::tie(r.mean_tps, r.std_tps) = tokens_per_second(n_gen, repetitions, [&] {
       generation.reset();
-      for (int id : tokens) generation.feed({id});
+      for (int id : tokens) {
+        generation.feed({id});
+        generation.wait();
+      }
     });
     r.gbps = r.mean_tps * double(r.weight_bytes) / 1e9;
     results.push_back(r);
@@ -181,6 +192,7 @@ int main(int argc, char** argv) {
         ("r,repetitions", "Timed runs per test", cxxopts::value<int>()->default_value("5"))
         ("o,output", "md, json or csv", cxxopts::value<std::string>()->default_value("md"))
         ("device", "cpu or cuda (default: cuda when available)", cxxopts::value<std::string>()->default_value(""))
+        ("dtype", "cuda activations and KV cache: f16 or bf16", cxxopts::value<std::string>()->default_value("f16"))
         ("t,threads", "CPU threads (0 = all cores)", cxxopts::value<int>()->default_value("0"))
         ("kernels", "GPU kernel benchmarks instead: each QuantLinear kernel vs cuBLAS and the copy "
                     "bandwidth, cold L2 (CUDA builds only)")
@@ -211,6 +223,7 @@ int main(int argc, char** argv) {
     if (!args.count("model") && !args.count("synthetic"))
       throw Error("nothing to benchmark: give -m DIR or --synthetic NAME (see --help)");
     const std::string device = args["device"].as<std::string>();
+    const BackendOptions backend_options = {parse_activation_type(args["dtype"].as<std::string>())};
 
     // Every model is opened (and every name checked) before the slow work starts.
     std::vector<std::pair<std::string, PackedCheckpoint>> checkpoints;
@@ -240,12 +253,12 @@ int main(int argc, char** argv) {
     }
     std::vector<Result> results;
     for (const auto& [label, ckpt] : checkpoints)
-      bench_model(label, ckpt, device, n_prompt, n_gen, batch, repetitions, results);
+      bench_model(label, ckpt, device, backend_options, n_prompt, n_gen, batch, repetitions, results);
     for (const auto& [name, config, format] : synthetic) {
       const std::string label = name + " " + format.name();
       std::fprintf(stderr, "building %s with random weights ...\n", label.c_str());
-      bench_model(label, make_synthetic_checkpoint(config, format), device, n_prompt, n_gen, batch,
-                  repetitions, results);
+      bench_model(label, make_synthetic_checkpoint(config, format), device, backend_options, n_prompt, n_gen,
+                  batch, repetitions, results);
     }
     if (output == "md") print_markdown(results, copy_gbps);
     else print_structured(results, copy_gbps, output);

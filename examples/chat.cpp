@@ -30,13 +30,29 @@ void on_interrupt(int) {
   _exit(130);
 }
 
+// Timings of one answer, on the backend's clock: every interval ends once the GPU is done
+// (prefill waits for the backend; each decode step ends with the sampled id on the host).
 struct Speed {
-  int prompt_tokens = 0, generated_tokens = 0;
-  double prompt_seconds = 0, generation_seconds = 0;
+  int prompt_tokens = 0, decode_runs = 0;
+  double prompt_seconds = 0;       // feeding the prompt
+  double first_token_seconds = 0;  // prompt start -> first sampled id (time to first token)
+  double decode_seconds = 0;       // first id -> last id: decode_runs forwards and samples
+  double prompt_started_at = 0;
+  double generated_per_second() const { return decode_runs / std::max(decode_seconds, 1e-9); }
   void print() const {
     std::fprintf(stderr, "\n[ Prompt: %.1f t/s | Generation: %.1f t/s ]\n",
-                 prompt_tokens / std::max(prompt_seconds, 1e-9),
-                 generated_tokens / std::max(generation_seconds, 1e-9));
+                 prompt_tokens / std::max(prompt_seconds, 1e-9), generated_per_second());
+  }
+  // llama.cpp's llama_perf_context_print lines; "eval" is decode, comparable with
+  // gemlite-bench's tg (which starts from an empty context, this one after the prompt).
+  void print_perf() const {
+    std::fprintf(stderr, "gemlite_perf: prompt eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)\n",
+                 prompt_seconds * 1e3, prompt_tokens, prompt_seconds * 1e3 / std::max(prompt_tokens, 1),
+                 prompt_tokens / std::max(prompt_seconds, 1e-9));
+    std::fprintf(stderr, "gemlite_perf:        eval time = %10.2f ms / %5d runs   (%8.2f ms per token, %8.2f tokens per second)\n",
+                 decode_seconds * 1e3, decode_runs, decode_seconds * 1e3 / std::max(decode_runs, 1),
+                 generated_per_second());
+    std::fprintf(stderr, "gemlite_perf: time to first token = %10.2f ms\n", first_token_seconds * 1e3);
   }
 };
 
@@ -52,7 +68,8 @@ Answer generate_answer(Generation& generation, Sampler& sampler, const Tokenizer
   StreamDecoder decoder(tokenizer);
   Answer answer;
   std::string text;
-  const double start = now_seconds();
+  int samples = 0;
+  double first_sample_at = 0, last_sample_at = 0;
   g_generating = true;
   while (n_predict < 0 || int(answer.ids.size()) < n_predict) {
     if (g_interrupted) break;
@@ -61,7 +78,9 @@ Answer generate_answer(Generation& generation, Sampler& sampler, const Tokenizer
                    generation.position());
       break;
     }
-    const int id = generation.sample(sampler);
+    const int id = generation.sample(sampler);  // waits for the forward that made the logits
+    last_sample_at = now_seconds();
+    if (samples++ == 0) first_sample_at = last_sample_at;
     if (id == tokenizer.eos_id() ||
         std::find(stop.token_ids.begin(), stop.token_ids.end(), id) != stop.token_ids.end())
       break;
@@ -81,17 +100,20 @@ Answer generate_answer(Generation& generation, Sampler& sampler, const Tokenizer
   std::fflush(stdout);
   g_generating = false;
   g_interrupted = false;
-  speed.generated_tokens = int(answer.ids.size());
-  speed.generation_seconds = now_seconds() - start;
+  // Each sample after the first closed one decode step (a forward, then its sample).
+  speed.first_token_seconds = samples > 0 ? first_sample_at - speed.prompt_started_at : 0;
+  speed.decode_runs = std::max(0, samples - 1);
+  speed.decode_seconds = last_sample_at - first_sample_at;
   return answer;
 }
 
 void feed_timed(Generation& generation, const std::vector<int>& ids, Speed& speed) {
   g_generating = true;  // Ctrl-C while the prompt is fed stops this answer, not the program
-  const double start = now_seconds();
+  speed.prompt_started_at = now_seconds();
   generation.feed(ids);
+  generation.wait();
   speed.prompt_tokens = int(ids.size());
-  speed.prompt_seconds = now_seconds() - start;
+  speed.prompt_seconds = now_seconds() - speed.prompt_started_at;
 }
 
 int complete_once(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer,
@@ -103,6 +125,7 @@ int complete_once(Generation& generation, Sampler& sampler, const Tokenizer& tok
   generate_answer(generation, sampler, tokenizer, StopCondition{}, n_predict, speed);
   std::fputs("\n", stdout);
   speed.print();
+  speed.print_perf();
   return 0;
 }
 
@@ -222,7 +245,7 @@ int main(int argc, char** argv) {
     Sampler sampler(params);
 
     LoadedModel loaded = load_model(args["model"].as<std::string>(), args["device"].as<std::string>(),
-                                    args["ctx-size"].as<int>(), /*need_tokenizer=*/true);
+                                    args["ctx-size"].as<int>(), /*need_tokenizer=*/true, backend_options(args));
     Generation generation(*loaded.model);
     std::signal(SIGINT, on_interrupt);
     const int n_predict = args["n-predict"].as<int>();

@@ -70,7 +70,8 @@ int main(int argc, char** argv) {
       fail(path, "has " + std::to_string(tokens.size()) + " tokens; need at least " +
                      std::to_string(2 * n_ctx) + " for --ctx-size " + std::to_string(n_ctx));
 
-    LoadedModel loaded = load_model(model_dir, args["device"].as<std::string>(), n_ctx, /*need_tokenizer=*/true);
+    LoadedModel loaded = load_model(model_dir, args["device"].as<std::string>(), n_ctx, /*need_tokenizer=*/true,
+                                    backend_options(args));
     if (n_ctx > loaded.checkpoint.config.max_seq_len)
       std::fprintf(stderr, "warning: --ctx-size %d is beyond the model's training context of %d\n",
                    n_ctx, loaded.checkpoint.config.max_seq_len);

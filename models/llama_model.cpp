@@ -1,14 +1,18 @@
 #include "models/llama_model.h"
 
+#include <algorithm>
+
 #include "models/rope.h"
 #include "runtime/error.h"
 
 namespace gemlite {
 
-LlamaModel::LlamaModel(const PackedCheckpoint& ckpt, Backend& backend, int context)
+LlamaModel::LlamaModel(const PackedCheckpoint& ckpt, Backend& backend, int context, int max_chunk)
     : config_(ckpt.config), backend_(backend), weight_bytes_(ckpt.weight_bytes()) {
-  attention_shape_ = {config_.n_heads, config_.n_kv_heads, config_.head_dim};
-  rope_inv_freq_ = rope_inv_freq(config_);
+  const ModelConfig& c = config_;
+  attention_shape_ = {c.n_heads, c.n_kv_heads, c.head_dim};
+  const std::vector<float> inv_freq = rope_inv_freq(c);
+  rope_inv_freq_ = backend.upload(HostTensor::copy_of(DType::F32, {int64_t(inv_freq.size())}, inv_freq.data()));
   embedding_ = backend.upload(ckpt.embedding);
   final_norm_ = backend.upload(ckpt.final_norm);
   for (const PackedLayer& packed : ckpt.layers) {
@@ -25,58 +29,102 @@ LlamaModel::LlamaModel(const PackedCheckpoint& ckpt, Backend& backend, int conte
     layers_.push_back(std::move(layer));
   }
   lm_head_ = backend.make_linear(ckpt.lm_head);
-  if (context <= 0) context = config_.max_seq_len;
-  kv_cache_ = backend.make_kv_cache(config_.n_layers, context, config_.n_kv_heads * config_.head_dim);
+  if (context <= 0) context = c.max_seq_len;
+  kv_cache_ = backend.make_kv_cache(c.n_layers, context, c.kv_dim());
+
+  if (max_chunk < 1) throw Error("max_chunk must be >= 1");
+  max_chunk_ = std::min({max_chunk, context, backend.max_step_tokens()});
+  const int rows = max_chunk_;
+  workspace_.x = backend.alloc(rows, c.dim);
+  workspace_.h = backend.alloc(rows, c.dim);
+  workspace_.q = backend.alloc(rows, c.q_dim());
+  workspace_.k = backend.alloc(rows, c.kv_dim());
+  workspace_.v = backend.alloc(rows, c.kv_dim());
+  workspace_.attn = backend.alloc(rows, c.q_dim());
+  workspace_.gate = backend.alloc(rows, c.hidden_dim);
+  workspace_.up = backend.alloc(rows, c.hidden_dim);
+  workspace_.logits = backend.alloc(rows, c.vocab_size);
 }
 
-void LlamaModel::forward(const std::vector<int>& ids, int pos0, bool all_logits,
-                         std::vector<float>& logits) {
+void LlamaModel::forward(const std::vector<int>& ids, int pos0, bool all_logits, std::vector<float>& logits) {
+  if (!all_logits) {
+    const Tensor last = forward_last(ids, pos0);
+    logits.resize(size_t(last.numel()));
+    backend_.copy_to_host(last, logits.data());
+    return;
+  }
+  const size_t vocab = size_t(config_.vocab_size);
+  logits.resize(ids.size() * vocab);
+  for (size_t start = 0; start < ids.size() || start == 0; start += size_t(max_chunk_)) {
+    const size_t end = std::min(ids.size(), start + size_t(max_chunk_));
+    run_chunk(std::vector<int>(ids.begin() + start, ids.begin() + end), pos0 + int(start), /*all_rows=*/true);
+    backend_.copy_to_host(workspace_.logits.slice_rows(0, int64_t(end - start)), &logits[start * vocab]);
+  }
+}
+
+Tensor LlamaModel::forward_last(const std::vector<int>& ids, int pos0) {
+  for (size_t start = 0; start < ids.size() || start == 0; start += size_t(max_chunk_)) {
+    const size_t end = std::min(ids.size(), start + size_t(max_chunk_));
+    run_chunk(std::vector<int>(ids.begin() + start, ids.begin() + end), pos0 + int(start), /*all_rows=*/false);
+  }
+  return workspace_.logits.slice_rows(0, 1);
+}
+
+void LlamaModel::run_chunk(const std::vector<int>& ids, int pos0, bool all_rows) {
   const int T = int(ids.size());
   if (T == 0) throw Error("forward: no tokens");
   if (pos0 < 0 || pos0 + T > context())
     throw Error("context is full: " + std::to_string(pos0 + T) + " positions needed, " +
                 std::to_string(context()) + " available");
+  for (int id : ids)
+    if (id < 0 || id >= config_.vocab_size)
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                  std::to_string(config_.vocab_size));
+  backend_.set_step(ids, pos0);
+  if (T == 1)  // decode: the same ops on the same buffers every token, so record them once
+    backend_.run_captured(decode_step_, [this] { run_ops(1, false); });
+  else
+    run_ops(T, all_rows);
+}
+
+void LlamaModel::run_ops(int T, bool all_rows) {
   const ModelConfig& c = config_;
-  const int q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   Backend& b = backend_;
+  Tensor x = workspace_.x.slice_rows(0, T);        // [T, dim]
+  Tensor h = workspace_.h.slice_rows(0, T);        // [T, dim]
+  Tensor q = workspace_.q.slice_rows(0, T);        // [T, n_heads*hd]
+  Tensor k = workspace_.k.slice_rows(0, T);        // [T, n_kv*hd]
+  Tensor v = workspace_.v.slice_rows(0, T);        // [T, n_kv*hd]
+  Tensor attn = workspace_.attn.slice_rows(0, T);  // [T, n_heads*hd]
+  Tensor gate = workspace_.gate.slice_rows(0, T);  // [T, hidden]
+  Tensor up = workspace_.up.slice_rows(0, T);      // [T, hidden]
 
-  Tensor x = b.alloc(T, c.dim);            // [T, dim] residual stream
-  Tensor h = b.alloc(T, c.dim);            // [T, dim] normed input of a block
-  Tensor q = b.alloc(T, q_dim);            // [T, n_heads*hd]
-  Tensor k = b.alloc(T, kv_dim);           // [T, n_kv*hd]
-  Tensor v = b.alloc(T, kv_dim);           // [T, n_kv*hd]
-  Tensor attn = b.alloc(T, q_dim);         // [T, n_heads*hd]
-  Tensor gate = b.alloc(T, c.hidden_dim);  // [T, hidden]
-  Tensor up = b.alloc(T, c.hidden_dim);    // [T, hidden]
-
-  b.embed(embedding_, ids, x);
+  // h holds each block's input (normed), then its output, which add_rmsnorm adds to the
+  // residual stream x while norming x for the next block: one pass instead of two.
+  b.embed(embedding_, x);
+  b.rmsnorm(x, layers_[0].attn_norm, c.norm_eps, h);
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& layer = layers_[l];
-    b.rmsnorm(x, layer.attn_norm, c.norm_eps, h);
     layer.q->forward(h, q);
     layer.k->forward(h, k);
     layer.v->forward(h, v);
-    b.rope(q, k, attention_shape_, pos0, rope_inv_freq_);
-    b.attention(*kv_cache_, int(l), pos0, q, k, v, attention_shape_, attn);
+    b.attention(*kv_cache_, int(l), q, k, v, rope_inv_freq_, attention_shape_, attn);
     layer.o->forward(attn, h);
-    b.add(x, h);
+    b.add_rmsnorm(x, h, layer.ffn_norm, c.norm_eps, h);
 
-    b.rmsnorm(x, layer.ffn_norm, c.norm_eps, h);
     layer.gate->forward(h, gate);
     layer.up->forward(h, up);
     b.silu_mul(gate, up);
     layer.down->forward(gate, h);
-    b.add(x, h);
+    const Tensor& next_norm = l + 1 < layers_.size() ? layers_[l + 1].attn_norm : final_norm_;
+    b.add_rmsnorm(x, h, next_norm, c.norm_eps, h);
   }
 
-  // Only the rows whose logits are wanted go through the classifier.
-  const Tensor last = all_logits ? x : x.slice_rows(T - 1, 1);
-  Tensor normed = b.alloc(last.rows, c.dim);
-  b.rmsnorm(last, final_norm_, c.norm_eps, normed);
-  Tensor out = b.alloc(last.rows, c.vocab_size);  // [rows, vocab]
-  lm_head_->forward(normed, out);
-  logits.resize(size_t(out.numel()));
-  b.copy_to_host(out, logits.data());
+  // h is now the final-normed residual stream; only the rows whose logits are wanted go
+  // through the classifier.
+  const Tensor normed = all_rows ? h : h.slice_rows(T - 1, 1);  // [rows, dim]
+  Tensor logits = workspace_.logits.slice_rows(0, normed.rows);  // [rows, vocab]
+  lm_head_->forward(normed, logits);
 }
 
 }  // namespace gemlite

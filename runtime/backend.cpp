@@ -8,11 +8,12 @@
 
 namespace gemlite {
 
-std::unique_ptr<Backend> make_backend(const std::string& name) {
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options) {
   if (name == "cpu") return make_cpu_backend();
 #ifdef GEMLITE_WITH_CUDA
-  if (name == "cuda") return make_cuda_backend();  // throws Error naming why when no device
+  if (name == "cuda") return make_cuda_backend(options);  // throws Error naming why when no device
 #else
+  (void)options;
   if (name == "cuda")
     throw Error("--device cuda: this build has no CUDA (configure with nvcc, -DGEMLITE_CUDA=ON); use --device cpu");
 #endif
@@ -24,6 +25,12 @@ std::string default_backend_name() {
   if (cuda_unavailable_reason().empty()) return "cuda";
 #endif
   return "cpu";
+}
+
+DType parse_activation_type(const std::string& name) {
+  if (name == "f16") return DType::F16;
+  if (name == "bf16") return DType::BF16;
+  throw Error("--dtype '" + name + "': expected f16 or bf16");
 }
 
 }  // namespace gemlite

@@ -1,7 +1,13 @@
 #pragma once
 // The ops the model's forward pass is written against (models/llama_model.cpp). A
 // backend owns its memory: weights are uploaded once, activations and the KV cache are
-// allocated through it, and only logits come back to the host.
+// allocated through it, and only logits (or just the sampled id) come back to the host.
+//
+// A forward is a *step*: set_step() hands over the token ids and the first position,
+// then the ops run. Ops read the step's ids and positions from backend memory, never from
+// arguments, so a recorded sequence of ops (run_captured: a CUDA graph) replays correctly
+// for every new token.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,42 +35,75 @@ struct AttentionShape {
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
 };
 
+// A sequence of ops recorded by Backend::run_captured (a CUDA graph); owned by whoever
+// recorded it, and valid as long as the tensors its ops touched.
+class CapturedOps {
+ public:
+  virtual ~CapturedOps() = default;
+};
+
+// How to make a backend. The CPU backend always computes in fp32 and ignores both.
+struct BackendOptions {
+  DType activations = DType::F16;  // cuda: F16 or BF16 activations and KV cache
+  bool graphs = true;              // cuda: replay captured decode steps (env GEMLITE_NO_GRAPH=1: off)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  virtual DType activation_type() const = 0;
 
   // ---- memory
   virtual Tensor upload(const HostTensor& host) = 0;  // keeps host's dtype, 1-D -> [1, n]
   virtual Tensor alloc(int64_t rows, int64_t cols) = 0;  // activation dtype, uninitialised
   virtual std::unique_ptr<QuantLinear> make_linear(const PackedWeight& weight) = 0;
   virtual std::unique_ptr<KVCache> make_kv_cache(int n_layers, int capacity, int kv_dim) = 0;
-  // x [M, N] -> host floats [M * N]
+  // x [M, N] -> host floats [M * N]; waits for the work before it.
   virtual void copy_to_host(const Tensor& x, float* out) = 0;
+  // The index of the largest element of x [1, N] (the lowest among equal ones, like
+  // Sampler's greedy choice); waits for the work before it. Only the index crosses.
+  virtual int argmax(const Tensor& x) = 0;
 
-  // ---- ops; shapes are [tokens, features]
-  // out [T, dim] = table [vocab, dim] rows ids[0..T)
-  virtual void embed(const Tensor& table, const std::vector<int>& ids, Tensor& out) = 0;
+  // ---- the step: ids [T] at positions [pos0, pos0 + T). Ids are checked by the caller.
+  // At most max_step_tokens() per step.
+  virtual void set_step(const std::vector<int>& ids, int pos0) = 0;
+  virtual int max_step_tokens() const = 0;
+
+  // ---- ops; shapes are [tokens, features], T = the step's token count
+  // out [T, dim] = table [vocab, dim] rows of the step's ids
+  virtual void embed(const Tensor& table, Tensor& out) = 0;
   // out [T, d] = x / rms(x) * weight [1, d]
   virtual void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
-  // Rotates q [T, n_heads*hd] and k [T, n_kv*hd] in place (rotate-half pairs (i, i+hd/2))
-  // at positions pos0 + t, with inv_freq [hd/2] (Llama-3 scaling already folded in).
-  virtual void rope(Tensor& q, Tensor& k, const AttentionShape& shape, int pos0,
-                    const std::vector<float>& inv_freq) = 0;
-  // Stores k, v [T, n_kv*hd] at positions pos0.. of `layer`, then causal attention of
-  // q [T, n_heads*hd] over positions [0, pos0 + t] -> out [T, n_heads*hd].
-  virtual void attention(KVCache& cache, int layer, int pos0, const Tensor& q, const Tensor& k,
-                         const Tensor& v, const AttentionShape& shape, Tensor& out) = 0;
+  // x [T, d] += y [T, d], then out [T, d] = rmsnorm(x) (out may be y): a block's output
+  // joins the residual stream and the next block's input is normed, in one pass.
+  virtual void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& weight, float eps, Tensor& out) = 0;
+  // Self-attention at the step's positions pos0 + t: rotates q [T, n_heads*hd] and
+  // k [T, n_kv*hd] (RoPE, rotate-half pairs (i, i+hd/2), inv_freq [1, hd/2] F32 with any
+  // Llama-3 scaling folded in), stores k and v [T, n_kv*hd] in `layer` of the cache, then
+  // causal attention of q over positions [0, pos0 + t] -> out [T, n_heads*hd]. q and k
+  // may be overwritten.
+  virtual void attention(KVCache& cache, int layer, Tensor& q, Tensor& k, const Tensor& v,
+                         const Tensor& inv_freq, const AttentionShape& shape, Tensor& out) = 0;
   // gate [T, h] = silu(gate) * up
   virtual void silu_mul(Tensor& gate, const Tensor& up) = 0;
-  // x [T, d] += y [T, d]
-  virtual void add(Tensor& x, const Tensor& y) = 0;
+
+  // Runs `ops` (ops only: no set_step, nothing read back) on this step. A backend that
+  // can record does so the first time (into `captured`) and replays the record on every
+  // later call instead of calling `ops`; the CPU backend just calls `ops`. The caller
+  // keeps the tensors the ops touch alive and in place as long as `captured`.
+  virtual void run_captured(std::unique_ptr<CapturedOps>& captured, const std::function<void()>& ops) {
+    (void)captured;
+    ops();
+  }
   virtual void synchronize() {}
 };
 
 // "cpu" or "cuda"; throws Error for unknown names or a build without CUDA.
-std::unique_ptr<Backend> make_backend(const std::string& name);
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options = {});
 // "cuda" when this build has CUDA and a GPU is present, else "cpu".
 std::string default_backend_name();
+// "f16" / "bf16" -> F16 / BF16 (the activation types of --dtype); Error otherwise.
+DType parse_activation_type(const std::string& name);
 
 }  // namespace gemlite

@@ -26,6 +26,12 @@ class Sampler {
   // The same seed and inputs give the same tokens on every platform.
   int sample(const float* logits, int vocab, const std::vector<int>& recent_tokens);
 
+  // True when sample() is the plain argmax of the logits (greedy, no repetition penalty):
+  // then the caller may take the argmax where the logits are (on the GPU) instead.
+  bool is_plain_argmax() const {
+    return params_.temperature <= 0.0f && (params_.repeat_penalty == 1.0f || params_.repeat_last_n == 0);
+  }
+
  private:
   SamplerParams params_;
   std::mt19937_64 rng_;

@@ -1,7 +1,8 @@
 #pragma once
 // A running sequence on a model: the tokens in its KV cache and the logits of the last
-// one. Prompts are fed in chunks (prefill); generation samples and feeds one token at a
-// time (decode). gemlite-chat and gemlite-bench share it, so their timings agree.
+// one. Prompts are fed at once (the model runs them in chunks: prefill); generation
+// samples and feeds one token at a time (decode). gemlite-chat and gemlite-bench share
+// it, so their timings agree.
 #include <vector>
 
 #include "models/llama_model.h"
@@ -11,16 +12,21 @@ namespace gemlite {
 
 class Generation {
  public:
-  // Prompts are fed in chunks of at most `prefill_chunk` tokens to bound activation memory.
-  explicit Generation(LlamaModel& model, int prefill_chunk = 512)
-      : model_(model), prefill_chunk_(prefill_chunk) {}
+  explicit Generation(LlamaModel& model) : model_(model) {}
 
   // Appends ids to the cache. Throws Error when they do not fit in the context.
   void feed(const std::vector<int>& ids);
-  // Draws the next token from the last logits (feed() must have run).
-  int sample(Sampler& sampler) const;
+  // Draws the next token from the last logits (feed() must have run). A plain-argmax
+  // sampler takes the argmax on the backend, so only the id crosses to the host; others
+  // copy the logits [vocab] to the host first.
+  int sample(Sampler& sampler);
+  // Waits until the backend has finished the work fed so far (for timing).
+  void wait() { model_.backend().synchronize(); }
   // Forgets everything: the next feed() starts at position 0.
-  void reset() { tokens_.clear(); }
+  void reset() {
+    tokens_.clear();
+    has_logits_ = false;
+  }
 
   int position() const { return int(tokens_.size()); }
   int room() const { return model_.context() - position(); }  // positions still free
@@ -28,9 +34,10 @@ class Generation {
 
  private:
   LlamaModel& model_;
-  int prefill_chunk_;
-  std::vector<int> tokens_;   // [position] every token in the KV cache
-  std::vector<float> logits_; // [vocab] after the last token fed
+  std::vector<int> tokens_;         // [position] every token in the KV cache
+  Tensor logits_;                   // [1, vocab] on the backend, after the last token fed
+  bool has_logits_ = false;
+  std::vector<float> host_logits_;  // [vocab] for samplers that need them
 };
 
 }  // namespace gemlite

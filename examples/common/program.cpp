@@ -49,7 +49,15 @@ void add_model_options(cxxopts::Options& options) {
   options.add_options()
       ("m,model", "Packed checkpoint directory (made by gemlite-quantize)", cxxopts::value<std::string>())
       ("device", "cpu or cuda (default: cuda when available)", cxxopts::value<std::string>()->default_value(""))
+      ("dtype", "cuda activations and KV cache: f16 or bf16 (the CPU computes in f32)",
+       cxxopts::value<std::string>()->default_value("f16"))
       ("t,threads", "CPU threads (0 = all cores)", cxxopts::value<int>()->default_value("0"));
+}
+
+BackendOptions backend_options(const cxxopts::ParseResult& args) {
+  BackendOptions options;
+  options.activations = parse_activation_type(args["dtype"].as<std::string>());
+  return options;
 }
 
 void apply_thread_option(const cxxopts::ParseResult& args) {
@@ -66,7 +74,7 @@ void check_tokenizer_fits(const Tokenizer& tokenizer, const ModelConfig& config,
 }
 
 LoadedModel load_model(const std::string& dir, const std::string& device, int context,
-                       bool need_tokenizer) {
+                       bool need_tokenizer, const BackendOptions& options) {
   LoadedModel loaded;
   loaded.checkpoint = load_packed_checkpoint(dir);
   if (!loaded.checkpoint.tokenizer_path.empty()) {
@@ -76,8 +84,16 @@ LoadedModel load_model(const std::string& dir, const std::string& device, int co
     fail((std::filesystem::path(dir) / "tokenizer.model").string(),
          "missing (pass --tokenizer to gemlite-quantize when converting a llama2.c checkpoint)");
   if (context < 0) throw Error("--ctx-size must be >= 0");
-  loaded.backend = make_backend(device.empty() ? default_backend_name() : device);
+  loaded.backend = make_backend(device.empty() ? default_backend_name() : device, options);
   loaded.model = std::make_unique<LlamaModel>(loaded.checkpoint, *loaded.backend, context);
+  // A warm-up like llama.cpp's (a 2-token prompt, then one decode step): the first real
+  // prompt then pays neither for lazy kernel loading nor for capturing the decode graph.
+  // Positions 0..2 of the cache are overwritten by whatever is fed next.
+  if (loaded.model->context() >= 3) {
+    std::vector<float> unused;
+    loaded.model->forward({0, 0}, 0, false, unused);
+    loaded.model->forward({0}, 2, false, unused);
+  }
   return loaded;
 }
 

@@ -32,14 +32,18 @@ struct LoadedModel {
 // with a KV cache of `context` positions (0 = the model's max_seq_len). With
 // need_tokenizer, a missing tokenizer.model is an error.
 LoadedModel load_model(const std::string& dir, const std::string& device, int context,
-                       bool need_tokenizer);
+                       bool need_tokenizer, const BackendOptions& options = {});
 
 // Throws Error naming `path` when the tokenizer cannot serve this model (more pieces than
 // the model's vocabulary, or no BOS).
 void check_tokenizer_fits(const Tokenizer& tokenizer, const ModelConfig& config, const std::string& path);
 
-// Adds the flags every program that runs a model takes: -m/--model, --device, -t/--threads.
+// Adds the flags every program that runs a model takes: -m/--model, --device, --dtype,
+// -t/--threads.
 void add_model_options(cxxopts::Options& options);
+// --dtype f16|bf16 (the GPU's activations and KV cache; f16, like llama.cpp's CUDA
+// backend and calm, unless asked) -> backend options.
+BackendOptions backend_options(const cxxopts::ParseResult& args);
 // Applies -t/--threads (0 = all cores) to OpenMP.
 void apply_thread_option(const cxxopts::ParseResult& args);
 

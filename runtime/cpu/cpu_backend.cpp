@@ -46,6 +46,7 @@ float load_as_float(const Tensor& t, int64_t i) {
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
+  DType activation_type() const override { return DType::F32; }
 
   Tensor upload(const HostTensor& host) override {
     Tensor t;
@@ -79,14 +80,24 @@ class CpuBackend final : public Backend {
     std::memcpy(out, x.data, size_t(x.numel()) * sizeof(float));
   }
 
-  void embed(const Tensor& table, const std::vector<int>& ids, Tensor& out) override {
-    for (size_t t = 0; t < ids.size(); ++t) {
-      if (ids[t] < 0 || ids[t] >= table.rows)
-        throw Error("token id " + std::to_string(ids[t]) + " is outside the vocabulary of " +
-                    std::to_string(table.rows));
+  int argmax(const Tensor& x) override {
+    const float* v = x.as<float>();
+    int best = 0;
+    for (int64_t i = 1; i < x.numel(); ++i)
+      if (v[i] > v[best]) best = int(i);  // strict: the lowest index wins a tie
+    return best;
+  }
+
+  void set_step(const std::vector<int>& ids, int pos0) override {
+    step_ids_ = ids;
+    step_pos0_ = pos0;
+  }
+  int max_step_tokens() const override { return 1 << 30; }
+
+  void embed(const Tensor& table, Tensor& out) override {
+    for (size_t t = 0; t < step_ids_.size(); ++t)
       for (int64_t i = 0; i < table.cols; ++i)
-        out.as<float>()[t * out.cols + i] = load_as_float(table, ids[t] * table.cols + i);
-    }
+        out.as<float>()[t * out.cols + i] = load_as_float(table, step_ids_[t] * table.cols + i);
   }
 
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
@@ -102,9 +113,29 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void rope(Tensor& q, Tensor& k, const AttentionShape& shape, int pos0,
-            const std::vector<float>& inv_freq) override {
+  void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& weight, float eps, Tensor& out) override {
+    add(x, y);
+    rmsnorm(x, weight, eps, out);
+  }
+
+  void attention(KVCache& kv, int layer, Tensor& q, Tensor& k, const Tensor& v, const Tensor& inv_freq,
+                 const AttentionShape& shape, Tensor& out) override {
+    rope(q, k, shape, inv_freq);
+    attend(kv, layer, q, k, v, shape, out);
+  }
+
+  void silu_mul(Tensor& gate, const Tensor& up) override {
+    float* g = gate.as<float>();
+    const float* u = up.as<float>();
+#pragma omp parallel for
+    for (int64_t i = 0; i < gate.numel(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+
+ private:
+  void rope(Tensor& q, Tensor& k, const AttentionShape& shape, const Tensor& inv_freq_table) {
     const int half = shape.head_dim / 2;
+    const float* inv_freq = inv_freq_table.as<float>();  // [hd/2]
+    const int pos0 = step_pos0_;
 #pragma omp parallel for
     for (int64_t t = 0; t < q.rows; ++t) {
       std::vector<float> cos_table(half), sin_table(half);
@@ -125,9 +156,11 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void attention(KVCache& kv, int layer, int pos0, const Tensor& q, const Tensor& k,
-                 const Tensor& v, const AttentionShape& shape, Tensor& out) override {
+  // Stores k, v at the step's positions, then causal attention of q.
+  void attend(KVCache& kv, int layer, const Tensor& q, const Tensor& k, const Tensor& v,
+              const AttentionShape& shape, Tensor& out) {
     auto& cache = static_cast<CpuKVCache&>(kv);
+    const int pos0 = step_pos0_;
     const int64_t T = q.rows;
     for (int64_t t = 0; t < T; ++t) {
       std::memcpy(cache.key(layer, pos0 + t), k.as<float>() + t * k.cols, k.cols * sizeof(float));
@@ -166,18 +199,14 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void silu_mul(Tensor& gate, const Tensor& up) override {
-    float* g = gate.as<float>();
-    const float* u = up.as<float>();
-#pragma omp parallel for
-    for (int64_t i = 0; i < gate.numel(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-  }
-
-  void add(Tensor& x, const Tensor& y) override {
+  void add(Tensor& x, const Tensor& y) {
     float* a = x.as<float>();
     const float* b = y.as<float>();
     for (int64_t i = 0; i < x.numel(); ++i) a[i] += b[i];
   }
+
+  std::vector<int> step_ids_;  // [T] of the current step
+  int step_pos0_ = 0;
 };
 
 }  // namespace

@@ -21,6 +21,13 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
   return __float2bfloat16_rn(v);
 }
 
+// Two activations in one 32-bit word: __half2 / __nv_bfloat162, for 16-byte vector loads.
+template <typename Act> struct PairOf;
+template <> struct PairOf<__half> { using type = __half2; };
+template <> struct PairOf<__nv_bfloat16> { using type = __nv_bfloat162; };
+__device__ __forceinline__ float2 to_float2(__half2 v) { return __half22float2(v); }
+__device__ __forceinline__ float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+
 struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
@@ -43,15 +50,16 @@ __device__ float block_reduce(float v, Op op) {
   return v;
 }
 
-// Calls f(Act{}) with the device type of `act`. Only fp16 is instantiated for now, to keep
-// the CI build (4 architectures, 2 cores) short; bf16 is one more case here.
+// Calls f(Act{}) with the device type of `act`: every kernel of the backend exists for
+// fp16 and bf16 activations.
 template <typename F>
 void dispatch_act(DType act, const char* op, F&& f) {
   switch (act) {
     case DType::F16: f(__half{}); return;
+    case DType::BF16: f(__nv_bfloat16{}); return;
     default:
       throw Error(std::string("cuda backend: ") + op + " has no kernel for activation type " +
-                  dtype_name(act) + " (F16 only)");
+                  dtype_name(act) + " (F16 or BF16)");
   }
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA backend: fp16 activations on one stream, qN GEMV for decode, cuBLAS for the
+// The CUDA backend: fp16 or bf16 activations on one stream, qN GEMV for decode, cuBLAS for the
 // rest (see CudaLinear::forward in cuda_linear.cu for the dispatch rule). Checked against
 // the CPU backend by tests/gpu/test_cuda_backend.cu.
 #include <memory>
@@ -12,7 +12,8 @@ namespace gemlite {
 // "" when a CUDA device can be used, else one line saying why not.
 std::string cuda_unavailable_reason();
 
-// Throws Error when no device can be used.
-std::unique_ptr<Backend> make_cuda_backend();
+// Throws Error when no device can be used, or for activations other than F16/BF16.
+// Graphs are off when options.graphs is false or the environment has GEMLITE_NO_GRAPH=1.
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options = {});
 
 }  // namespace gemlite

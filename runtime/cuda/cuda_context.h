@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "runtime/dtype.h"
 #include "runtime/tensor.h"
@@ -23,13 +24,22 @@ struct CudaContext {
   // plain cudaMemcpy on the legacy stream, and a blocking stream orders after it.
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;  // bound to `stream`
+  // cuBLAS's workspace, set once, so a captured GEMM allocates nothing during capture.
+  void* cublas_workspace = nullptr;
 };
 
+// Throws Error("out of GPU memory: <what> needs X MiB, Y MiB free of Z MiB") when `bytes`
+// cannot be had; for allocations made outside device_alloc (cudaMalloc in kernels/).
+void require_device_memory(size_t bytes, const std::string& what);
+
 // `bytes` of device memory, allocated and freed in order on ctx's stream (cudaMallocAsync),
-// so a buffer dropped while kernels still read it is freed only after they finish.
-std::shared_ptr<void> device_alloc(const std::shared_ptr<CudaContext>& ctx, size_t bytes);
+// so a buffer dropped while kernels still read it is freed only after they finish. Too
+// little memory is an Error saying what was asked and what is free, not a crash.
+std::shared_ptr<void> device_alloc(const std::shared_ptr<CudaContext>& ctx, size_t bytes,
+                                   const std::string& what = "a buffer");
 
 // A device tensor [rows, cols] of `dtype`, uninitialised.
-Tensor device_tensor(const std::shared_ptr<CudaContext>& ctx, DType dtype, int64_t rows, int64_t cols);
+Tensor device_tensor(const std::shared_ptr<CudaContext>& ctx, DType dtype, int64_t rows, int64_t cols,
+                     const std::string& what = "a buffer");
 
 }  // namespace gemlite

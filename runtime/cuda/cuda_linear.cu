@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "kernels/group_quant.h"
 #include "kernels/qn/gemv_qn.h"
 #include "runtime/cuda/ops.h"
 #include "runtime/error.h"
@@ -11,21 +12,26 @@
 namespace gemlite {
 namespace {
 
+cudaDataType_t cublas_type(DType act) { return act == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F; }
+
 class CudaLinear final : public QuantLinear {
  public:
   CudaLinear(const PackedWeight& weight, std::shared_ptr<CudaContext> ctx, DType act)
       : QuantLinear(weight), weight_(weight), ctx_(std::move(ctx)), act_(act) {
-    if (act != DType::F16)
+    if (act != DType::F16 && act != DType::BF16)
       throw Error(std::string("cuda backend: linear layers for activation type ") + dtype_name(act) +
-                  " are not implemented (F16 only)");
+                  " (expected F16 or BF16)");
     if (is_qn()) {
+      // upload_qn_weight allocates with cudaMalloc itself: check first, for a clear error.
+      require_device_memory(weight.nbytes(), "a " + format().name() + " weight [" + std::to_string(weight.rows) +
+                                                 ", " + std::to_string(weight.cols) + "]");
       qn_ = upload_qn_weight(weight, act);
       bias_ = qn_.bias;  // shared by the dense path of large M
     } else {
       upload_dense();  // the only path these formats have
       const auto bias = weight.parts.find("bias");
       if (bias != weight.parts.end()) {
-        own_bias_ = device_alloc(ctx_, bias->second.nbytes());
+        own_bias_ = device_alloc(ctx_, bias->second.nbytes(), "a bias");
         CUDA_CHECK(cudaMemcpyAsync(own_bias_.get(), bias->second.data, bias->second.nbytes(),
                                    cudaMemcpyHostToDevice, ctx_->stream));
         bias_ = static_cast<const float*>(own_bias_.get());
@@ -37,14 +43,16 @@ class CudaLinear final : public QuantLinear {
     free_qn_weight(&qn_);
   }
 
-  // x [M, K] -> y [M, N], fp16, on the backend's stream.
+  // x [M, K] -> y [M, N], fp16 or bf16 (the backend's activation type), on its stream.
   //
-  // THE DISPATCH RULE: qN / qNgG with M <= kGemvMaxM (decode, small batches) -> gemv_qn, the
-  // fused dequantize + GEMV that reads the packed weight once (it adds the bias itself).
-  // Everything else -- qN at M > 8 (prefill), fp6, fp5, s7 and dense f16/bf16/f32 -- ->
-  // a dense fp16 copy of W made once (for qN lazily, at the first large-M call, so
-  // decode-only use never pays its memory) and cuBLAS; the bias is added afterwards.
-  // Dense f32 weights are thus rounded to fp16 on the GPU, like the activations.
+  // THE DISPATCH RULE:
+  //   qN / qNgG, M <= kGemvMaxM (decode, small batches) -> gemv_qn, the fused dequantize +
+  //     GEMV that reads the packed weight once (it adds the bias itself);
+  //   fp6, fp5, s7, dense f16/bf16/f32, M <= kGemvMaxM -> gemv_dense over the dense copy;
+  //   everything at M > 8 (prefill) -> cuBLAS over the dense copy, then the bias.
+  // The dense copy of W is in the activation type, made once (for qN lazily, on the
+  // device, at the first large-M call, so decode-only use never pays its memory). Dense
+  // f32 weights are thus rounded to fp16/bf16 on the GPU, like the activations.
   void forward(const Tensor& x, Tensor& y) const override {
     const int64_t M = x.rows, N = out_features(), K = in_features();
     if (x.cols != K || y.cols != N || y.rows != M || x.dtype != act_ || y.dtype != act_)
@@ -55,32 +63,68 @@ class CudaLinear final : public QuantLinear {
       gemv_qn(qn_, x.data, y.data, int(M), act_, ctx_->stream);
       return;
     }
-    if (!dense_) upload_dense();
+    if (!dense_) dequantize_qn_on_device();
+    if (M <= kGemvMaxM) {
+      launch_gemv_dense(dense_.get(), x.data, bias_, y.data, int(M), N, K, act_, ctx_->stream);
+      return;
+    }
     // Row-major y [M, N] = x [M, K] · Wᵀ is, column-major, yᵀ [N, M] = W(ᵀ as stored) · xᵀ:
     // W [N, K] row-major is a column-major [K, N] matrix (ld K), taken transposed.
     const float alpha = 1.0f, beta = 0.0f;
+    const cudaDataType_t type = cublas_type(act_);
     CUBLAS_CHECK(cublasGemmEx(ctx_->cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &alpha,
-                              dense_.get(), CUDA_R_16F, int(K), x.data, CUDA_R_16F, int(K), &beta, y.data,
-                              CUDA_R_16F, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                              dense_.get(), type, int(K), x.data, type, int(K), &beta, y.data, type, int(N),
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (bias_) launch_add_bias(y.data, bias_, M, N, act_, ctx_->stream);
   }
 
  private:
   bool is_qn() const { return format().kind == FormatKind::QN; }
+  size_t dense_bytes() const { return size_t(out_features() * in_features()) * dtype_size(act_); }
+  std::string dense_what() const {
+    return "the dense copy of a " + format().name() + " weight [" + std::to_string(out_features()) + ", " +
+           std::to_string(in_features()) + "]";
+  }
 
-  // W [N, K] -> dense_ [N, K] fp16 on the device. A first step: rows are dequantized on the
-  // host with the CPU reference decoder (exact by construction, slow for big models) and
-  // uploaded; a device dequant kernel per format is the later, faster way.
+  // qN: W [N, K] -> dense_ [N, K] (act) by a device kernel from the packed codes gemv_qn
+  // already holds; only the fp16 scales and zeros travel (freed once the kernel ran).
+  void dequantize_qn_on_device() const {
+    const HostTensor& scales = weight_.part("scales");  // [N, n_groups] F16
+    const HostTensor& zeros = weight_.part("zeros");    // [N, n_groups] F16
+    auto device_scales = device_alloc(ctx_, scales.nbytes(), "scales");
+    auto device_zeros = device_alloc(ctx_, zeros.nbytes(), "zeros");
+    CUDA_CHECK(cudaMemcpyAsync(device_scales.get(), scales.data, scales.nbytes(), cudaMemcpyHostToDevice,
+                               ctx_->stream));
+    CUDA_CHECK(cudaMemcpyAsync(device_zeros.get(), zeros.data, zeros.nbytes(), cudaMemcpyHostToDevice,
+                               ctx_->stream));
+    dense_ = device_alloc(ctx_, dense_bytes(), dense_what());
+    launch_dequant_qn(qn_.qweight, static_cast<const uint16_t*>(device_scales.get()),
+                      static_cast<const uint16_t*>(device_zeros.get()), out_features(), in_features(),
+                      format().bits, group_size(format().group, in_features()), dense_.get(), act_, ctx_->stream);
+  }
+
+  // Other formats: W [N, K] -> dense_ [N, K] (act). A dense weight stored in the activation
+  // type is copied as it is; other rows are dequantized on the host with
+  // the CPU reference decoder (exact by construction, slow for big models) and uploaded;
+  // fp6/fp5 get their tensor-core kernel (kernels/fpx), s7 its own, in later work.
   void upload_dense() const {
     const int64_t N = out_features(), K = in_features();
+    if (format().kind == FormatKind::Dense && format().dense_dtype == act_) {  // stored as computed: copy as is
+      const HostTensor& stored = weight_.part("weight");  // [N, K]
+      dense_ = device_alloc(ctx_, dense_bytes(), dense_what());
+      CUDA_CHECK(cudaMemcpyAsync(dense_.get(), stored.data, dense_bytes(), cudaMemcpyHostToDevice, ctx_->stream));
+      return;
+    }
     const RowDecoder decode = make_row_decoder(weight_);
     std::vector<float> row(static_cast<size_t>(K));                // [K]
-    std::vector<uint16_t> dense(static_cast<size_t>(N * K));       // [N, K] fp16 bits
+    std::vector<uint16_t> dense(static_cast<size_t>(N * K));       // [N, K] fp16 or bf16 bits
+    const bool bf16 = act_ == DType::BF16;
     for (int64_t n = 0; n < N; ++n) {
       decode(n, row.data());
-      for (int64_t k = 0; k < K; ++k) dense[size_t(n * K + k)] = float_to_half(row[size_t(k)]);
+      for (int64_t k = 0; k < K; ++k)
+        dense[size_t(n * K + k)] = bf16 ? float_to_bf16(row[size_t(k)]) : float_to_half(row[size_t(k)]);
     }
-    dense_ = device_alloc(ctx_, dense.size() * 2);
+    dense_ = device_alloc(ctx_, dense.size() * 2, dense_what());
     // Pageable source: the call returns once `dense` is staged, so it may go out of scope.
     CUDA_CHECK(cudaMemcpyAsync(dense_.get(), dense.data(), dense.size() * 2, cudaMemcpyHostToDevice,
                                ctx_->stream));
@@ -90,7 +134,7 @@ class CudaLinear final : public QuantLinear {
   std::shared_ptr<CudaContext> ctx_;
   DType act_;
   QnDeviceWeight qn_;                     // qN only: the packed weight for gemv_qn
-  mutable std::shared_ptr<void> dense_;   // [N, K] fp16, or null until first needed
+  mutable std::shared_ptr<void> dense_;   // [N, K] act, or null until first needed
   std::shared_ptr<void> own_bias_;        // [N] F32 of non-qN formats
   const float* bias_ = nullptr;           // [N] F32 or null
 };

@@ -9,7 +9,7 @@
 
 namespace gemlite {
 
-// Uploads `weight` (synchronously) for activations of type `act` (F16).
+// Uploads `weight` (synchronously) for activations of type `act` (F16 or BF16).
 std::unique_ptr<QuantLinear> make_cuda_linear(const PackedWeight& weight, std::shared_ptr<CudaContext> ctx,
                                               DType act);
 

@@ -46,24 +46,24 @@ __global__ void rmsnorm_kernel(const Act* x, const float* weight, float eps, int
     dst[i] = from_float<Act>(to_float(row[i]) * inv_rms * weight[i]);
 }
 
-// PRECOND: grid.x = T. Thread j of the row handles pair i = j % half of head j / half,
-// heads [0, n_heads) in q, then [0, n_kv) in k.
+// x += y, then out = rmsnorm(x). Each element is read and written by the same thread in
+// both passes, so out may alias y. PRECOND: grid.x = T, blockDim.x = kThreads.
 template <typename Act>
-__global__ void rope_kernel(Act* q, Act* k, int n_heads, int n_kv_heads, int head_dim, int pos0,
-                            const float* inv_freq) {
-  const int64_t t = blockIdx.x;
-  const int half = head_dim / 2;
-  for (int j = threadIdx.x; j < (n_heads + n_kv_heads) * half; j += blockDim.x) {
-    const int head = j / half, i = j % half;
-    Act* h = head < n_heads ? q + (t * n_heads + head) * head_dim                   // [hd]
-                            : k + (t * n_kv_heads + head - n_heads) * head_dim;     // [hd]
-    const float angle = float(pos0 + t) * inv_freq[i];  // fp32 like the CPU and Hugging Face
-    float sin_a, cos_a;
-    sincosf(angle, &sin_a, &cos_a);
-    const float a = to_float(h[i]), b = to_float(h[i + half]);
-    h[i] = from_float<Act>(a * cos_a - b * sin_a);
-    h[i + half] = from_float<Act>(b * cos_a + a * sin_a);
+__global__ void add_rmsnorm_kernel(Act* x, const Act* y, const float* weight, float eps, int64_t d, Act* out) {
+  Act* row = x + blockIdx.x * d;           // [d]
+  const Act* add = y + blockIdx.x * d;     // [d]
+  Act* dst = out + blockIdx.x * d;         // [d]
+  float sum_squares = 0;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const Act sum = from_float<Act>(to_float(row[i]) + to_float(add[i]));  // rounded as stored
+    row[i] = sum;
+    const float v = to_float(sum);
+    sum_squares += v * v;
   }
+  sum_squares = block_reduce(sum_squares, SumOp{});
+  const float inv_rms = rsqrtf(sum_squares / float(d) + eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+    dst[i] = from_float<Act>(to_float(row[i]) * inv_rms * weight[i]);
 }
 
 template <typename Act>
@@ -72,12 +72,6 @@ __global__ void silu_mul_kernel(Act* gate, const Act* up, int64_t n) {
     const float g = to_float(gate[i]);
     gate[i] = from_float<Act>(g / (1.0f + expf(-g)) * to_float(up[i]));
   }
-}
-
-template <typename Act>
-__global__ void add_kernel(Act* x, const Act* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    x[i] = from_float<Act>(to_float(x[i]) + to_float(y[i]));
 }
 
 template <typename Act>
@@ -116,16 +110,6 @@ void launch_rmsnorm(const void* x, const float* weight, float eps, int64_t T, in
   });
 }
 
-void launch_rope(void* q, void* k, int64_t T, int n_heads, int n_kv_heads, int head_dim, int pos0,
-                 const float* inv_freq, DType act, cudaStream_t stream) {
-  dispatch_act(act, "rope", [&](auto tag) {
-    using Act = decltype(tag);
-    rope_kernel<Act><<<unsigned(T), kThreads, 0, stream>>>(static_cast<Act*>(q), static_cast<Act*>(k), n_heads,
-                                                          n_kv_heads, head_dim, pos0, inv_freq);
-    CHECK_LAST_LAUNCH("rope_kernel");
-  });
-}
-
 void launch_silu_mul(void* gate, const void* up, int64_t n, DType act, cudaStream_t stream) {
   dispatch_act(act, "silu_mul", [&](auto tag) {
     using Act = decltype(tag);
@@ -134,11 +118,13 @@ void launch_silu_mul(void* gate, const void* up, int64_t n, DType act, cudaStrea
   });
 }
 
-void launch_add(void* x, const void* y, int64_t n, DType act, cudaStream_t stream) {
-  dispatch_act(act, "add", [&](auto tag) {
+void launch_add_rmsnorm(void* x, const void* y, const float* weight, float eps, int64_t T, int64_t d, void* out,
+                        DType act, cudaStream_t stream) {
+  dispatch_act(act, "add_rmsnorm", [&](auto tag) {
     using Act = decltype(tag);
-    add_kernel<Act><<<grid_for(n), kThreads, 0, stream>>>(static_cast<Act*>(x), static_cast<const Act*>(y), n);
-    CHECK_LAST_LAUNCH("add_kernel");
+    add_rmsnorm_kernel<Act><<<unsigned(T), kThreads, 0, stream>>>(static_cast<Act*>(x), static_cast<const Act*>(y),
+                                                                 weight, eps, d, static_cast<Act*>(out));
+    CHECK_LAST_LAUNCH("add_rmsnorm_kernel");
   });
 }
 

@@ -1,8 +1,10 @@
 #pragma once
-// Launchers of the CUDA backend's small kernels (ops.cu, attention.cu). Pointers are
-// device memory, rows contiguous; `act` is the activation type of x/y pointers (F16 now;
-// BF16 is one more case in each launcher's switch). Every launcher is asynchronous on
-// `stream` and checks its launch; none synchronizes.
+// Launchers of the CUDA backend's kernels (ops.cu, attention.cu, argmax.cu, dequant_qn.cu,
+// gemv_dense.cu).
+// Pointers are device memory, rows contiguous; `act` is the activation type of x/y
+// pointers (F16 or BF16). Every launcher is asynchronous on `stream` and checks its
+// launch; none synchronizes, and none reads a per-step value (token ids, position) from
+// the host: those are device pointers, so a captured launch replays for every token.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -20,27 +22,42 @@ void launch_embed(const void* table, DType table_dtype, const int* ids, int T, i
 void launch_rmsnorm(const void* x, const float* weight, float eps, int64_t T, int64_t d,
                     void* out, DType act, cudaStream_t stream);
 
-// Rotates pairs (i, i + hd/2) of every head of q [T, n_heads*hd] and k [T, n_kv*hd] in
-// place by angle float(pos0 + t) * inv_freq[i], inv_freq [hd/2] on the device.
-void launch_rope(void* q, void* k, int64_t T, int n_heads, int n_kv_heads, int head_dim,
-                 int pos0, const float* inv_freq, DType act, cudaStream_t stream);
+// x [T, d] += y [T, d], then out [T, d] = rmsnorm(x) (out may be y); fp32 math.
+void launch_add_rmsnorm(void* x, const void* y, const float* weight, float eps, int64_t T, int64_t d, void* out,
+                        DType act, cudaStream_t stream);
 
 // gate [n] = silu(gate) * up [n]
 void launch_silu_mul(void* gate, const void* up, int64_t n, DType act, cudaStream_t stream);
-// x [n] += y [n]
-void launch_add(void* x, const void* y, int64_t n, DType act, cudaStream_t stream);
 // y [M, N] += bias [N] (F32)
 void launch_add_bias(void* y, const float* bias, int64_t M, int64_t N, DType act, cudaStream_t stream);
 // out [n] (F32) = x [n] (act)
 void launch_to_f32(const void* x, float* out, int64_t n, DType act, cudaStream_t stream);
 
-// Stores k, v [T, kv_dim] (act) at positions pos0.. of the layer's slices of
-// key_cache / value_cache [capacity, kv_dim] (act), then causal attention of
-// q [T, n_heads*hd] over positions [0, pos0 + t] -> out [T, n_heads*hd].
-// Precondition (checked, Error): head_dim <= kAttentionThreads, n_heads % n_kv_heads == 0.
+// *index = the index of the largest element of x [n] (act), the lowest among equal ones
+// (NaNs are skipped). One block.
+void launch_argmax(const void* x, int64_t n, int* index, DType act, cudaStream_t stream);
+
+// Rotates q [T, n_heads*hd] in place and k [T, kv_dim] by RoPE (pairs (i, i + hd/2),
+// angle float(*pos0 + t) * inv_freq[i], inv_freq [hd/2] F32), stores the rotated k and v
+// [T, kv_dim] (act) at positions *pos0.. of the layer's slices of key_cache / value_cache
+// [capacity, kv_dim] (act), then causal attention of q over positions [0, *pos0 + t] ->
+// out [T, n_heads*hd]. pos0 [1] is device memory; the grid depends on T and the shape
+// only, not on the position. Two launches: RoPE + store, attention.
+// Precondition (checked, Error): head_dim <= kAttentionThreads, even, n_heads % n_kv_heads == 0.
 constexpr int kAttentionThreads = 256;
-void launch_attention(void* key_cache, void* value_cache, int pos0, const void* q, const void* k,
-                      const void* v, int64_t T, int n_heads, int n_kv_heads, int head_dim,
+void launch_attention(void* key_cache, void* value_cache, const int* pos0, const float* inv_freq, void* q,
+                      const void* k, const void* v, int64_t T, int n_heads, int n_kv_heads, int head_dim,
                       void* out, DType act, cudaStream_t stream);
+
+// out [N, K] (act) = the dequantized qN weight: qweight [N, Kw] as on the checkpoint
+// (kernels/qn/qn_format.h), scales / zeros [N, ceil(K / group_size)] fp16 bits;
+// w = (q - zero) * scale in fp32, like the CPU decoder.
+void launch_dequant_qn(const uint32_t* qweight, const uint16_t* scales, const uint16_t* zeros, int64_t N, int64_t K,
+                       int bits, int64_t group_size, void* out, DType act, cudaStream_t stream);
+
+// y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias [N] F32 or null), W [N, K] (act), M = 1..8
+// (Error otherwise): the dense formats' decode path (gemv_dense.cu).
+void launch_gemv_dense(const void* W, const void* x, const float* bias, void* y, int M, int64_t N, int64_t K,
+                       DType act, cudaStream_t stream);
 
 }  // namespace gemlite

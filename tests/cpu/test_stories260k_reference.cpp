@@ -36,6 +36,7 @@ std::vector<int> greedy_ids(LlamaModel& model, const std::vector<int>& prompt, i
 
 class Stories260kReference : public ::testing::TestWithParam<std::string> {
  protected:
+  const PackedCheckpoint& checkpoint_for_test() const { return checkpoint_; }
   LlamaModel& model() {
     if (!model_) {
       const SourceModel source = load_llama2c(shared_file("models/stories260K/stories260K.bin"));
@@ -78,6 +79,26 @@ TEST_P(Stories260kReference, PrefillInOneCallEqualsTokenByTokenDecode) {
   for (size_t pos = 0; pos < prompt.size(); ++pos) model().forward({prompt[pos]}, int(pos), false, stepped);
   ASSERT_EQ(batched.size(), stepped.size());
   for (size_t i = 0; i < batched.size(); ++i) EXPECT_NEAR(batched[i], stepped[i], 1e-4f) << i;
+}
+
+// A prompt longer than the model's chunk runs as several forwards: chunks of 7 (33 = 4 x 7
+// + 5) give the logits of one 33-token chunk, every position (all_logits) and the last one
+// (the workspace keeps only the last chunk's rows). The CPU computes each row alone, so
+// the same values up to summation order: 1e-4 as above.
+TEST_P(Stories260kReference, PromptInChunksEqualsOneChunk) {
+  std::vector<int> prompt = {1};
+  prompt.insert(prompt.end(), kReferenceIds.begin(), kReferenceIds.end());
+  LlamaModel& whole_model = model();  // loads the checkpoint
+  LlamaModel chunked(checkpoint_for_test(), whole_model.backend(), 0, /*max_chunk=*/7);
+  ASSERT_EQ(chunked.max_chunk(), 7);
+  std::vector<float> whole, pieces, last;
+  whole_model.forward(prompt, 0, true, whole);
+  chunked.forward(prompt, 0, true, pieces);
+  ASSERT_EQ(whole.size(), pieces.size());
+  for (size_t i = 0; i < whole.size(); ++i) ASSERT_NEAR(whole[i], pieces[i], 1e-4f) << i;
+  chunked.forward(prompt, 0, false, last);
+  const std::vector<float> last_row(whole.end() - last.size(), whole.end());
+  for (size_t i = 0; i < last.size(); ++i) ASSERT_NEAR(last[i], last_row[i], 1e-4f) << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, Stories260kReference, ::testing::Values("f32", "f16"));

@@ -1,0 +1,96 @@
+// Dense GEMV for decode: y [M, N] = x [M, K] · Wᵀ (+ bias), W [N, K] fp16/bf16 row-major,
+// M = 1..8. Serves the dense formats (f16/bf16/f32 checkpoints) and the dense copies of
+// fp6/fp5/s7 at batch 1-8 instead of cuBLAS, which moves only ~1.1 TB/s (36 % of copy) on
+// 4096x4096 fp16 at M = 1 (docs/PERF.md) and made decode of dense formats slower than qN.
+//
+// One warp per output row: each lane streams 16-byte chunks of the row (8 weights), four
+// in flight (loads first, math after), multiplies them with the M rows of x (L1/L2-resident)
+// in fp32 and the warp reduces with shuffles. Rows whose K is not a multiple of 8, or
+// pointers not 16-byte aligned, take a scalar loop instead.
+#include "kernels/cuda_check.h"
+#include "kernels/qn/gemv_qn.h"
+#include "runtime/cuda/act_type.cuh"
+#include "runtime/cuda/ops.h"
+
+namespace gemlite {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kInFlight = 4;  // 16-byte loads of W per lane before the math
+
+// acc[m] += dot(8 weights in w, 8 activations of row m of x at chunk c)
+template <typename Act>
+__device__ __forceinline__ void fma_chunk(const uint4& w, const Act* x, int64_t K, int64_t c, int M, float* acc) {
+  using Pair = typename PairOf<Act>::type;
+  const Pair* wp = reinterpret_cast<const Pair*>(&w);
+  float2 wf[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) wf[i] = to_float2(wp[i]);
+#pragma unroll
+  for (int m = 0; m < kGemvMaxM; ++m) {
+    if (m >= M) break;
+    const uint4 xv = *(reinterpret_cast<const uint4*>(x + m * K) + c);
+    const Pair* xp = reinterpret_cast<const Pair*>(&xv);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 xf = to_float2(xp[i]);
+      acc[m] = fmaf(wf[i].x, xf.x, acc[m]);
+      acc[m] = fmaf(wf[i].y, xf.y, acc[m]);
+    }
+  }
+}
+
+// PRECOND: blockDim.x = 32 * kWarpsPerBlock; vectorized => K % 8 == 0 and W, x 16-byte aligned.
+template <typename Act>
+__global__ void gemv_dense_kernel(const Act* W, const Act* x, const float* bias, Act* y, int M, int64_t N,
+                                  int64_t K, bool vectorized) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (n >= N) return;
+  const Act* row = W + n * K;  // [K]
+  float acc[kGemvMaxM] = {};
+  if (vectorized) {
+    const uint4* chunks = reinterpret_cast<const uint4*>(row);  // [K / 8]
+    const int64_t n_chunks = K / 8;
+    int64_t c = lane;
+    for (; c + 32 * (kInFlight - 1) < n_chunks; c += 32 * kInFlight) {
+      uint4 w[kInFlight];
+#pragma unroll
+      for (int i = 0; i < kInFlight; ++i) w[i] = __ldg(chunks + c + 32 * i);
+#pragma unroll
+      for (int i = 0; i < kInFlight; ++i) fma_chunk(w[i], x, K, c + 32 * i, M, acc);
+    }
+    for (; c < n_chunks; c += 32) fma_chunk(__ldg(chunks + c), x, K, c, M, acc);
+  } else {
+    for (int64_t k = lane; k < K; k += 32) {
+      const float w = to_float(row[k]);
+      for (int m = 0; m < M; ++m) acc[m] = fmaf(w, to_float(x[m * K + k]), acc[m]);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kGemvMaxM; ++m) {
+    if (m >= M) break;
+    float sum = acc[m];
+    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0) y[m * N + n] = from_float<Act>(sum + (bias ? bias[n] : 0.0f));
+  }
+}
+
+}  // namespace
+
+void launch_gemv_dense(const void* W, const void* x, const float* bias, void* y, int M, int64_t N, int64_t K,
+                       DType act, cudaStream_t stream) {
+  if (M < 1 || M > kGemvMaxM)
+    throw Error("gemv_dense: M = " + std::to_string(M) + " (expected 1.." + std::to_string(kGemvMaxM) + ")");
+  const bool vectorized =
+      K % 8 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const unsigned blocks = unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  dispatch_act(act, "gemv_dense", [&](auto tag) {
+    using Act = decltype(tag);
+    gemv_dense_kernel<Act><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(
+        static_cast<const Act*>(W), static_cast<const Act*>(x), bias, static_cast<Act*>(y), M, N, K, vectorized);
+    CHECK_LAST_LAUNCH("gemv_dense_kernel");
+  });
+}
+
+}  // namespace gemlite
