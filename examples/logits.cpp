@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     const bool from_text = args.count("prompt") > 0;
     std::vector<int> ids = from_text ? std::vector<int>() : parse_ids(args["ids"].as<std::string>());
     LoadedModel loaded = load_model(model_dir, args["device"].as<std::string>(), /*context=*/0,
-                                    /*need_tokenizer=*/from_text);
+                                    /*need_tokenizer=*/from_text, backend_options(args));
     if (from_text) ids = loaded.tokenizer->encode(args["prompt"].as<std::string>(), /*add_bos=*/true);
     const int vocab = loaded.checkpoint.config.vocab_size;
     for (int id : ids)

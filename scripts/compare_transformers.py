@@ -21,6 +21,8 @@ logits, divided by max |transformers logit|:
   - cuda backend (fp16 activations and KV cache, fp32 accumulation): <= 1e-2: every
     activation is rounded to fp16 (2^-11 relative) between ops, through every layer.
     Measured: 1.2e-3 .. 3.3e-3.
+  - cuda-bf16 (gemlite --dtype bf16): <= 8e-2, 8x the fp16 bound for bf16's 8x larger
+    unit roundoff (2^-8).
   The checkpoint formats f32, f16 and bf16 all hold the source's bf16 values exactly
   (bf16 -> f16 is exact at these magnitudes), so they share their backend's bound.
 and, as a second check that does not depend on scale, the argmax agrees at >= 95 % of
@@ -66,7 +68,10 @@ MODELS = {
         tie_word_embeddings=False)),
 }
 
-TOLERANCE = {"cpu": 2e-5, "cuda": 1e-2}
+TOLERANCE = {"cpu": 2e-5, "cuda": 1e-2, "cuda-bf16": 8e-2}
+# what each --devices entry runs: gemlite-logits arguments
+DEVICE_ARGS = {"cpu": ["--device", "cpu"], "cuda": ["--device", "cuda"],
+               "cuda-bf16": ["--device", "cuda", "--dtype", "bf16"]}
 MIN_ARGMAX_AGREEMENT = 0.95
 
 
@@ -111,7 +116,7 @@ def run(command):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bin", required=True, help="folder holding gemlite-quantize and gemlite-logits")
-    parser.add_argument("--devices", default="cpu,cuda")
+    parser.add_argument("--devices", default="cpu,cuda,cuda-bf16")
     parser.add_argument("--formats", default="f32,f16,bf16")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--out", default=None, help="keep the checkpoints here (default: a temporary folder)")
@@ -143,7 +148,7 @@ def main():
             run([quantize, hf_dir, packed, fmt])
             for device in args.devices.split(","):
                 out_file = os.path.join(work, name, f"logits-{fmt}-{device}.safetensors")
-                run([logits_tool, "-m", packed, "--device", device, "--ids", ",".join(map(str, ids)),
+                run([logits_tool, "-m", packed, *DEVICE_ARGS[device], "--ids", ",".join(map(str, ids)),
                      "-o", out_file])
                 got = load_file(out_file)
                 assert list(got["ids"]) == ids, "gemlite-logits saved other ids"

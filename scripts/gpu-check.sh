@@ -15,7 +15,7 @@
 # Folders (environment, for both steps): GEMLITE_GPU_DIR (default .gpu: what travels; give
 # each worktree its own, e.g. .gpu-fpx, and name it in carry), GEMLITE_GPU_BUILD (default
 # build-gpu). Knobs for `run` (environment): GEMLITE_GPU_SKIP_TESTS=1, GEMLITE_GPU_SKIP_BENCH=1 (kernels),
-# GEMLITE_GPU_SKIP_MODEL_BENCH=1, GEMLITE_GPU_SKIP_COMPARE=1 (transformers), GEMLITE_GPU_SKIP_SANITIZER=1, GEMLITE_GPU_TEST_FILTER=<gtest filter>,
+# GEMLITE_GPU_SKIP_MODEL_BENCH=1, GEMLITE_GPU_MODELS="tinyllama-1.1b llama2-7b" (synthetic shapes), GEMLITE_GPU_SKIP_COMPARE=1 (transformers), GEMLITE_GPU_SKIP_SANITIZER=1, GEMLITE_GPU_TEST_FILTER=<gtest filter>,
 # GEMLITE_BENCH_ARGS=<extra arguments of gemlite-bench --kernels>,
 # GEMLITE_GPU_SASS=1 (disassemble the qN GEMV kernels into $OUT/sass.txt).
 set -euo pipefail
@@ -37,7 +37,7 @@ pack() {
   # The real model the CUDA backend test reads (models/ beside the test binary), since
   # ../shared does not travel to the GPU machine.
   mkdir -p "$dir"/models
-  cp ../shared/models/stories260K/stories260K.bin "$dir"/models/
+  cp ../shared/models/stories260K/stories260K.bin ../shared/models/aidreams260K/aidreams260K.bin "$dir"/models/
   # Libraries from outside the CUDA toolkit and the C runtime: the GPU machine (Ubuntu
   # 24.04) has libstdc++, libgcc and glibc of the same or newer versions, not these.
   for bin in "$dir"/gemlite-*; do
@@ -62,10 +62,10 @@ run() {
   fi
   if [ -z "${GEMLITE_GPU_SKIP_TESTS:-}" ] && [ -z "${GEMLITE_GPU_SKIP_SANITIZER:-}" ]; then
     echo "== compute-sanitizer (quick subset)"
-    local quick='GemvQnEdges.*:*Bits3Group128*:*Bits6PerChannel*:*Bits1Group32*:CudaBackendGreedy.*:*CudaBackendVsCpu*/3'
+    local quick='GemvQnEdges.*:*Bits3Group128*:*Bits6PerChannel*:*Bits1Group32*:*GemvS7*:GemmFpxDecoding.*:GemmFpxEdges.*:CudaBackendGreedy.*:CudaGraphDecode.*:*CudaBackendVsCpu*stories260K_q4g64:*CudaBackendVsCpu*aidreams260K_fp6'
     compute-sanitizer --tool memcheck --error-exitcode 1 "$tests" --gtest_filter="$quick" \
       >"$out/sanitizer.log" 2>&1 || status=1
-    compute-sanitizer --tool racecheck --error-exitcode 1 "$tests" --gtest_filter='GemvQnEdges.*:CudaBackendGreedy.*' \
+    compute-sanitizer --tool racecheck --error-exitcode 1 "$tests" --gtest_filter='GemvQnEdges.*:GemmFpxEdges.SharedMemoryKernelSmall:CudaBackendGreedy.*' \
       >>"$out/sanitizer.log" 2>&1 || status=1
     grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' "$out/sanitizer.log" | tail -10 || true
   fi
@@ -90,9 +90,11 @@ run() {
       "$out/bench.log" | tee "$out/table.txt"
   fi
   if [ -z "${GEMLITE_GPU_SKIP_MODEL_BENCH:-}" ]; then
-    echo "== whole model on the GPU (synthetic TinyLlama-1.1B shape, random weights, batch 1)"
-    "$dir"/gemlite-bench --device cuda --synthetic tinyllama-1.1b -f q4g64,q8,fp6,f16 -r 3 \
-      2>"$out/model-bench.log" | tee "$out/model-bench.md" || status=1
+    for model in ${GEMLITE_GPU_MODELS:-tinyllama-1.1b}; do
+      echo "== whole model on the GPU (synthetic $model shape, random weights, batch 1)"
+      "$dir"/gemlite-bench --device cuda --synthetic "$model" -f q4g64,q8,fp6,f16 -r 3 \
+        2>>"$out/model-bench.log" | tee -a "$out/model-bench.md" || status=1
+    done
   fi
   if [ -z "${GEMLITE_GPU_SKIP_COMPARE:-}" ]; then
     echo "== against Hugging Face transformers (random models, 64-token prompt)"

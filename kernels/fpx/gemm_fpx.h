@@ -13,6 +13,13 @@
 
 namespace gemlite {
 
+// The largest M at which QuantLinear sends fp6/fp5 here; above it, a dense copy + cuBLAS.
+// Measured (H100, cold L2, 2026-11-22, kernels/fpx/BENCH.md, cuBLAS of the same dtype in
+// the same run): at M = 16 gemm_fpx is 1.1-1.8x faster on every Llama shape but
+// 4096 x 1024 (0.96-0.99x); at M = 32 it is 0.75-0.94x (1.09x on 4096 x 1024), and from
+// M = 64 on 0.2-0.7x (mma.sync, weights re-read per chunk of x: no wgmma path yet).
+constexpr int kFpxMaxM = 16;
+
 // An fp6/fp5 weight in device memory, prepared for one activation type. Owns its buffers
 // (free with free_fpx_weight), including the split-K workspace, so one weight must not be
 // used by two launches running at the same time on different streams.

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "kernels/fpx/gemm_fpx.h"
 #include "kernels/group_quant.h"
 #include "kernels/qn/gemv_qn.h"
 #include "runtime/cuda/ops.h"
@@ -21,14 +22,19 @@ class CudaLinear final : public QuantLinear {
     if (act != DType::F16 && act != DType::BF16)
       throw Error(std::string("cuda backend: linear layers for activation type ") + dtype_name(act) +
                   " (expected F16 or BF16)");
-    if (is_qn()) {
+    if (is_qn() || is_s7()) {
       // upload_qn_weight allocates with cudaMalloc itself: check first, for a clear error.
       require_device_memory(weight.nbytes(), "a " + format().name() + " weight [" + std::to_string(weight.rows) +
                                                  ", " + std::to_string(weight.cols) + "]");
-      qn_ = upload_qn_weight(weight, act);
-      bias_ = qn_.bias;  // shared by the dense path of large M
+      qn_ = upload_qn_weight(weight, act);  // s7 runs on the same kernel (kernels/s7/gemv_s7.h)
+      bias_ = qn_.bias;                     // shared by the dense path of large M
+    } else if (is_fpx()) {
+      require_device_memory(weight.nbytes(), "a " + format().name() + " weight [" + std::to_string(weight.rows) +
+                                                 ", " + std::to_string(weight.cols) + "]");
+      fpx_ = upload_fpx_weight(weight, act);
+      bias_ = fpx_.bias;
     } else {
-      upload_dense();  // the only path these formats have
+      upload_dense();  // the only path dense formats have
       const auto bias = weight.parts.find("bias");
       if (bias != weight.parts.end()) {
         own_bias_ = device_alloc(ctx_, bias->second.nbytes(), "a bias");
@@ -39,31 +45,42 @@ class CudaLinear final : public QuantLinear {
     }
   }
   ~CudaLinear() override {
-    cudaStreamSynchronize(ctx_->stream);  // gemv_qn launches may still read qn_ (plain cudaFree)
+    cudaStreamSynchronize(ctx_->stream);  // launches may still read qn_ / fpx_ (plain cudaFree)
     free_qn_weight(&qn_);
+    free_fpx_weight(&fpx_);
   }
 
   // x [M, K] -> y [M, N], fp16 or bf16 (the backend's activation type), on its stream.
   //
-  // THE DISPATCH RULE:
-  //   qN / qNgG, M <= kGemvMaxM (decode, small batches) -> gemv_qn, the fused dequantize +
-  //     GEMV that reads the packed weight once (it adds the bias itself);
-  //   fp6, fp5, s7, dense f16/bf16/f32, M <= kGemvMaxM -> gemv_dense over the dense copy;
-  //   everything at M > 8 (prefill) -> cuBLAS over the dense copy, then the bias.
-  // The dense copy of W is in the activation type, made once (for qN lazily, on the
-  // device, at the first large-M call, so decode-only use never pays its memory). Dense
-  // f32 weights are thus rounded to fp16/bf16 on the GPU, like the activations.
+  // THE DISPATCH RULE (the measurements behind each switch sit beside its constant):
+  //   qN / qNgG and s7, M <= kGemvMaxM (8) -> gemv_qn, the fused dequantize + GEMV that
+  //     reads the packed weight once (it adds the bias itself);
+  //   fp6 / fp5, M <= kFpxMaxM (16) -> gemm_fpx, the tensor-core FPx matmul (bias too);
+  //   dense f16/bf16/f32, M <= 8 -> gemv_dense;
+  //   everything larger (prefill) -> cuBLAS over a dense copy of W, then the bias.
+  // The dense copy is in the activation type, made once; for the packed formats lazily, at
+  // the first large-M call (qN on the device, fp6/fp5/s7 on the host), so decode-only use
+  // never pays its memory. Dense f32 weights are rounded to fp16/bf16 like the activations.
   void forward(const Tensor& x, Tensor& y) const override {
     const int64_t M = x.rows, N = out_features(), K = in_features();
     if (x.cols != K || y.cols != N || y.rows != M || x.dtype != act_ || y.dtype != act_)
       throw Error("cuda linear " + format().name() + " [" + std::to_string(N) + ", " + std::to_string(K) +
                   "]: got x [" + std::to_string(x.rows) + ", " + std::to_string(x.cols) + "] " + dtype_name(x.dtype) +
                   " and y [" + std::to_string(y.rows) + ", " + std::to_string(y.cols) + "] " + dtype_name(y.dtype));
-    if (is_qn() && M <= kGemvMaxM) {
+    if (qn_.qweight && M <= kGemvMaxM) {
       gemv_qn(qn_, x.data, y.data, int(M), act_, ctx_->stream);
       return;
     }
-    if (!dense_) dequantize_qn_on_device();
+    if (fpx_.packed && M <= kFpxMaxM) {
+      gemm_fpx(fpx_, x.data, y.data, int(M), act_, ctx_->stream);
+      return;
+    }
+    if (!dense_) {
+      if (is_qn())
+        dequantize_qn_on_device();
+      else
+        upload_dense();
+    }
     if (M <= kGemvMaxM) {
       launch_gemv_dense(dense_.get(), x.data, bias_, y.data, int(M), N, K, act_, ctx_->stream);
       return;
@@ -80,6 +97,8 @@ class CudaLinear final : public QuantLinear {
 
  private:
   bool is_qn() const { return format().kind == FormatKind::QN; }
+  bool is_s7() const { return format().kind == FormatKind::S7; }
+  bool is_fpx() const { return format().kind == FormatKind::FPX; }
   size_t dense_bytes() const { return size_t(out_features() * in_features()) * dtype_size(act_); }
   std::string dense_what() const {
     return "the dense copy of a " + format().name() + " weight [" + std::to_string(out_features()) + ", " +
@@ -104,9 +123,8 @@ class CudaLinear final : public QuantLinear {
   }
 
   // Other formats: W [N, K] -> dense_ [N, K] (act). A dense weight stored in the activation
-  // type is copied as it is; other rows are dequantized on the host with
-  // the CPU reference decoder (exact by construction, slow for big models) and uploaded;
-  // fp6/fp5 get their tensor-core kernel (kernels/fpx), s7 its own, in later work.
+  // type is copied as it is; other rows are dequantized on the host with the CPU reference
+  // decoder (exact by construction; seconds for a 7B model, once, at the first prefill).
   void upload_dense() const {
     const int64_t N = out_features(), K = in_features();
     if (format().kind == FormatKind::Dense && format().dense_dtype == act_) {  // stored as computed: copy as is
@@ -133,7 +151,8 @@ class CudaLinear final : public QuantLinear {
   PackedWeight weight_;  // host view (the checkpoint's memory), for the lazy dense copy
   std::shared_ptr<CudaContext> ctx_;
   DType act_;
-  QnDeviceWeight qn_;                     // qN only: the packed weight for gemv_qn
+  QnDeviceWeight qn_;                     // qN / s7 only: the packed weight for gemv_qn
+  FpxDeviceWeight fpx_;                   // fp6 / fp5 only: the packed weight for gemm_fpx
   mutable std::shared_ptr<void> dense_;   // [N, K] act, or null until first needed
   std::shared_ptr<void> own_bias_;        // [N] F32 of non-qN formats
   const float* bias_ = nullptr;           // [N] F32 or null

@@ -1,8 +1,9 @@
-// The CUDA backend against the CPU backend on a real model: stories260K (llama2.c, dim 64,
-// 5 layers, 8 heads / 4 kv heads, head_dim 8, vocab 512), quantized in memory to each
-// format, runs the same 40-token sequence on both backends
-//   (a) as one prefill with all logits (qN: M = 40 > 8 -> the dense cuBLAS path), and
-//   (b) token by token (qN: the fused gemv_qn path; others: cuBLAS at M = 1),
+// The CUDA backend against the CPU backend on two real models: stories260K (llama2.c, dim
+// 64, 5 layers, 8 heads / 4 kv heads, head_dim 8, vocab 512) and aidreams260K (dim 64,
+// 4 layers, 4 heads of plain multi-head attention), quantized in memory to each format,
+// run the same 40-token sequence on both backends
+//   (a) as one prefill with all logits (M = 40: cuBLAS over the dense copy), and
+//   (b) token by token (M = 1: gemv_qn for qN and s7, gemm_fpx for fp6/fp5, gemv_dense),
 // and greedy generation from BOS with the f16 checkpoint must reproduce the reference ids
 // published with the model (../shared/models/README.md).
 //
@@ -33,6 +34,9 @@
 // binary (scripts/gpu-check.sh pack puts it there), else ../shared beside the source tree. A
 // missing file fails the test.
 #include <gtest/gtest.h>
+
+#include <map>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -68,24 +72,33 @@ constexpr float kBf16RelativeTolerance = 1e-1f;
 constexpr double kBf16MinArgmaxAgreement = 0.85;
 constexpr float kChunkedRelativeTolerance = 1e-2f;
 
-std::string stories260k_path() {
-  if (const char* env = std::getenv("GEMLITE_STORIES260K_BIN")) return env;
-  const std::filesystem::path beside =
-      std::filesystem::read_symlink("/proc/self/exe").parent_path() / "models" / "stories260K.bin";
+// A llama2.c model file of ../shared/models: $GEMLITE_<NAME>_BIN (e.g.
+// GEMLITE_STORIES260K_BIN), else models/<file> beside this test binary (where
+// scripts/gpu-check.sh pack puts it), else the shared folder of a checkout.
+std::string model_path(const std::string& env, const std::string& folder, const std::string& file) {
+  if (const char* value = std::getenv(env.c_str())) return value;
+  const std::filesystem::path beside = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "models" / file;
   if (std::filesystem::exists(beside)) return beside.string();
-  return (std::filesystem::path(__FILE__).parent_path() / "../../../shared/models/stories260K/stories260K.bin")
-      .string();
+  return (std::filesystem::path(__FILE__).parent_path() / "../../../shared/models" / folder / file).string();
 }
 
-const SourceModel& stories260k() {
-  static const SourceModel source = [] {
-    const std::string path = stories260k_path();
-    if (!std::filesystem::exists(path))
-      throw std::runtime_error(path + ": missing (run scripts/gpu-check.sh pack, or set GEMLITE_STORIES260K_BIN)");
-    return load_llama2c(path);
-  }();
-  return source;
+const SourceModel& load_once(const std::string& path, std::map<std::string, SourceModel>& cache) {
+  auto found = cache.find(path);
+  if (found != cache.end()) return found->second;
+  if (!std::filesystem::exists(path))
+    throw std::runtime_error(path + ": missing (run scripts/gpu-check.sh pack, or set GEMLITE_<MODEL>_BIN)");
+  return cache.emplace(path, load_llama2c(path)).first->second;
 }
+
+// "stories260K" (GQA 8/4 heads, 5 layers) or "aidreams260K" (plain multi-head, 4 layers).
+const SourceModel& tiny_model(const std::string& name) {
+  static std::map<std::string, SourceModel> cache;
+  if (name == "aidreams260K")
+    return load_once(model_path("GEMLITE_AIDREAMS260K_BIN", "aidreams260K", "aidreams260K.bin"), cache);
+  return load_once(model_path("GEMLITE_STORIES260K_BIN", "stories260K", "stories260K.bin"), cache);
+}
+
+const SourceModel& stories260k() { return tiny_model("stories260K"); }
 
 // BOS, the 32 reference ids, then 7 of them again: 40 tokens of real text.
 std::vector<int> test_sequence() {
@@ -118,11 +131,13 @@ Comparison compare_logits(const std::vector<float>& cpu, const std::vector<float
   return c;
 }
 
-PackedCheckpoint stories260k_as(const std::string& format) {
+PackedCheckpoint model_as(const std::string& model, const std::string& format) {
   QuantizeSpec spec;
   spec.format = WeightFormat::parse(format);
-  return quantize_model(stories260k(), spec);
+  return quantize_model(tiny_model(model), spec);
 }
+
+PackedCheckpoint stories260k_as(const std::string& format) { return model_as("stories260K", format); }
 
 BackendOptions cuda_options(DType activations, bool graphs = true) {
   BackendOptions options;
@@ -132,8 +147,9 @@ BackendOptions cuda_options(DType activations, bool graphs = true) {
 }
 
 struct BackendPair {
-  explicit BackendPair(const std::string& format, DType activations = DType::F16) {
-    checkpoint = stories260k_as(format);
+  explicit BackendPair(const std::string& format, DType activations = DType::F16,
+                       const std::string& model = "stories260K") {
+    checkpoint = model_as(model, format);
     cpu_backend = make_cpu_backend();
     cuda_backend = make_cuda_backend(cuda_options(activations));
     cpu = std::make_unique<LlamaModel>(checkpoint, *cpu_backend);
@@ -174,25 +190,39 @@ void compare_prefill_and_decode(const std::string& label, BackendPair& pair, flo
   expect_close(label + " decode", compare_logits(cpu_steps, gpu_steps, vocab), tolerance, min_agreement);
 }
 
-class CudaBackendVsCpu : public ::testing::TestWithParam<std::string> {};
+// (model, format)
+using ModelFormat = std::tuple<std::string, std::string>;
+std::string model_format_name(const ::testing::TestParamInfo<ModelFormat>& info) {
+  return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+}
+
+class CudaBackendVsCpu : public ::testing::TestWithParam<ModelFormat> {};
 
 TEST_P(CudaBackendVsCpu, PrefillAndDecodeLogitsMatch) {
-  BackendPair pair(GetParam());
-  compare_prefill_and_decode(GetParam(), pair, kRelativeTolerance, kMinArgmaxAgreement);
+  const auto& [model, format] = GetParam();
+  BackendPair pair(format, DType::F16, model);
+  compare_prefill_and_decode(model + " " + format, pair, kRelativeTolerance, kMinArgmaxAgreement);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stories260k, CudaBackendVsCpu,
-                         ::testing::Values("f32", "f16", "q8", "q4g64", "q3g32", "q2g64", "fp6", "fp5", "s7"));
+INSTANTIATE_TEST_SUITE_P(TinyModels, CudaBackendVsCpu,
+                         ::testing::Combine(::testing::Values("stories260K", "aidreams260K"),
+                                            ::testing::Values("f32", "f16", "q8", "q4g64", "q3g32", "q2g64", "fp6",
+                                                              "fp5", "s7")),
+                         model_format_name);
 
-class CudaBackendBf16VsCpu : public ::testing::TestWithParam<std::string> {};
+class CudaBackendBf16VsCpu : public ::testing::TestWithParam<ModelFormat> {};
 
 TEST_P(CudaBackendBf16VsCpu, PrefillAndDecodeLogitsMatch) {
-  BackendPair pair(GetParam(), DType::BF16);
-  compare_prefill_and_decode(GetParam() + " bf16", pair, kBf16RelativeTolerance, kBf16MinArgmaxAgreement);
+  const auto& [model, format] = GetParam();
+  BackendPair pair(format, DType::BF16, model);
+  compare_prefill_and_decode(model + " " + format + " bf16", pair, kBf16RelativeTolerance, kBf16MinArgmaxAgreement);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stories260k, CudaBackendBf16VsCpu,
-                         ::testing::Values("f32", "f16", "bf16", "q8", "q4g64", "q3g32", "q2g64", "fp6", "s7"));
+INSTANTIATE_TEST_SUITE_P(TinyModels, CudaBackendBf16VsCpu,
+                         ::testing::Combine(::testing::Values("stories260K", "aidreams260K"),
+                                            ::testing::Values("f32", "f16", "bf16", "q8", "q4g64", "q3g32", "q2g64",
+                                                              "fp6", "fp5", "s7")),
+                         model_format_name);
 
 // Decode as a replayed graph and eagerly, side by side, from the same prompt: the same
 // logits bitwise, hence the same greedy ids.
