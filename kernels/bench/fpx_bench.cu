@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 
+#include "kernels/bench/bench_util.h"
 #include "kernels/bench/gemv_bench.h"
 #include "kernels/cuda_check.h"
 #include "kernels/fpx/fpx_format.h"
@@ -17,76 +18,11 @@ namespace gemlite {
 
 namespace {
 
-// The timing and fill helpers below mirror kernels/bench/gemv_bench.cu's (kept separate so
-// the two benchmarks can change independently).
-__device__ uint32_t hash32(uint64_t i, uint32_t seed) {
-  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return uint32_t(z ^ (z >> 31));
-}
-
-// bytes [n]: random bits (every bit pattern of the packed layout is a valid set of codes).
-__global__ void fill_random_bytes(uint32_t* words, int64_t n_words, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_words; i += int64_t(gridDim.x) * blockDim.x)
-    words[i] = hash32(uint64_t(i), seed);
-}
-
-// values [n] of a 16-bit float type with bits base | (random & mask).
-__global__ void fill_random_halves(uint16_t* values, int64_t n, uint32_t seed, uint16_t base, uint16_t mask) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    values[i] = uint16_t(base | (hash32(uint64_t(i), seed) & mask));
-}
-
 // factors [n] = 2^-7 .. 2^-5 (a row scale) times `power` (the kernel's power of two).
 __global__ void fill_row_factors(float* factors, int64_t n, uint32_t seed, float power) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    factors[i] = power * (1.0f + float(hash32(uint64_t(i), seed) & 0xFFFF) / 65536.0f) * 0.0078125f * 2.0f;
+    factors[i] = power * (1.0f + float(bench_hash32(uint64_t(i), seed) & 0xFFFF) / 65536.0f) * 0.0078125f * 2.0f;
 }
-
-void fill_values(uint16_t* p, int64_t n, DType t, uint32_t seed, cudaStream_t stream) {
-  const uint16_t base = t == DType::BF16 ? uint16_t(122 << 7) : uint16_t(10 << 10);
-  const uint16_t mask = t == DType::BF16 ? uint16_t(0x8000 | 0x3 << 7 | 0x7F) : uint16_t(0x8000 | 0x3 << 10 | 0x3FF);
-  fill_random_halves<<<1024, 256, 0, stream>>>(p, n, seed, base, mask);
-  CHECK_LAST_LAUNCH("fill_random_halves");
-}
-
-const char* act_name(DType t) { return t == DType::BF16 ? "bf16" : "fp16"; }
-
-double time_graph_us(cudaStream_t stream, int launches, int replays, const std::function<void(int)>& launch) {
-  for (int i = 0; i < std::min(launches, 3); ++i) launch(i);
-  cudaGraph_t graph;
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < launches; ++i) launch(i);
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 2; ++i) CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  std::vector<float> times;
-  for (int r = 0; r < replays; ++r) {
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms * 1000.0f / float(launches));
-  }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  return times[times.size() / 2];
-}
-
-int copies_for(size_t bytes, size_t rotation_bytes) {
-  return int(std::clamp<size_t>((rotation_bytes + bytes - 1) / bytes, 2, 64));
-}
-int launches_for(int copies) { return std::max(copies, 20) / copies * copies; }
 
 // ---- the sampled correctness check --------------------------------------------------
 
@@ -134,8 +70,8 @@ __global__ void check_samples(FpxDeviceWeight w, const uint16_t* x, const uint16
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= samples) return;
   const bool bf16 = w.act == DType::BF16;
-  const int m = int(hash32(uint64_t(i), seed) % uint32_t(M));
-  const int64_t n = int64_t(hash32(uint64_t(i), seed + 1) % uint32_t(w.N));
+  const int m = int(bench_hash32(uint64_t(i), seed) % uint32_t(M));
+  const int64_t n = int64_t(bench_hash32(uint64_t(i), seed + 1) % uint32_t(w.N));
   double ref = 0, s = 0;
   for (int64_t k = 0; k < w.K; ++k) {
     const double p = decode_code(packed_code(w.packed, w.k_tiles, w.bits, n, k), w.ebits, w.mbits) *
@@ -173,9 +109,8 @@ FpxDeviceWeight random_fpx_weight(const WeightFormat& format, int64_t K, int64_t
                                   cudaStream_t stream) {
   FpxDeviceWeight w = alloc_fpx_weight(format, N, K, act);
   const int64_t words = w.row_blocks * w.k_tiles * fpx_tile_bytes(w.bits) / 4;
-  fill_random_bytes<<<1024, 256, 0, stream>>>(const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(w.packed)),
-                                               words, seed);
-  CHECK_LAST_LAUNCH("fill_random_bytes");
+  // Random bits: every bit pattern of the packed layout is a valid set of codes.
+  fill_words(const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(w.packed)), words, seed, stream);
   const int bias = (1 << (format.ebits - 1)) - 1;
   fill_row_factors<<<64, 256, 0, stream>>>(const_cast<float*>(w.row_factor), w.row_blocks * 16, seed + 3,
                                           act == DType::F16 ? std::ldexp(1.0f, 15 - bias) : 1.0f);

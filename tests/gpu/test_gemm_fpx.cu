@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "tests/gpu/gpu_test_helpers.h"
 #include "kernels/fpx/fpx_format.h"
 #include "kernels/fpx/gemm_fpx.h"
 #include "kernels/packed_weight.h"
@@ -36,30 +37,6 @@
 
 namespace gemlite {
 namespace {
-
-uint64_t test_seed() {
-  static const uint64_t seed = [] {
-    const char* env = std::getenv("GEMLITE_TEST_SEED");
-    const uint64_t s = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
-    std::cout << "[gemm_fpx] GEMLITE_TEST_SEED=" << s << "\n";
-    return s;
-  }();
-  return seed;
-}
-
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  explicit DeviceBuffer(size_t bytes) { CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-struct StreamGuard {
-  cudaStream_t stream = nullptr;
-  StreamGuard() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
-  ~StreamGuard() { cudaStreamDestroy(stream); }
-};
 
 uint16_t to_bits(float v, DType act) { return act == DType::BF16 ? float_to_bf16(v) : float_to_half(v); }
 float from_bits(uint16_t v, DType act) { return act == DType::BF16 ? bf16_to_float(v) : half_to_float(v); }

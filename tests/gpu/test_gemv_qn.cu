@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "tests/gpu/gpu_test_helpers.h"
 #include "kernels/group_quant.h"
 #include "kernels/packed_weight.h"
 #include "kernels/qn/qn_format.h"
@@ -40,16 +41,6 @@
 
 namespace gemlite {
 namespace {
-
-uint64_t test_seed() {
-  static const uint64_t seed = [] {
-    const char* env = std::getenv("GEMLITE_TEST_SEED");
-    const uint64_t s = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
-    std::cout << "[gemv_qn] GEMLITE_TEST_SEED=" << s << "\n";
-    return s;
-  }();
-  return seed;
-}
 
 WeightFormat qn_format(int bits, int group) {
   WeightFormat f;
@@ -75,20 +66,6 @@ std::vector<float> random_weight(int64_t N, int64_t K, std::mt19937_64& rng) {
   }
   return w;
 }
-
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  explicit DeviceBuffer(size_t bytes) { CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-struct StreamGuard {
-  cudaStream_t stream = nullptr;
-  StreamGuard() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
-  ~StreamGuard() { cudaStreamDestroy(stream); }
-};
 
 // x [M, K] random, rounded to the activation type: the fp16/bf16 bits and their floats.
 void random_activations(int64_t M, int64_t K, DType act, std::mt19937_64& rng,

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "tests/gpu/gpu_test_helpers.h"
 #include "kernels/group_quant.h"
 #include "kernels/packed_weight.h"
 #include "kernels/s7/gemv_s7.h"
@@ -32,16 +33,6 @@
 namespace gemlite {
 namespace {
 
-uint64_t test_seed() {
-  static const uint64_t seed = [] {
-    const char* env = std::getenv("GEMLITE_TEST_SEED");
-    const uint64_t s = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
-    std::cout << "[gemv_s7] GEMLITE_TEST_SEED=" << s << "\n";
-    return s;
-  }();
-  return seed;
-}
-
 WeightFormat s7_format(int group) {
   WeightFormat f;
   f.kind = FormatKind::S7;
@@ -49,20 +40,6 @@ WeightFormat s7_format(int group) {
   f.group = group;
   return f;
 }
-
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  explicit DeviceBuffer(size_t bytes) { CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-struct StreamGuard {
-  cudaStream_t stream = nullptr;
-  StreamGuard() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
-  ~StreamGuard() { cudaStreamDestroy(stream); }
-};
 
 // W [N, K] with rows of different scale and offset and an outlier per 97 columns.
 std::vector<float> random_weight(int64_t N, int64_t K, std::mt19937_64& rng) {

@@ -1,0 +1,78 @@
+#include "kernels/bench/bench_util.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+
+namespace gemlite {
+
+namespace {
+
+__global__ void fill_random_words(uint32_t* words, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    words[i] = bench_hash32(uint64_t(i), seed);
+}
+
+// values [n] of a 16-bit float type with bits `base | (random & mask)`: random sign,
+// mantissa and low exponent bits around a chosen magnitude.
+__global__ void fill_random_halves(uint16_t* values, int64_t n, uint32_t seed, uint16_t base, uint16_t mask) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    values[i] = uint16_t(base | (bench_hash32(uint64_t(i), seed) & mask));
+}
+
+}  // namespace
+
+void fill_words(uint32_t* p, int64_t n, uint32_t seed, cudaStream_t stream) {
+  fill_random_words<<<1024, 256, 0, stream>>>(p, n, seed);
+  CHECK_LAST_LAUNCH("fill_random_words");
+}
+
+void fill_values(uint16_t* p, int64_t n, DType t, uint32_t seed, cudaStream_t stream) {
+  // fp16: exponent 10..14 of 15 bias (2^-5..2^-1); bf16: exponent 122..126.
+  const uint16_t base = t == DType::BF16 ? uint16_t(122 << 7) : uint16_t(10 << 10);
+  const uint16_t mask = t == DType::BF16 ? uint16_t(0x8000 | 0x3 << 7 | 0x7F) : uint16_t(0x8000 | 0x3 << 10 | 0x3FF);
+  fill_random_halves<<<1024, 256, 0, stream>>>(p, n, seed, base, mask);
+  CHECK_LAST_LAUNCH("fill_random_halves");
+}
+
+const char* act_name(DType t) { return t == DType::BF16 ? "bf16" : "fp16"; }
+
+double time_graph_us(cudaStream_t stream, int launches, int replays,
+                     const std::function<void(int)>& launch) {
+  for (int i = 0; i < std::min(launches, 3); ++i) launch(i);  // outside capture: lazy init
+  cudaGraph_t graph;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < launches; ++i) launch(i);
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 2; ++i) CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+  std::vector<float> times;
+  for (int r = 0; r < replays; ++r) {
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms * 1000.0f / float(launches));
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+int copies_for(size_t bytes, size_t rotation_bytes) {
+  return int(std::clamp<size_t>((rotation_bytes + bytes - 1) / bytes, 2, 64));
+}
+
+int launches_for(int copies) { return std::max(copies, 20) / copies * copies; }
+
+}  // namespace gemlite

@@ -1,0 +1,38 @@
+#pragma once
+// What the kernel benchmarks (gemv_bench.cu, fpx_bench.cu) share: random data made on the
+// device, graph-replay timing, and the cold-L2 rotation sizes (docs/PERF.md's rules).
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "runtime/dtype.h"
+
+namespace gemlite {
+
+// A splitmix-style hash: random data without a host round trip.
+__device__ inline uint32_t bench_hash32(uint64_t i, uint32_t seed) {
+  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return uint32_t(z ^ (z >> 31));
+}
+
+// words [n] random bits (packed codes: every bit pattern is a valid set of codes).
+void fill_words(uint32_t* words, int64_t n, uint32_t seed, cudaStream_t stream);
+// values [n] of fp16/bf16 (t): magnitude ~0.03..1 with random sign.
+void fill_values(uint16_t* values, int64_t n, DType t, uint32_t seed, cudaStream_t stream);
+const char* act_name(DType t);  // "fp16" or "bf16"
+
+// Median per-launch time in microseconds of `launch(i)` for i = 0..launches-1, captured
+// into one graph and replayed `replays` times (after a few launches outside the capture
+// for lazy initialisation, and two warm-up replays).
+double time_graph_us(cudaStream_t stream, int launches, int replays, const std::function<void(int)>& launch);
+
+// Weight copies to rotate through so that together they exceed rotation_bytes (cold L2),
+// and a launch count that cycles through them a whole number of times.
+int copies_for(size_t bytes, size_t rotation_bytes);
+int launches_for(int copies);
+
+}  // namespace gemlite
