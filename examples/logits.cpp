@@ -3,6 +3,7 @@
 // implementation (scripts/compare_transformers.py compares it with Hugging Face
 // transformers). The prompt is either text (tokenized with BOS, like gemlite-chat -p) or
 // token ids given directly, so the comparison does not depend on a tokenizer.
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -56,14 +57,12 @@ int main(int argc, char** argv) {
     const std::string model_dir = args["model"].as<std::string>();
     const bool from_text = args.count("prompt") > 0;
     std::vector<int> ids = from_text ? std::vector<int>() : parse_ids(args["ids"].as<std::string>());
-    LoadedModel loaded = load_model(model_dir, args["device"].as<std::string>(), /*context=*/0,
+    // Token ids need a KV cache only as long as they are (not the model's whole context,
+    // tens of GB for a 128k-context model); a text prompt's length is known after loading.
+    const int context = from_text ? 0 : std::max<int>(3, int(ids.size()));
+    LoadedModel loaded = load_model(model_dir, args["device"].as<std::string>(), context,
                                     /*need_tokenizer=*/from_text, backend_options(args));
     if (from_text) ids = loaded.tokenizer->encode(args["prompt"].as<std::string>(), /*add_bos=*/true);
-    const int vocab = loaded.checkpoint.config.vocab_size;
-    for (int id : ids)
-      if (id >= vocab)
-        throw Error("token id " + std::to_string(id) + " is outside the model's vocabulary of " +
-                    std::to_string(vocab));
     if (int(ids.size()) > loaded.model->context())
       throw Error("the prompt has " + std::to_string(ids.size()) + " tokens; the model's context is " +
                   std::to_string(loaded.model->context()));
@@ -72,6 +71,7 @@ int main(int argc, char** argv) {
     loaded.model->forward(ids, /*pos0=*/0, /*all_logits=*/true, logits);
 
     const int64_t T = int64_t(ids.size());
+    const int vocab = loaded.checkpoint.config.vocab_size;
     SafetensorsWriter writer;
     writer.add("logits", HostTensor::copy_of(DType::F32, {T, vocab}, logits.data()));
     writer.add("ids", HostTensor::copy_of(DType::I32, {T}, ids.data()));

@@ -9,6 +9,7 @@ void Generation::feed(const std::vector<int>& ids) {
   if (int(ids.size()) > room())
     throw Error("context is full: " + std::to_string(ids.size()) + " tokens do not fit in the " +
                 std::to_string(room()) + " positions left (raise -c/--ctx-size)");
+  has_logits_ = false;  // a forward that throws leaves logits_ pointing at overwritten rows
   logits_ = model_.forward_last(ids, position());
   has_logits_ = true;
   tokens_.insert(tokens_.end(), ids.begin(), ids.end());

@@ -86,10 +86,12 @@ LoadedModel load_model(const std::string& dir, const std::string& device, int co
   if (context < 0) throw Error("--ctx-size must be >= 0");
   loaded.backend = make_backend(device.empty() ? default_backend_name() : device, options);
   loaded.model = std::make_unique<LlamaModel>(loaded.checkpoint, *loaded.backend, context);
-  // A warm-up like llama.cpp's (a 2-token prompt, then one decode step): the first real
-  // prompt then pays neither for lazy kernel loading nor for capturing the decode graph.
-  // Positions 0..2 of the cache are overwritten by whatever is fed next.
-  if (loaded.model->context() >= 3) {
+  // A warm-up like llama.cpp's (a 2-token prompt, then one decode step) on the GPU: the
+  // first real token then pays neither for lazy kernel loading nor for capturing the decode
+  // graph (a prompt of more than 8 tokens still makes the dense prefill copies of packed
+  // weights on first use). Positions 0..2 of the cache are overwritten by what is fed next.
+  // The CPU backend has nothing to warm up.
+  if (loaded.backend->name() == "cuda" && loaded.model->context() >= 3) {
     std::vector<float> unused;
     loaded.model->forward({0, 0}, 0, false, unused);
     loaded.model->forward({0}, 2, false, unused);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "kernels/parallel.h"
 #include "runtime/error.h"
@@ -116,26 +117,49 @@ void fpx_pack_codes(const uint8_t* codes, int64_t N, int64_t K, int bits, uint8_
   }
 }
 
-void fpx_unpack_row(const uint8_t* packed, int64_t n, int64_t K, int bits, uint8_t* out) {
+namespace {
+
+// Where each bit of each code lies in a tile, for every row r of a 16-row block: entry
+// (r, kk, b) is the byte and bit of code bit bits-1-b of (r, kk). Built once per weight,
+// so decoding a row costs `bits` byte loads per weight and no setup.
+struct FpxBitMap {
+  int bits = 0;
+  std::vector<uint16_t> byte_of;  // [16, 128, bits]
+  std::vector<uint8_t> bit_of;    // [16, 128, bits]
+};
+
+FpxBitMap make_bit_map(int bits) {
+  FpxBitMap map;
+  map.bits = bits;
+  const size_t n = size_t(kFpxTileRows * kFpxTileK * bits);
+  map.byte_of.resize(n);
+  map.bit_of.resize(n);
+  for (int r = 0; r < kFpxTileRows; ++r) {
+    int offset = 0;
+    for (int width : fpx_plane_widths(bits)) {
+      for (int kk = 0; kk < kFpxTileK; ++kk) {
+        const FieldSlot slot = field_slot(r, kk, width, offset);
+        for (int b = 0; b < width; ++b) {
+          const int bit = slot.top_bit - b;
+          const size_t i = size_t((r * kFpxTileK + kk) * bits + offset + b);
+          map.byte_of[i] = uint16_t(slot.word_offset + bit / 8);
+          map.bit_of[i] = uint8_t(bit % 8);
+        }
+      }
+      offset += width;
+    }
+  }
+  return map;
+}
+
+// Calls emit(k, code) for k = 0..K-1 of row n.
+template <typename Emit>
+void for_each_code(const FpxBitMap& map, const uint8_t* packed, int64_t n, int64_t K, Emit emit) {
+  const int bits = map.bits;
   const int64_t KT = fpx_k_tiles(K), tile_bytes = fpx_tile_bytes(bits);
   const int64_t rb = n / kFpxTileRows;
-  const int r = int(n % kFpxTileRows);
-  // Where each bit of the code of (r, kk) lies in a tile, code bit bits-1 first: looked up
-  // once per call instead of per tile.
-  std::vector<uint16_t> byte_of(size_t(kFpxTileK * bits));
-  std::vector<uint8_t> bit_of(size_t(kFpxTileK * bits));
-  int offset = 0;
-  for (int width : fpx_plane_widths(bits)) {
-    for (int kk = 0; kk < kFpxTileK; ++kk) {
-      const FieldSlot slot = field_slot(r, kk, width, offset);
-      for (int b = 0; b < width; ++b) {
-        const int bit = slot.top_bit - b;
-        byte_of[size_t(kk * bits + offset + b)] = uint16_t(slot.word_offset + bit / 8);
-        bit_of[size_t(kk * bits + offset + b)] = uint8_t(bit % 8);
-      }
-    }
-    offset += width;
-  }
+  const uint16_t* byte_of = map.byte_of.data() + size_t(n % kFpxTileRows) * kFpxTileK * bits;
+  const uint8_t* bit_of = map.bit_of.data() + size_t(n % kFpxTileRows) * kFpxTileK * bits;
   for (int64_t t = 0; t < KT; ++t) {
     const uint8_t* tile = packed + (rb * KT + t) * tile_bytes;
     const int64_t end = std::min<int64_t>(kFpxTileK, K - t * kFpxTileK);
@@ -145,9 +169,15 @@ void fpx_unpack_row(const uint8_t* packed, int64_t n, int64_t K, int bits, uint8
         const size_t i = size_t(kk * bits + b);
         code = code << 1 | (tile[byte_of[i]] >> bit_of[i] & 1u);
       }
-      out[t * kFpxTileK + kk] = uint8_t(code);
+      emit(t * kFpxTileK + kk, code);
     }
   }
+}
+
+}  // namespace
+
+void fpx_unpack_row(const uint8_t* packed, int64_t n, int64_t K, int bits, uint8_t* out) {
+  for_each_code(make_bit_map(bits), packed, n, K, [&](int64_t k, uint32_t code) { out[k] = uint8_t(code); });
 }
 
 std::vector<PartSpec> fpx_parts(const WeightFormat& format, int64_t N, int64_t K) {
@@ -180,17 +210,17 @@ void fpx_quantize(const float* w, PackedWeight* out) {
 }
 
 RowDecoder fpx_row_decoder(const PackedWeight& w) {
-  const int ebits = w.format.ebits, mbits = w.format.mbits, bits = w.format.bits;
+  const int ebits = w.format.ebits, mbits = w.format.mbits;
   const int64_t K = w.cols;
   const uint8_t* packed = w.part("packed").as<uint8_t>();    // [ceil(N/16), KT * 256 * bits]
   const uint16_t* scales = w.part("scales").as<uint16_t>();  // [N]
   std::vector<float> values(256);
   for (int code = 0; code < 256; ++code) values[code] = fpx_decode(uint8_t(code), ebits, mbits);
+  // Shared by the decoder's copies (the CPU backend calls it per row, per token).
+  const auto map = std::make_shared<const FpxBitMap>(make_bit_map(w.format.bits));
   return [=](int64_t n, float* out) {
     const float scale = half_to_float(scales[n]);
-    std::vector<uint8_t> codes(static_cast<size_t>(K));
-    fpx_unpack_row(packed, n, K, bits, codes.data());
-    for (int64_t k = 0; k < K; ++k) out[k] = values[codes[size_t(k)]] * scale;
+    for_each_code(*map, packed, n, K, [&](int64_t k, uint32_t code) { out[k] = values[code] * scale; });
   };
 }
 

@@ -1,7 +1,8 @@
 // Dense GEMV for decode: y [M, N] = x [M, K] · Wᵀ (+ bias), W [N, K] fp16/bf16 row-major,
-// M = 1..8. Serves the dense formats (f16/bf16/f32 checkpoints) and the dense copies of
-// fp6/fp5/s7 at batch 1-8 instead of cuBLAS, which moves only ~1.1 TB/s (36 % of copy) on
-// 4096x4096 fp16 at M = 1 (docs/PERF.md) and made decode of dense formats slower than qN.
+// M = 1..8. Serves the dense formats (f16/bf16/f32 checkpoints) at batch 1-8 instead of
+// cuBLAS (packed formats have their own kernels, see cuda_linear.cu), which moves only
+// ~1.1 TB/s (36 % of copy) on 4096x4096 fp16 at M = 1 (docs/PERF.md) and made decode of
+// dense formats slower than qN.
 //
 // One warp per output row: each lane streams 16-byte chunks of the row (8 weights), four
 // in flight (loads first, math after), multiplies them with the M rows of x (L1/L2-resident)
