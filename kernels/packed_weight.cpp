@@ -1,6 +1,8 @@
 #include "kernels/packed_weight.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/dense/dense_format.h"
@@ -65,6 +67,48 @@ PackedWeight quantize_weight(const float* w, int64_t N, int64_t K, const WeightF
     case FormatKind::FPX: fpx_quantize(w, &packed); break;
   }
   return packed;
+}
+
+std::optional<PackedWeight> concat_rows(const std::vector<const PackedWeight*>& parts) {
+  if (parts.empty()) return std::nullopt;
+  PackedWeight stacked;
+  stacked.format = parts.front()->format;
+  stacked.cols = parts.front()->cols;
+  const int64_t row_block = stacked.format.kind == FormatKind::FPX ? kFpxTileRows : 1;
+  bool any_bias = false;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const PackedWeight& w = *parts[i];
+    if (!(w.format == stacked.format) || w.cols != stacked.cols) return std::nullopt;
+    if (i + 1 < parts.size() && w.rows % row_block != 0) return std::nullopt;
+    stacked.rows += w.rows;
+    any_bias = any_bias || w.parts.count("bias");
+  }
+  // Same format and K: every tensor has the same trailing dimensions, so stacking is
+  // appending bytes, and the stacked sizes must come out as the format's own.
+  for (const PartSpec& spec : expected_parts(stacked.format, stacked.rows, stacked.cols)) {
+    HostTensor out = HostTensor::zeros(spec.dtype, spec.shape);
+    size_t at = 0;
+    for (const PackedWeight* w : parts) {
+      const auto it = w->parts.find(spec.name);
+      if (it == w->parts.end() || it->second.dtype != spec.dtype || at + it->second.nbytes() > out.nbytes())
+        return std::nullopt;
+      std::memcpy(out.mutable_as<uint8_t>() + at, it->second.data, it->second.nbytes());
+      at += it->second.nbytes();
+    }
+    if (at != out.nbytes()) return std::nullopt;
+    stacked.parts[spec.name] = std::move(out);
+  }
+  if (any_bias) {
+    HostTensor bias = HostTensor::zeros(DType::F32, {stacked.rows});  // [N]
+    int64_t row = 0;
+    for (const PackedWeight* w : parts) {
+      const auto it = w->parts.find("bias");
+      if (it != w->parts.end()) std::memcpy(bias.mutable_as<float>() + row, it->second.data, it->second.nbytes());
+      row += w->rows;
+    }
+    stacked.parts["bias"] = std::move(bias);
+  }
+  return stacked;
 }
 
 void dequantize_row(const PackedWeight& w, int64_t n, float* out) { make_row_decoder(w)(n, out); }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,15 @@ struct PartSpec {
 };
 // The parts of `format` for a [rows, cols] weight, without the optional "bias".
 std::vector<PartSpec> expected_parts(const WeightFormat& format, int64_t rows, int64_t cols);
+
+// The weights stacked along N: W [sum N_i, K] whose rows are parts[0]'s, then parts[1]'s...
+// Every format stores its tensors row after row (FPX in blocks of kFpxTileRows rows), so
+// this is a concatenation of each tensor along its first dimension; a missing "bias"
+// becomes zeros when another part has one. Nothing when the parts cannot be stacked
+// exactly: different formats, dtypes or K, or an FPX part before the last whose N is not
+// a multiple of 16 (its padded rows would land inside the result).
+// Used to run q/k/v and gate/up as one launch each (runtime/fused_linear.h).
+std::optional<PackedWeight> concat_rows(const std::vector<const PackedWeight*>& parts);
 
 // Writes row n of the dequantized weight, out [K]. Made once per call from a weight with
 // its tensors looked up, so a loop over rows pays no map lookups.

@@ -15,19 +15,6 @@ LlamaModel::LlamaModel(const PackedCheckpoint& ckpt, Backend& backend, int conte
   rope_inv_freq_ = backend.upload(HostTensor::copy_of(DType::F32, {int64_t(inv_freq.size())}, inv_freq.data()));
   embedding_ = backend.upload(ckpt.embedding);
   final_norm_ = backend.upload(ckpt.final_norm);
-  for (const PackedLayer& packed : ckpt.layers) {
-    Layer layer;
-    layer.attn_norm = backend.upload(packed.attn_norm);
-    layer.ffn_norm = backend.upload(packed.ffn_norm);
-    layer.q = backend.make_linear(packed.q);
-    layer.k = backend.make_linear(packed.k);
-    layer.v = backend.make_linear(packed.v);
-    layer.o = backend.make_linear(packed.o);
-    layer.gate = backend.make_linear(packed.gate);
-    layer.up = backend.make_linear(packed.up);
-    layer.down = backend.make_linear(packed.down);
-    layers_.push_back(std::move(layer));
-  }
   lm_head_ = backend.make_linear(ckpt.lm_head);
   if (context <= 0) context = c.max_seq_len;
   kv_cache_ = backend.make_kv_cache(c.n_layers, context, c.kv_dim());
@@ -35,14 +22,24 @@ LlamaModel::LlamaModel(const PackedCheckpoint& ckpt, Backend& backend, int conte
   if (max_chunk < 1) throw Error("max_chunk must be >= 1");
   max_chunk_ = std::min({max_chunk, context, backend.max_step_tokens()});
   const int rows = max_chunk_;
+  for (const PackedLayer& packed : ckpt.layers) {
+    Layer layer;
+    layer.attn_norm = backend.upload(packed.attn_norm);
+    layer.ffn_norm = backend.upload(packed.ffn_norm);
+    layer.qkv = std::make_unique<FusedLinear>(std::vector<const PackedWeight*>{&packed.q, &packed.k, &packed.v},
+                                              backend, rows);
+    layer.o = backend.make_linear(packed.o);
+    layer.gate_up = std::make_unique<FusedLinear>(std::vector<const PackedWeight*>{&packed.gate, &packed.up},
+                                                  backend, rows);
+    layer.down = backend.make_linear(packed.down);
+    layers_.push_back(std::move(layer));
+  }
   workspace_.x = backend.alloc(rows, c.dim);
   workspace_.h = backend.alloc(rows, c.dim);
-  workspace_.q = backend.alloc(rows, c.q_dim());
-  workspace_.k = backend.alloc(rows, c.kv_dim());
-  workspace_.v = backend.alloc(rows, c.kv_dim());
+  workspace_.qkv = backend.alloc(rows, c.q_dim() + 2 * c.kv_dim());
   workspace_.attn = backend.alloc(rows, c.q_dim());
-  workspace_.gate = backend.alloc(rows, c.hidden_dim);
-  workspace_.up = backend.alloc(rows, c.hidden_dim);
+  workspace_.gate_up = backend.alloc(rows, 2 * c.hidden_dim);
+  workspace_.ffn = backend.alloc(rows, c.hidden_dim);
   workspace_.logits = backend.alloc(rows, c.vocab_size);
 }
 
@@ -92,12 +89,10 @@ void LlamaModel::run_ops(int T, bool all_rows) {
   Backend& b = backend_;
   Tensor x = workspace_.x.slice_rows(0, T);        // [T, dim]
   Tensor h = workspace_.h.slice_rows(0, T);        // [T, dim]
-  Tensor q = workspace_.q.slice_rows(0, T);        // [T, n_heads*hd]
-  Tensor k = workspace_.k.slice_rows(0, T);        // [T, n_kv*hd]
-  Tensor v = workspace_.v.slice_rows(0, T);        // [T, n_kv*hd]
-  Tensor attn = workspace_.attn.slice_rows(0, T);  // [T, n_heads*hd]
-  Tensor gate = workspace_.gate.slice_rows(0, T);  // [T, hidden]
-  Tensor up = workspace_.up.slice_rows(0, T);      // [T, hidden]
+  Tensor qkv = workspace_.qkv.slice_rows(0, T);          // [T, (n_heads + 2 n_kv) hd]
+  Tensor attn = workspace_.attn.slice_rows(0, T);        // [T, n_heads*hd]
+  Tensor gate_up = workspace_.gate_up.slice_rows(0, T);  // [T, 2 hidden]
+  Tensor ffn = workspace_.ffn.slice_rows(0, T);          // [T, hidden]
 
   // h holds each block's input (normed), then its output, which add_rmsnorm adds to the
   // residual stream x while norming x for the next block: one pass instead of two.
@@ -105,17 +100,14 @@ void LlamaModel::run_ops(int T, bool all_rows) {
   b.rmsnorm(x, layers_[0].attn_norm, c.norm_eps, h);
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& layer = layers_[l];
-    layer.q->forward(h, q);
-    layer.k->forward(h, k);
-    layer.v->forward(h, v);
-    b.attention(*kv_cache_, int(l), q, k, v, rope_inv_freq_, attention_shape_, attn);
+    layer.qkv->forward(h, qkv);
+    b.attention(*kv_cache_, int(l), qkv, rope_inv_freq_, attention_shape_, attn);
     layer.o->forward(attn, h);
     b.add_rmsnorm(x, h, layer.ffn_norm, c.norm_eps, h);
 
-    layer.gate->forward(h, gate);
-    layer.up->forward(h, up);
-    b.silu_mul(gate, up);
-    layer.down->forward(gate, h);
+    layer.gate_up->forward(h, gate_up);
+    b.silu_mul(gate_up, ffn);
+    layer.down->forward(ffn, h);
     const Tensor& next_norm = l + 1 < layers_.size() ? layers_[l + 1].attn_norm : final_norm_;
     b.add_rmsnorm(x, h, next_norm, c.norm_eps, h);
   }

@@ -11,6 +11,7 @@
 
 #include "models/packed_checkpoint.h"
 #include "runtime/backend.h"
+#include "runtime/fused_linear.h"
 
 namespace gemlite {
 
@@ -42,18 +43,19 @@ class LlamaModel {
  private:
   struct Layer {
     Tensor attn_norm, ffn_norm;                      // [1, dim]
-    std::unique_ptr<QuantLinear> q, k, v, o;         // see PackedLayer for shapes
-    std::unique_ptr<QuantLinear> gate, up, down;
+    std::unique_ptr<FusedLinear> qkv;                // [n_heads*hd + 2 n_kv*hd, dim]: q, k, v stacked
+    std::unique_ptr<QuantLinear> o;                  // [dim, n_heads*hd]
+    std::unique_ptr<FusedLinear> gate_up;            // [2 hidden, dim]: gate, up stacked
+    std::unique_ptr<QuantLinear> down;               // [dim, hidden]
   };
   // Activations for up to max_chunk_ rows; a chunk of T tokens uses the first T rows.
   struct Workspace {
     Tensor x;       // [max_chunk, dim] residual stream
     Tensor h;       // [max_chunk, dim] normed input of a block / block output
-    Tensor q;       // [max_chunk, n_heads*hd]
-    Tensor k, v;    // [max_chunk, n_kv*hd]
+    Tensor qkv;     // [max_chunk, (n_heads + 2 n_kv) hd]  q, k, v of each token side by side
     Tensor attn;    // [max_chunk, n_heads*hd]
-    Tensor gate;    // [max_chunk, hidden]
-    Tensor up;      // [max_chunk, hidden]
+    Tensor gate_up; // [max_chunk, 2 hidden]
+    Tensor ffn;     // [max_chunk, hidden]  silu(gate) * up
     Tensor logits;  // [max_chunk, vocab]
   };
 

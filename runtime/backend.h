@@ -78,15 +78,18 @@ class Backend {
   // x [T, d] += y [T, d], then out [T, d] = rmsnorm(x) (out may be y): a block's output
   // joins the residual stream and the next block's input is normed, in one pass.
   virtual void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& weight, float eps, Tensor& out) = 0;
-  // Self-attention at the step's positions pos0 + t: rotates q [T, n_heads*hd] and
-  // k [T, n_kv*hd] (RoPE, rotate-half pairs (i, i+hd/2), inv_freq [1, hd/2] F32 with any
-  // Llama-3 scaling folded in), stores k and v [T, n_kv*hd] in `layer` of the cache, then
-  // causal attention of q over positions [0, pos0 + t] -> out [T, n_heads*hd]. q and k
-  // may be overwritten.
-  virtual void attention(KVCache& cache, int layer, Tensor& q, Tensor& k, const Tensor& v,
-                         const Tensor& inv_freq, const AttentionShape& shape, Tensor& out) = 0;
-  // gate [T, h] = silu(gate) * up
-  virtual void silu_mul(Tensor& gate, const Tensor& up) = 0;
+  // Self-attention at the step's positions pos0 + t. qkv [T, (n_heads + 2 n_kv) hd] holds
+  // each token's q, k and v side by side (the output of one fused projection). Rotates q
+  // and k (RoPE, rotate-half pairs (i, i+hd/2), inv_freq [1, hd/2] F32 with any Llama-3
+  // scaling folded in), stores k and v in `layer` of the cache, then causal attention of q
+  // over positions [0, pos0 + t] -> out [T, n_heads*hd]. The q and k columns of qkv may
+  // be overwritten.
+  virtual void attention(KVCache& cache, int layer, Tensor& qkv, const Tensor& inv_freq,
+                         const AttentionShape& shape, Tensor& out) = 0;
+  // out [T, h] = silu(gate_up[:, :h]) * gate_up[:, h:], gate_up [T, 2h] (SwiGLU)
+  virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
+  // dst[:, col0 : col0 + src.cols] = src, src [T, n], dst [T, N]
+  virtual void copy_columns(const Tensor& src, Tensor& dst, int64_t col0) = 0;
 
   // Runs `ops` (ops only: no set_step, nothing read back) on this step. A backend that
   // can record does so the first time (into `captured`) and replays the record on every

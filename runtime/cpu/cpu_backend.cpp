@@ -118,53 +118,64 @@ class CpuBackend final : public Backend {
     rmsnorm(x, weight, eps, out);
   }
 
-  void attention(KVCache& kv, int layer, Tensor& q, Tensor& k, const Tensor& v, const Tensor& inv_freq,
-                 const AttentionShape& shape, Tensor& out) override {
-    rope(q, k, shape, inv_freq);
-    attend(kv, layer, q, k, v, shape, out);
+  void attention(KVCache& kv, int layer, Tensor& qkv, const Tensor& inv_freq, const AttentionShape& shape,
+                 Tensor& out) override {
+    rope(qkv, shape, inv_freq);
+    attend(kv, layer, qkv, shape, out);
   }
 
-  void silu_mul(Tensor& gate, const Tensor& up) override {
-    float* g = gate.as<float>();
-    const float* u = up.as<float>();
+  void silu_mul(const Tensor& gate_up, Tensor& out) override {
+    const int64_t h = out.cols;
 #pragma omp parallel for
-    for (int64_t i = 0; i < gate.numel(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    for (int64_t t = 0; t < out.rows; ++t) {
+      const float* gate = gate_up.as<float>() + t * gate_up.cols;  // [h]
+      const float* up = gate + h;                                    // [h]
+      float* dst = out.as<float>() + t * h;                          // [h]
+      for (int64_t i = 0; i < h; ++i) dst[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    }
+  }
+
+  void copy_columns(const Tensor& src, Tensor& dst, int64_t col0) override {
+    for (int64_t t = 0; t < src.rows; ++t)
+      std::memcpy(dst.as<float>() + t * dst.cols + col0, src.as<float>() + t * src.cols, src.cols * sizeof(float));
   }
 
  private:
-  void rope(Tensor& q, Tensor& k, const AttentionShape& shape, const Tensor& inv_freq_table) {
+  // Rotates the q and k heads of qkv [T, (n_heads + 2 n_kv) hd] in place: the first
+  // n_heads + n_kv heads of each row.
+  void rope(Tensor& qkv, const AttentionShape& shape, const Tensor& inv_freq_table) {
     const int half = shape.head_dim / 2;
     const float* inv_freq = inv_freq_table.as<float>();  // [hd/2]
     const int pos0 = step_pos0_;
 #pragma omp parallel for
-    for (int64_t t = 0; t < q.rows; ++t) {
+    for (int64_t t = 0; t < qkv.rows; ++t) {
       std::vector<float> cos_table(half), sin_table(half);
       for (int i = 0; i < half; ++i) {
         const float angle = float(pos0 + t) * inv_freq[i];  // fp32 like Hugging Face
         cos_table[i] = std::cos(angle);
         sin_table[i] = std::sin(angle);
       }
-      auto rotate = [&](float* head) {
+      for (int h = 0; h < shape.n_heads + shape.n_kv_heads; ++h) {
+        float* head = qkv.as<float>() + t * qkv.cols + h * shape.head_dim;  // [hd]
         for (int i = 0; i < half; ++i) {
           const float a = head[i], b = head[i + half];
           head[i] = a * cos_table[i] - b * sin_table[i];
           head[i + half] = b * cos_table[i] + a * sin_table[i];
         }
-      };
-      for (int h = 0; h < shape.n_heads; ++h) rotate(q.as<float>() + t * q.cols + h * shape.head_dim);
-      for (int h = 0; h < shape.n_kv_heads; ++h) rotate(k.as<float>() + t * k.cols + h * shape.head_dim);
+      }
     }
   }
 
-  // Stores k, v at the step's positions, then causal attention of q.
-  void attend(KVCache& kv, int layer, const Tensor& q, const Tensor& k, const Tensor& v,
-              const AttentionShape& shape, Tensor& out) {
+  // Stores k, v at the step's positions, then causal attention of q (all in qkv).
+  void attend(KVCache& kv, int layer, const Tensor& qkv, const AttentionShape& shape, Tensor& out) {
     auto& cache = static_cast<CpuKVCache&>(kv);
     const int pos0 = step_pos0_;
-    const int64_t T = q.rows;
+    const int64_t T = qkv.rows;
+    const int64_t q_dim = int64_t(shape.n_heads) * shape.head_dim, kv_dim = int64_t(shape.n_kv_heads) * shape.head_dim;
     for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(cache.key(layer, pos0 + t), k.as<float>() + t * k.cols, k.cols * sizeof(float));
-      std::memcpy(cache.value(layer, pos0 + t), v.as<float>() + t * v.cols, v.cols * sizeof(float));
+      const float* row = qkv.as<float>() + t * qkv.cols;  // [q_dim + 2 kv_dim]
+      std::memcpy(cache.key(layer, pos0 + t), row + q_dim, kv_dim * sizeof(float));
+      std::memcpy(cache.value(layer, pos0 + t), row + q_dim + kv_dim, kv_dim * sizeof(float));
     }
     const int hd = shape.head_dim;
     const int group = shape.n_heads / shape.n_kv_heads;  // query heads per kv head
@@ -174,7 +185,7 @@ class CpuBackend final : public Backend {
       for (int h = 0; h < shape.n_heads; ++h) {
         const int n_pos = pos0 + int(t) + 1;  // causal: positions [0, pos0 + t]
         const int kv_offset = (h / group) * hd;
-        const float* query = q.as<float>() + t * q.cols + h * hd;
+        const float* query = qkv.as<float>() + t * qkv.cols + h * hd;  // [hd]
         std::vector<float> scores(n_pos);
         float max_score = -INFINITY;
         for (int p = 0; p < n_pos; ++p) {

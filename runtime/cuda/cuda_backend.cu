@@ -148,16 +148,23 @@ class CudaBackend final : public Backend {
     launch_add_rmsnorm(x.data, y.data, weight.as<float>(), eps, x.rows, x.cols, out.data, x.dtype, ctx_->stream);
   }
 
-  void attention(KVCache& kv, int layer, Tensor& q, Tensor& k, const Tensor& v, const Tensor& inv_freq,
-                 const AttentionShape& shape, Tensor& out) override {
+  void attention(KVCache& kv, int layer, Tensor& qkv, const Tensor& inv_freq, const AttentionShape& shape,
+                 Tensor& out) override {
     auto& cache = static_cast<CudaKVCache&>(kv);
     launch_attention(cache.layer_slice(cache.keys, layer), cache.layer_slice(cache.values, layer), step_pos0(),
-                     inv_freq.as<float>(), q.data, k.data, v.data, q.rows, shape.n_heads, shape.n_kv_heads,
-                     shape.head_dim, out.data, q.dtype, ctx_->stream);
+                     inv_freq.as<float>(), qkv.data, qkv.rows, shape.n_heads, shape.n_kv_heads, shape.head_dim,
+                     out.data, qkv.dtype, ctx_->stream);
   }
 
-  void silu_mul(Tensor& gate, const Tensor& up) override {
-    launch_silu_mul(gate.data, up.data, gate.numel(), gate.dtype, ctx_->stream);
+  void silu_mul(const Tensor& gate_up, Tensor& out) override {
+    launch_silu_mul(gate_up.data, out.rows, out.cols, out.data, out.dtype, ctx_->stream);
+  }
+
+  void copy_columns(const Tensor& src, Tensor& dst, int64_t col0) override {
+    const size_t element = dtype_size(src.dtype);
+    CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(dst.data) + col0 * element, dst.cols * element, src.data,
+                                 src.cols * element, src.cols * element, src.rows, cudaMemcpyDeviceToDevice,
+                                 ctx_->stream));
   }
 
   // Decode is launch-bound without this: ~350 launches a token on TinyLlama-1.1B, each

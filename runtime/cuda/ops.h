@@ -19,6 +19,8 @@ void launch_embed(const void* table, DType table_dtype, const int* ids, int T, i
                   void* out, DType act, cudaStream_t stream);
 
 // out [T, d] = x [T, d] / rms(x) * weight [d] (F32); fp32 math, one block per row.
+// Error for d > kMaxNormDim.
+constexpr int64_t kMaxNormDim = 32768;
 void launch_rmsnorm(const void* x, const float* weight, float eps, int64_t T, int64_t d,
                     void* out, DType act, cudaStream_t stream);
 
@@ -26,8 +28,8 @@ void launch_rmsnorm(const void* x, const float* weight, float eps, int64_t T, in
 void launch_add_rmsnorm(void* x, const void* y, const float* weight, float eps, int64_t T, int64_t d, void* out,
                         DType act, cudaStream_t stream);
 
-// gate [n] = silu(gate) * up [n]
-void launch_silu_mul(void* gate, const void* up, int64_t n, DType act, cudaStream_t stream);
+// out [T, h] = silu(gate_up[:, :h]) * gate_up[:, h:], gate_up [T, 2h]
+void launch_silu_mul(const void* gate_up, int64_t T, int64_t h, void* out, DType act, cudaStream_t stream);
 // y [M, N] += bias [N] (F32)
 void launch_add_bias(void* y, const float* bias, int64_t M, int64_t N, DType act, cudaStream_t stream);
 // out [n] (F32) = x [n] (act)
@@ -37,17 +39,17 @@ void launch_to_f32(const void* x, float* out, int64_t n, DType act, cudaStream_t
 // (NaNs are skipped). One block.
 void launch_argmax(const void* x, int64_t n, int* index, DType act, cudaStream_t stream);
 
-// Rotates q [T, n_heads*hd] in place and k [T, kv_dim] by RoPE (pairs (i, i + hd/2),
-// angle float(*pos0 + t) * inv_freq[i], inv_freq [hd/2] F32), stores the rotated k and v
-// [T, kv_dim] (act) at positions *pos0.. of the layer's slices of key_cache / value_cache
-// [capacity, kv_dim] (act), then causal attention of q over positions [0, *pos0 + t] ->
-// out [T, n_heads*hd]. pos0 [1] is device memory; the grid depends on T and the shape
-// only, not on the position. Two launches: RoPE + store, attention.
+// qkv [T, (n_heads + 2 n_kv) hd] (act) holds each token's q, k, v side by side. Rotates
+// q (in place) and k by RoPE (pairs (i, i + hd/2), angle float(*pos0 + t) * inv_freq[i],
+// inv_freq [hd/2] F32), stores the rotated k and v at positions *pos0.. of the layer's
+// slices of key_cache / value_cache [capacity, n_kv*hd] (act), then causal attention of q
+// over positions [0, *pos0 + t] -> out [T, n_heads*hd]. pos0 [1] is device memory; the
+// grid depends on T and the shape only, not on the position. Two launches: RoPE + store,
+// attention.
 // Precondition (checked, Error): head_dim <= kAttentionThreads, even, n_heads % n_kv_heads == 0.
 constexpr int kAttentionThreads = 256;
-void launch_attention(void* key_cache, void* value_cache, const int* pos0, const float* inv_freq, void* q,
-                      const void* k, const void* v, int64_t T, int n_heads, int n_kv_heads, int head_dim,
-                      void* out, DType act, cudaStream_t stream);
+void launch_attention(void* key_cache, void* value_cache, const int* pos0, const float* inv_freq, void* qkv,
+                      int64_t T, int n_heads, int n_kv_heads, int head_dim, void* out, DType act, cudaStream_t stream);
 
 // out [N, K] (act) = the dequantized qN weight: qweight [N, Kw] as on the checkpoint
 // (kernels/qn/qn_format.h), scales / zeros [N, ceil(K / group_size)] fp16 bits;

@@ -1,0 +1,128 @@
+// concat_rows (weights stacked along N) and FusedLinear (q/k/v and gate/up as one
+// projection): the stacked weight decodes row for row to its parts, and the fused
+// projection equals the parts' projections side by side, stacked or not.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/packed_weight.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/fused_linear.h"
+
+namespace gemlite {
+namespace {
+
+const char* const kFormats[] = {"q4g64", "q3g32", "q8", "s7", "fp6", "fp5", "f32", "f16", "bf16"};
+
+PackedWeight random_weight(int64_t N, int64_t K, const std::string& format, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  std::vector<float> w(size_t(N * K));
+  for (float& v : w) v = uniform(rng);
+  return quantize_weight(w.data(), N, K, WeightFormat::parse(format));
+}
+
+void add_random_bias(PackedWeight* w, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  std::vector<float> bias(size_t(w->rows));
+  for (float& v : bias) v = uniform(rng);
+  w->parts["bias"] = HostTensor::copy_of(DType::F32, {w->rows}, bias.data());
+}
+
+// The parts' outputs side by side: y [M, sum N] from each part's linear_reference.
+std::vector<float> side_by_side(const std::vector<const PackedWeight*>& parts, const std::vector<float>& x,
+                                int64_t M) {
+  int64_t total = 0;
+  for (const PackedWeight* w : parts) total += w->rows;
+  std::vector<float> y(size_t(M * total));
+  int64_t col = 0;
+  for (const PackedWeight* w : parts) {
+    std::vector<float> part(size_t(M * w->rows));
+    linear_reference(*w, x.data(), M, part.data());
+    for (int64_t m = 0; m < M; ++m)
+      std::memcpy(&y[m * total + col], &part[m * w->rows], w->rows * sizeof(float));
+    col += w->rows;
+  }
+  return y;
+}
+
+TEST(ConcatRows, EveryFormatDecodesRowForRowToItsPartsAndKeepsTheirBiases) {
+  std::mt19937 rng(21);
+  const int64_t K = 300;  // not a multiple of any group or tile
+  for (const char* format : kFormats) {
+    SCOPED_TRACE(format);
+    // FPX stores rows in blocks of 16: parts before the last must fill theirs.
+    PackedWeight a = random_weight(32, K, format, rng), b = random_weight(16, K, format, rng),
+                 c = random_weight(21, K, format, rng);
+    add_random_bias(&b, rng);  // Qwen2-like: only some parts carry a bias here
+    const std::vector<const PackedWeight*> parts = {&a, &b, &c};
+    const std::optional<PackedWeight> stacked = concat_rows(parts);
+    ASSERT_TRUE(stacked.has_value());
+    ASSERT_EQ(stacked->rows, 32 + 16 + 21);
+    ASSERT_EQ(stacked->cols, K);
+    validate_packed_weight(*stacked, "stacked");
+
+    std::vector<float> row(static_cast<size_t>(K)), expected(static_cast<size_t>(K));
+    int64_t n = 0;
+    for (const PackedWeight* w : parts) {
+      for (int64_t i = 0; i < w->rows; ++i, ++n) {
+        dequantize_row(*stacked, n, row.data());
+        dequantize_row(*w, i, expected.data());
+        ASSERT_EQ(row, expected) << "row " << n;
+      }
+    }
+    const float* bias = stacked->part("bias").as<float>();  // [69]
+    for (int64_t i = 0; i < 69; ++i) {
+      const float want = i >= 32 && i < 48 ? b.part("bias").as<float>()[i - 32] : 0.0f;
+      ASSERT_EQ(bias[i], want) << "bias " << i;
+    }
+  }
+}
+
+TEST(ConcatRows, RefusesWhatCannotBeStackedExactly) {
+  std::mt19937 rng(22);
+  const PackedWeight q4 = random_weight(16, 64, "q4g64", rng), q8 = random_weight(16, 64, "q8", rng);
+  EXPECT_FALSE(concat_rows({&q4, &q8}).has_value()) << "different formats";
+  const PackedWeight q4_wider = random_weight(16, 128, "q4g64", rng);
+  EXPECT_FALSE(concat_rows({&q4, &q4_wider}).has_value()) << "different K";
+  const PackedWeight f16 = random_weight(16, 64, "f16", rng), bf16 = random_weight(16, 64, "bf16", rng);
+  EXPECT_FALSE(concat_rows({&f16, &bf16}).has_value()) << "different dense types";
+  // An FPX part of 24 rows leaves 8 padded rows in its second block: not stackable before
+  // another part, fine as the last one.
+  const PackedWeight fp6_24 = random_weight(24, 64, "fp6", rng), fp6_16 = random_weight(16, 64, "fp6", rng);
+  EXPECT_FALSE(concat_rows({&fp6_24, &fp6_16}).has_value());
+  EXPECT_TRUE(concat_rows({&fp6_16, &fp6_24}).has_value());
+  EXPECT_FALSE(concat_rows({}).has_value());
+}
+
+// FusedLinear on the CPU backend, stacked (same formats) and separate (mixed formats, as
+// gemlite-quantize overrides can make them): y equals the parts' outputs side by side.
+TEST(FusedLinear, EqualsThePartsSideBySideStackedOrNot) {
+  std::mt19937 rng(23);
+  const int64_t K = 96, M = 3;
+  const PackedWeight q = random_weight(48, K, "q4g32", rng), k = random_weight(16, K, "q4g32", rng),
+                     v = random_weight(16, K, "q4g32", rng), v8 = random_weight(16, K, "q8", rng);
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  std::vector<float> x_values(size_t(M * K));
+  for (float& value : x_values) value = uniform(rng);
+  Tensor x = backend->alloc(M, K);  // [M, K]
+  std::memcpy(x.data, x_values.data(), x_values.size() * sizeof(float));
+
+  for (const bool mixed : {false, true}) {
+    SCOPED_TRACE(mixed ? "mixed formats" : "one format");
+    const std::vector<const PackedWeight*> parts = {&q, &k, mixed ? &v8 : &v};
+    const FusedLinear fused(parts, *backend, /*max_rows=*/4);
+    EXPECT_EQ(fused.stacked(), !mixed);
+    ASSERT_EQ(fused.out_features(), 80);
+    Tensor y = backend->alloc(M, 80);  // [M, 80]
+    fused.forward(x, y);
+    const std::vector<float> expected = side_by_side(parts, x_values, M);
+    EXPECT_EQ(std::vector<float>(y.as<float>(), y.as<float>() + M * 80), expected);
+  }
+}
+
+}  // namespace
+}  // namespace gemlite
