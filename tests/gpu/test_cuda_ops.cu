@@ -1,0 +1,161 @@
+// The CUDA backend's per-row and attention ops at real model widths, against the CPU
+// backend (the reference), through the Backend interface both implement. The model tests
+// (test_cuda_backend.cu) run rows of 64; these cover the kernels' other paths: RMSNorm
+// rows up to 20000 wide (the 2-, 8- and 32-per-thread instances), RoPE + KV store +
+// attention at Llama-2-7B's 32 heads x 128 and Llama-3's 8 kv heads (GQA), SwiGLU over
+// 11008 columns, and copy_columns.
+//
+// Inputs are rounded to fp16 before they reach either backend, so the differences are the
+// GPU's own: fp16 outputs (unit roundoff 2^-11 ~ 4.9e-4 relative), the fp16 rounding of
+// x + y before RMSNorm, of rotated q/k before attention and of the stored keys and values.
+// Tolerance 4e-3 of the larger of |cpu| and the row's rms: a few roundoffs, while a wrong
+// element, head, position or pair moves results by O(1) of that.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/cuda/cuda_backend.h"
+#include "tests/gpu/gpu_test_helpers.h"
+
+namespace gemlite {
+namespace {
+
+constexpr float kTolerance = 4e-3f;
+
+std::vector<float> random_half_values(size_t n, std::mt19937_64& rng, float scale = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = round_to_half(normal(rng));
+  return v;
+}
+
+// The same values as a tensor on each backend: F32 on the CPU, F16 on the GPU.
+struct Both {
+  Tensor cpu, gpu;
+};
+
+struct CudaOps : public ::testing::Test {
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  std::unique_ptr<Backend> gpu = make_cuda_backend({});  // fp16 activations
+  std::mt19937_64 rng{test_seed()};
+
+  Both upload(const std::vector<float>& values, int64_t rows, int64_t cols) {
+    std::vector<uint16_t> halves(values.size());
+    for (size_t i = 0; i < values.size(); ++i) halves[i] = float_to_half(values[i]);
+    return {cpu->upload(HostTensor::copy_of(DType::F32, {rows, cols}, values.data())),
+            gpu->upload(HostTensor::copy_of(DType::F16, {rows, cols}, halves.data()))};
+  }
+  Both weight(const std::vector<float>& values) {  // 1-D F32 on both, like the norm weights
+    const HostTensor host = HostTensor::copy_of(DType::F32, {int64_t(values.size())}, values.data());
+    return {cpu->upload(host), gpu->upload(host)};
+  }
+  Both alloc(int64_t rows, int64_t cols) { return {cpu->alloc(rows, cols), gpu->alloc(rows, cols)}; }
+
+  std::vector<float> host(Backend& backend, const Tensor& t) {
+    std::vector<float> out(size_t(t.numel()));
+    backend.copy_to_host(t, out.data());
+    return out;
+  }
+  // Row by row: max |gpu - cpu| <= tol * max(|cpu| element, rms of the cpu row).
+  void expect_close(const std::string& what, const Both& t) {
+    const std::vector<float> want = host(*cpu, t.cpu), got = host(*gpu, t.gpu);
+    float worst = 0;
+    for (int64_t r = 0; r < t.cpu.rows; ++r) {
+      const float* a = &want[size_t(r * t.cpu.cols)];
+      const float* b = &got[size_t(r * t.cpu.cols)];
+      double squares = 0;
+      for (int64_t i = 0; i < t.cpu.cols; ++i) squares += double(a[i]) * a[i];
+      const float rms = float(std::sqrt(squares / double(t.cpu.cols)));
+      for (int64_t i = 0; i < t.cpu.cols; ++i) {
+        const float err = std::isfinite(b[i]) ? std::fabs(a[i] - b[i]) / std::max(std::fabs(a[i]), rms) : INFINITY;
+        worst = std::max(worst, err);
+        ASSERT_LE(err, kTolerance) << what << " [" << r << ", " << i << "]: cpu " << a[i] << " gpu " << b[i];
+      }
+    }
+    std::cout << "[cuda_ops] " << what << ": worst " << worst << " (tol " << kTolerance << ")\n";
+  }
+};
+
+TEST_F(CudaOps, AddRmsNormAndRmsNormAtEveryRowWidth) {
+  for (const int64_t d : {64, 2049, 4096, 8195, 20000}) {
+    for (const int64_t T : {1, 3}) {
+      const std::string where = "d " + std::to_string(d) + " T " + std::to_string(T);
+      Both x = upload(random_half_values(size_t(T * d), rng), T, d);       // [T, d] residual
+      const Both y = upload(random_half_values(size_t(T * d), rng), T, d); // [T, d]
+      std::uniform_real_distribution<float> uniform(0.5f, 1.5f);
+      std::vector<float> w(static_cast<size_t>(d));
+      for (float& v : w) v = uniform(rng);
+      const Both norm = weight(w);  // [1, d]
+      Both out = alloc(T, d);
+      cpu->add_rmsnorm(x.cpu, y.cpu, norm.cpu, 1e-5f, out.cpu);
+      gpu->add_rmsnorm(x.gpu, y.gpu, norm.gpu, 1e-5f, out.gpu);
+      expect_close("add_rmsnorm residual, " + where, x);
+      expect_close("add_rmsnorm out, " + where, out);
+      cpu->rmsnorm(y.cpu, norm.cpu, 1e-5f, out.cpu);
+      gpu->rmsnorm(y.gpu, norm.gpu, 1e-5f, out.gpu);
+      expect_close("rmsnorm, " + where, out);
+    }
+  }
+}
+
+TEST_F(CudaOps, SiluMulReadsGateAndUpHalves) {
+  const int64_t T = 3, h = 11008;
+  const Both gate_up = upload(random_half_values(size_t(T * 2 * h), rng, 2.0f), T, 2 * h);  // [T, 2h]
+  Both out = alloc(T, h);
+  cpu->silu_mul(gate_up.cpu, out.cpu);
+  gpu->silu_mul(gate_up.gpu, out.gpu);
+  expect_close("silu_mul", out);
+}
+
+TEST_F(CudaOps, CopyColumnsPlacesABlockExactly) {
+  const Both src = upload(random_half_values(3 * 5, rng), 3, 5);  // [3, 5]
+  Both dst = upload(std::vector<float>(3 * 12, 7.0f), 3, 12);      // [3, 12]
+  cpu->copy_columns(src.cpu, dst.cpu, 4);
+  gpu->copy_columns(src.gpu, dst.gpu, 4);
+  const std::vector<float> want = host(*cpu, dst.cpu), got = host(*gpu, dst.gpu);
+  EXPECT_EQ(want, got);
+  EXPECT_EQ(want[4], host(*cpu, src.cpu)[0]);
+  EXPECT_EQ(want[3], 7.0f);
+  EXPECT_EQ(want[9], 7.0f);
+}
+
+// A 6-token prompt, then 2 decoded tokens, through RoPE + KV store + attention; the
+// attention outputs of every step are compared.
+TEST_F(CudaOps, AttentionPrefillThenDecodeAtLlamaShapes) {
+  const AttentionShape shapes[] = {{32, 32, 128},  // Llama-2-7B
+                                   {32, 8, 128},   // Llama-3-8B: GQA, 4 query heads per kv head
+                                   {14, 2, 64}};   // Qwen2-0.5B-like: 7 per kv head
+  for (const AttentionShape& shape : shapes) {
+    const std::string where = std::to_string(shape.n_heads) + "/" + std::to_string(shape.n_kv_heads) + " heads x " +
+                              std::to_string(shape.head_dim);
+    const int64_t q_dim = int64_t(shape.n_heads) * shape.head_dim;
+    const int64_t width = q_dim + 2 * int64_t(shape.n_kv_heads) * shape.head_dim;
+    std::vector<float> inv_freq(size_t(shape.head_dim / 2));
+    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * float(i) / shape.head_dim);
+    const Both freq = weight(inv_freq);
+    std::unique_ptr<KVCache> cpu_cache = cpu->make_kv_cache(1, 16, shape.n_kv_heads * shape.head_dim);
+    std::unique_ptr<KVCache> gpu_cache = gpu->make_kv_cache(1, 16, shape.n_kv_heads * shape.head_dim);
+    struct Step {
+      int T, pos0;
+    };
+    for (const Step step : {Step{6, 0}, Step{1, 6}, Step{1, 7}}) {
+      const std::vector<int> ids(size_t(step.T), 1);
+      cpu->set_step(ids, step.pos0);
+      gpu->set_step(ids, step.pos0);
+      Both qkv = upload(random_half_values(size_t(step.T * width), rng), step.T, width);  // [T, q + 2 kv]
+      Both out = alloc(step.T, q_dim);
+      cpu->attention(*cpu_cache, 0, qkv.cpu, freq.cpu, shape, out.cpu);
+      gpu->attention(*gpu_cache, 0, qkv.gpu, freq.gpu, shape, out.gpu);
+      expect_close("attention " + where + ", T " + std::to_string(step.T) + " at " + std::to_string(step.pos0), out);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gemlite
