@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -82,7 +83,7 @@ std::pair<double, double> tokens_per_second(int tokens, int repetitions, Run run
 // decode (which also takes the argmax on the device: a few us more per token).
 void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const std::string& device,
                  const BackendOptions& options, int n_prompt, int n_gen, int batch, int repetitions,
-                 std::vector<Result>& results) {
+                 const std::function<void(const Result&)>& report) {
   auto backend = make_backend(device.empty() ? default_backend_name() : device, options);
   LlamaModel model(ckpt, *backend, std::max(n_prompt, n_gen), batch);
   Generation generation(model);
@@ -105,7 +106,7 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
       generation.feed(prompt);
       generation.wait();
     });
-    results.push_back(r);
+    report(r);
   }
   if (n_gen > 0) {
     const std::vector<int> tokens = random_tokens(n_gen, ckpt.config.vocab_size, rng);
@@ -120,7 +121,7 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
       }
     });
     r.gbps = r.mean_tps * double(r.weight_bytes) / 1e9;
-    results.push_back(r);
+    report(r);
   }
 }
 
@@ -138,16 +139,17 @@ std::string fixed(double value, int decimals) {
   return text;
 }
 
-void print_markdown(const std::vector<Result>& results, double copy_gbps) {
+void print_markdown_header() {
   std::printf("| model | size | params | backend | threads | test | t/s | GB/s | %% of copy BW |\n");
   std::printf("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: |\n");
-  for (const Result& r : results) {
-    const bool tg = r.n_gen > 0;  // bandwidth is what limits tg; pp is compute-bound
-    std::printf("| %s | %.2f MiB | %.2f M | %s | %d | %s | %.2f ± %.2f | %s | %s |\n", r.model.c_str(),
-                r.weight_bytes / 1048576.0, r.params / 1e6, r.backend.c_str(), r.threads,
-                r.test.c_str(), r.mean_tps, r.std_tps, tg ? fixed(r.gbps, 2).c_str() : "-",
-                tg ? (fixed(100.0 * r.gbps / copy_gbps, 1) + " %").c_str() : "-");
-  }
+}
+
+void print_markdown_row(const Result& r, double copy_gbps) {
+  const bool tg = r.n_gen > 0;  // bandwidth is what limits tg; pp is compute-bound
+  std::printf("| %s | %.2f MiB | %.2f M | %s | %d | %s | %.2f ± %.2f | %s | %s |\n", r.model.c_str(),
+              r.weight_bytes / 1048576.0, r.params / 1e6, r.backend.c_str(), r.threads, r.test.c_str(),
+              r.mean_tps, r.std_tps, tg ? fixed(r.gbps, 2).c_str() : "-",
+              tg ? (fixed(100.0 * r.gbps / copy_gbps, 1) + " %").c_str() : "-");
 }
 
 void print_structured(const std::vector<Result>& results, double copy_gbps, const std::string& format) {
@@ -251,17 +253,25 @@ int main(int argc, char** argv) {
       copy_gbps = measure_copy_bandwidth() / 1e9;
       std::fprintf(stderr, "copy bandwidth: %.1f GB/s (host memcpy, measured now)\n", copy_gbps);
     }
+    // Markdown rows appear as each test finishes, like llama-bench's: a long run shows
+    // progress, and what finished survives an interrupted one.
     std::vector<Result> results;
+    if (output == "md") print_markdown_header();
+    const auto report = [&](const Result& r) {
+      results.push_back(r);
+      if (output != "md") return;
+      print_markdown_row(r, copy_gbps);
+      std::fflush(stdout);
+    };
     for (const auto& [label, ckpt] : checkpoints)
-      bench_model(label, ckpt, device, backend_options, n_prompt, n_gen, batch, repetitions, results);
+      bench_model(label, ckpt, device, backend_options, n_prompt, n_gen, batch, repetitions, report);
     for (const auto& [name, config, format] : synthetic) {
       const std::string label = name + " " + format.name();
       std::fprintf(stderr, "building %s with random weights ...\n", label.c_str());
       bench_model(label, make_synthetic_checkpoint(config, format), device, backend_options, n_prompt, n_gen,
-                  batch, repetitions, results);
+                  batch, repetitions, report);
     }
-    if (output == "md") print_markdown(results, copy_gbps);
-    else print_structured(results, copy_gbps, output);
+    if (output != "md") print_structured(results, copy_gbps, output);
     return 0;
   });
 }
