@@ -9,6 +9,7 @@
 // for every new token.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,13 @@ class Backend {
   virtual Tensor upload(const HostTensor& host) = 0;  // keeps host's dtype, 1-D -> [1, n]
   virtual Tensor alloc(int64_t rows, int64_t cols) = 0;  // activation dtype, uninitialised
   virtual std::unique_ptr<QuantLinear> make_linear(const PackedWeight& weight) = 0;
+  // One QuantLinear over `weights` stacked along N (concat_rows): y [M, sum N_i]. Null when
+  // they cannot be stacked (mixed formats). The CPU computes over the stacked host copy;
+  // the CUDA backend uploads it and keeps only the checkpoint's views.
+  virtual std::unique_ptr<QuantLinear> make_stacked_linear(const std::vector<const PackedWeight*>& weights) {
+    const std::optional<PackedWeight> stacked = concat_rows(weights);
+    return stacked ? make_linear(*stacked) : nullptr;
+  }
   virtual std::unique_ptr<KVCache> make_kv_cache(int n_layers, int capacity, int kv_dim) = 0;
   // x [M, N] -> host floats [M * N]; waits for the work before it.
   virtual void copy_to_host(const Tensor& x, float* out) = 0;

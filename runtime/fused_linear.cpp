@@ -1,16 +1,12 @@
 #include "runtime/fused_linear.h"
 
-#include <optional>
-
 namespace gemlite {
 
 FusedLinear::FusedLinear(const std::vector<const PackedWeight*>& weights, Backend& backend, int max_rows)
     : backend_(backend) {
   for (const PackedWeight* w : weights) out_features_ += w->rows;
-  if (const std::optional<PackedWeight> stacked = concat_rows(weights)) {
-    stacked_ = backend.make_linear(*stacked);
-    return;
-  }
+  stacked_ = backend.make_stacked_linear(weights);
+  if (stacked_) return;
   for (const PackedWeight* w : weights) {
     separate_.push_back(backend.make_linear(*w));
     scratch_.push_back(backend.alloc(max_rows, w->rows));

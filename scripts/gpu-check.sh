@@ -17,7 +17,9 @@
 # build-gpu). Knobs for `run` (environment): GEMLITE_GPU_SKIP_TESTS=1, GEMLITE_GPU_SKIP_BENCH=1 (kernels),
 # GEMLITE_GPU_SKIP_MODEL_BENCH=1, GEMLITE_GPU_MODELS="tinyllama-1.1b llama2-7b" (synthetic shapes), GEMLITE_GPU_SKIP_COMPARE=1 (transformers), GEMLITE_GPU_SKIP_SANITIZER=1, GEMLITE_GPU_TEST_FILTER=<gtest filter>,
 # GEMLITE_BENCH_ARGS=<extra arguments of gemlite-bench --kernels>,
-# GEMLITE_GPU_SASS=1 (disassemble the qN GEMV kernels into $OUT/sass.txt).
+# GEMLITE_GPU_SASS=1 (disassemble the qN GEMV kernels into $OUT/sass.txt),
+# GEMLITE_GPU_PROFILE="llama2-7b q4g64" (ncu time per kernel of a decode step and of a
+# 512-token prefill of that synthetic model and format: where a token's time goes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step="${1:-}"
@@ -73,6 +75,21 @@ run() {
   if [ -n "${GEMLITE_GPU_SASS:-}" ]; then
     cuobjdump -sass "$tests" | awk '/Function : .*gemv_qn_kernel/ {on=1} /Function : / && !/gemv_qn_kernel/ {on=0} on' \
       >"$out/sass.txt" || true
+  fi
+
+  if [ -n "${GEMLITE_GPU_PROFILE:-}" ]; then
+    read -r model format <<<"$GEMLITE_GPU_PROFILE"
+    # Eager (GEMLITE_NO_GRAPH=1: the same kernels, each its own launch for ncu). The bench
+    # runs one warm-up and one timed pass of each test; the ranges skip the model's load.
+    local bench=("$dir"/gemlite-bench --device cuda --synthetic "$model" -f "$format" -r 1)
+    echo "== profile: decode step of $model $format (ncu, per kernel)"
+    GEMLITE_NO_GRAPH=1 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+      --launch-skip 3000 --launch-count 3000 "${bench[@]}" -p 0 -n 32 >"$out/ncu-decode.csv" 2>"$out/ncu.log" || status=1
+    python3 scripts/ncu_summary.py "$out/ncu-decode.csv" | head -16 || true
+    echo "== profile: 512-token prefill of $model $format (ncu, per kernel)"
+    GEMLITE_NO_GRAPH=1 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+      "${bench[@]}" -p 512 -n 0 >"$out/ncu-prefill.csv" 2>>"$out/ncu.log" || status=1
+    python3 scripts/ncu_summary.py "$out/ncu-prefill.csv" | head -24 || true
   fi
 
   if [ -z "${GEMLITE_GPU_SKIP_BENCH:-}" ]; then

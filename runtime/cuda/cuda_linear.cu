@@ -1,5 +1,6 @@
 #include "runtime/cuda/cuda_linear.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,13 @@ cudaDataType_t cublas_type(DType act) { return act == DType::BF16 ? CUDA_R_16BF 
 
 class CudaLinear final : public QuantLinear {
  public:
-  CudaLinear(const PackedWeight& weight, std::shared_ptr<CudaContext> ctx, DType act)
-      : QuantLinear(weight), weight_(weight), ctx_(std::move(ctx)), act_(act) {
+  // `weight` is what runs: `sources` stacked along N (concat_rows), or the one source.
+  // The sources are views of the checkpoint's memory; `weight` may be a stacked host copy,
+  // used only here, so the lazy dense copy reads the sources.
+  CudaLinear(const PackedWeight& weight, const std::vector<const PackedWeight*>& sources,
+             std::shared_ptr<CudaContext> ctx, DType act)
+      : QuantLinear(weight), ctx_(std::move(ctx)), act_(act) {
+    for (const PackedWeight* source : sources) sources_.push_back(*source);
     if (act != DType::F16 && act != DType::BF16)
       throw Error(std::string("cuda backend: linear layers for activation type ") + dtype_name(act) +
                   " (expected F16 or BF16)");
@@ -108,18 +114,27 @@ class CudaLinear final : public QuantLinear {
   // qN: W [N, K] -> dense_ [N, K] (act) by a device kernel from the packed codes gemv_qn
   // already holds; only the fp16 scales and zeros travel (freed once the kernel ran).
   void dequantize_qn_on_device() const {
-    const HostTensor& scales = weight_.part("scales");  // [N, n_groups] F16
-    const HostTensor& zeros = weight_.part("zeros");    // [N, n_groups] F16
-    auto device_scales = device_alloc(ctx_, scales.nbytes(), "scales");
-    auto device_zeros = device_alloc(ctx_, zeros.nbytes(), "zeros");
-    CUDA_CHECK(cudaMemcpyAsync(device_scales.get(), scales.data, scales.nbytes(), cudaMemcpyHostToDevice,
-                               ctx_->stream));
-    CUDA_CHECK(cudaMemcpyAsync(device_zeros.get(), zeros.data, zeros.nbytes(), cudaMemcpyHostToDevice,
-                               ctx_->stream));
+    const int64_t n_groups = sources_.front().part("scales").shape[1];
+    const size_t bytes = size_t(out_features() * n_groups) * sizeof(uint16_t);  // [N, n_groups] F16
+    auto device_scales = device_alloc(ctx_, bytes, "scales");
+    auto device_zeros = device_alloc(ctx_, bytes, "zeros");
+    copy_rows_to_device("scales", device_scales.get());
+    copy_rows_to_device("zeros", device_zeros.get());
     dense_ = device_alloc(ctx_, dense_bytes(), dense_what());
     launch_dequant_qn(qn_.qweight, static_cast<const uint16_t*>(device_scales.get()),
                       static_cast<const uint16_t*>(device_zeros.get()), out_features(), in_features(),
                       format().bits, group_size(format().group, in_features()), dense_.get(), act_, ctx_->stream);
+  }
+
+  // The sources' tensors `part` one after another: the stacked tensor, in device memory.
+  void copy_rows_to_device(const std::string& part, void* device) const {
+    size_t at = 0;
+    for (const PackedWeight& source : sources_) {
+      const HostTensor& t = source.part(part);
+      CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(device) + at, t.data, t.nbytes(), cudaMemcpyHostToDevice,
+                                 ctx_->stream));
+      at += t.nbytes();
+    }
   }
 
   // Other formats: W [N, K] -> dense_ [N, K] (act). A dense weight stored in the activation
@@ -127,28 +142,29 @@ class CudaLinear final : public QuantLinear {
   // decoder (exact by construction; seconds for a 7B model, once, at the first prefill).
   void upload_dense() const {
     const int64_t N = out_features(), K = in_features();
+    dense_ = device_alloc(ctx_, dense_bytes(), dense_what());
     if (format().kind == FormatKind::Dense && format().dense_dtype == act_) {  // stored as computed: copy as is
-      const HostTensor& stored = weight_.part("weight");  // [N, K]
-      dense_ = device_alloc(ctx_, dense_bytes(), dense_what());
-      CUDA_CHECK(cudaMemcpyAsync(dense_.get(), stored.data, dense_bytes(), cudaMemcpyHostToDevice, ctx_->stream));
+      copy_rows_to_device("weight", dense_.get());
       return;
     }
-    const RowDecoder decode = make_row_decoder(weight_);
-    std::vector<float> row(static_cast<size_t>(K));                // [K]
-    std::vector<uint16_t> dense(static_cast<size_t>(N * K));       // [N, K] fp16 or bf16 bits
+    std::vector<float> row(static_cast<size_t>(K));           // [K]
+    std::vector<uint16_t> dense(static_cast<size_t>(N * K));  // [N, K] fp16 or bf16 bits
     const bool bf16 = act_ == DType::BF16;
-    for (int64_t n = 0; n < N; ++n) {
-      decode(n, row.data());
-      for (int64_t k = 0; k < K; ++k)
-        dense[size_t(n * K + k)] = bf16 ? float_to_bf16(row[size_t(k)]) : float_to_half(row[size_t(k)]);
+    int64_t n = 0;
+    for (const PackedWeight& source : sources_) {
+      const RowDecoder decode = make_row_decoder(source);
+      for (int64_t i = 0; i < source.rows; ++i, ++n) {
+        decode(i, row.data());
+        for (int64_t k = 0; k < K; ++k)
+          dense[size_t(n * K + k)] = bf16 ? float_to_bf16(row[size_t(k)]) : float_to_half(row[size_t(k)]);
+      }
     }
-    dense_ = device_alloc(ctx_, dense.size() * 2, dense_what());
     // Pageable source: the call returns once `dense` is staged, so it may go out of scope.
     CUDA_CHECK(cudaMemcpyAsync(dense_.get(), dense.data(), dense.size() * 2, cudaMemcpyHostToDevice,
                                ctx_->stream));
   }
 
-  PackedWeight weight_;  // host view (the checkpoint's memory), for the lazy dense copy
+  std::vector<PackedWeight> sources_;     // host views (the checkpoint's memory), for the lazy dense copy
   std::shared_ptr<CudaContext> ctx_;
   DType act_;
   QnDeviceWeight qn_;                     // qN / s7 only: the packed weight for gemv_qn
@@ -162,7 +178,14 @@ class CudaLinear final : public QuantLinear {
 
 std::unique_ptr<QuantLinear> make_cuda_linear(const PackedWeight& weight, std::shared_ptr<CudaContext> ctx,
                                               DType act) {
-  return std::make_unique<CudaLinear>(weight, std::move(ctx), act);
+  return std::make_unique<CudaLinear>(weight, std::vector<const PackedWeight*>{&weight}, std::move(ctx), act);
+}
+
+std::unique_ptr<QuantLinear> make_stacked_cuda_linear(const std::vector<const PackedWeight*>& weights,
+                                                      std::shared_ptr<CudaContext> ctx, DType act) {
+  const std::optional<PackedWeight> stacked = concat_rows(weights);  // dropped once uploaded
+  if (!stacked) return nullptr;
+  return std::make_unique<CudaLinear>(*stacked, weights, std::move(ctx), act);
 }
 
 }  // namespace gemlite

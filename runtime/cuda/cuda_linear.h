@@ -2,6 +2,7 @@
 // The CUDA backend's QuantLinear for every weight format; the dispatch rule (which kernel
 // serves which format and batch size) is in CudaLinear::forward, cuda_linear.cu.
 #include <memory>
+#include <vector>
 
 #include "kernels/packed_weight.h"
 #include "runtime/cuda/cuda_context.h"
@@ -12,5 +13,9 @@ namespace gemlite {
 // Uploads `weight` (synchronously) for activations of type `act` (F16 or BF16).
 std::unique_ptr<QuantLinear> make_cuda_linear(const PackedWeight& weight, std::shared_ptr<CudaContext> ctx,
                                               DType act);
+// One linear over `weights` stacked along N (Backend::make_stacked_linear), keeping no
+// stacked copy in host memory; null when they cannot be stacked.
+std::unique_ptr<QuantLinear> make_stacked_cuda_linear(const std::vector<const PackedWeight*>& weights,
+                                                      std::shared_ptr<CudaContext> ctx, DType act);
 
 }  // namespace gemlite
