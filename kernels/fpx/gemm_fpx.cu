@@ -41,6 +41,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/fpx/fpx_format.h"
+#include "kernels/pdl.cuh"
 #include "runtime/error.h"
 
 namespace gemlite {
@@ -63,6 +64,7 @@ struct GemmFpxParams {
   int K, KT, RB, M;
   int warps_n, warps_k, splits, tiles_per_split;
   bool x_vectorized;         // K % 4 == 0 and x 8-byte aligned
+  int prefetch_blocks;       // blocks below this (in launch order) pull their W into L2 before pdl_wait
 };
 
 // ---- the code layout, at compile time -------------------------------------------------
@@ -294,6 +296,16 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
   const int t_begin = blockIdx.z * p.tiles_per_split;
   const int t_end = min(p.KT, t_begin + p.tiles_per_split);
 
+  // PDL (kernels/pdl.cuh): launched while the kernel before it runs, a first-wave block
+  // pulls its row blocks' tiles of W into L2 (the first M chunk only: the others share
+  // them through L2) and only then waits for x; the next kernel may start as soon as all
+  // blocks run.
+  pdl_launch_dependents();
+  if (lane == 0 && wk == 0 && rb < p.RB && blockIdx.x == 0 && t_begin < t_end &&
+      int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) < p.prefetch_blocks)
+    prefetch_l2(p.packed + (int64_t(rb) * p.KT + t_begin) * kTileBytes, uint32_t(t_end - t_begin) * kTileBytes);
+  pdl_wait();
+
   float acc[MT][4] = {};
   if (rb < p.RB) {
     const uint16_t* x_rows[MT];
@@ -446,8 +458,10 @@ __global__ void __launch_bounds__(256) gemm_fpx_smem_kernel(const GemmFpxParams 
 
   float acc[MT][4] = {};
   uint32_t cur[P::kWords];
-  copy_x(0, 0);
+  pdl_launch_dependents();  // PDL: the first tile of W before the wait for x
   if (active) load_tile<EBITS, MBITS>(tiles, lane, cur);
+  pdl_wait();
+  copy_x(0, 0);
   for (int t = 0; t < p.KT; ++t) {
     uint32_t next[P::kWords];
     const bool has_next = t + 1 < p.KT;
@@ -708,8 +722,8 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
     p.tiles_per_split = int(w.k_tiles);
     const dim3 grid(unsigned(m_chunks), unsigned((w.row_blocks + p.warps_n - 1) / p.warps_n), 1);
     const KernelFn kernel = pick_smem_kernel(w.ebits, w.mbits, act == DType::BF16);
-    kernel<<<grid, dim3(unsigned(p.warps_n * 32)), 2 * kSmemStageBytes, stream>>>(p);
-    CHECK_LAST_LAUNCH("gemm_fpx_smem_kernel");
+    p.prefetch_blocks = 0;
+    launch_pdl("gemm_fpx_smem_kernel", kernel, grid, dim3(unsigned(p.warps_n * 32)), 2 * kSmemStageBytes, stream, p);
     return;
   }
   const int warps = s.warps_n * s.warps_k;
@@ -727,8 +741,8 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
             : (total_warps > int64_t(sms) * 16 && total_warps <= int64_t(sms) * 23) ? 1 : 2;
   }
   const KernelFn kernel = pick_kernel(w.ebits, w.mbits, act == DType::BF16, s.mt, ahead);
-  kernel<<<grid, dim3(unsigned(warps * 32)), smem, stream>>>(p);
-  CHECK_LAST_LAUNCH("gemm_fpx_kernel");
+  p.prefetch_blocks = pdl_prefetch_blocks(reinterpret_cast<const void*>(kernel), warps * 32, smem);
+  launch_pdl("gemm_fpx_kernel", kernel, grid, dim3(unsigned(warps * 32)), smem, stream, p);
 }
 
 }  // namespace gemlite

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/cuda_check.h"
+#include "kernels/pdl.cuh"
 #include "runtime/cuda/act_type.cuh"
 
 namespace gemlite {
@@ -24,6 +25,7 @@ template <typename Act>
 __global__ void rope_store_kernel(Act* q, const Act* k, const Act* v, Act* key_cache, Act* value_cache,
                                   const int* pos0, const float* inv_freq, int n_heads, int n_kv_heads,
                                   int head_dim) {
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   const int pos = *pos0 + int(t), half = head_dim / 2, kv_dim = n_kv_heads * head_dim;
   Act* key_row = key_cache + int64_t(pos) * kv_dim;      // [kv_dim]
@@ -72,6 +74,7 @@ __device__ __forceinline__ float dot8_of(const uint4& packed, const float* q) {
 template <typename Act>
 __global__ void attention_kernel(const Act* key_cache, const Act* value_cache, const Act* q, const int* pos0,
                                  int n_heads, int group, int head_dim, int kv_dim, float scale, Act* out) {
+  pdl_launch_dependents();
   __shared__ float query[kAttentionThreads];    // [hd]
   __shared__ float weights[kChunk];             // [chunk] exp(score - running max)
   __shared__ float partial[kAttentionThreads];  // [n_lanes, hd] per-lane sums

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kernels/cuda_check.h"
+#include "kernels/pdl.cuh"
 #include "runtime/cuda/act_type.cuh"
 
 namespace gemlite {
@@ -18,6 +19,7 @@ unsigned grid_for(int64_t n) { return unsigned(std::max<int64_t>(1, std::min<int
 // PRECOND: grid.x = T, table_dtype F32/F16/BF16 (checked by the launcher).
 template <typename Act>
 __global__ void embed_kernel(const void* table, DType table_dtype, const int* ids, int64_t dim, Act* out) {
+  pdl_launch_dependents();
   const int64_t row = ids[blockIdx.x];
   Act* dst = out + blockIdx.x * dim;                   // [dim]
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
@@ -33,6 +35,7 @@ __global__ void embed_kernel(const void* table, DType table_dtype, const int* id
 // PRECOND: grid.x = T, blockDim.x = kThreads.
 template <typename Act>
 __global__ void rmsnorm_kernel(const Act* x, const float* weight, float eps, int64_t d, Act* out) {
+  pdl_launch_dependents();
   const Act* row = x + blockIdx.x * d;  // [d]
   Act* dst = out + blockIdx.x * d;      // [d]
   float sum_squares = 0;
@@ -50,6 +53,7 @@ __global__ void rmsnorm_kernel(const Act* x, const float* weight, float eps, int
 // both passes, so out may alias y. PRECOND: grid.x = T, blockDim.x = kThreads.
 template <typename Act>
 __global__ void add_rmsnorm_kernel(Act* x, const Act* y, const float* weight, float eps, int64_t d, Act* out) {
+  pdl_launch_dependents();
   Act* row = x + blockIdx.x * d;           // [d]
   const Act* add = y + blockIdx.x * d;     // [d]
   Act* dst = out + blockIdx.x * d;         // [d]
@@ -68,6 +72,7 @@ __global__ void add_rmsnorm_kernel(Act* x, const Act* y, const float* weight, fl
 
 template <typename Act>
 __global__ void silu_mul_kernel(Act* gate, const Act* up, int64_t n) {
+  pdl_launch_dependents();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float g = to_float(gate[i]);
     gate[i] = from_float<Act>(g / (1.0f + expf(-g)) * to_float(up[i]));
@@ -76,12 +81,14 @@ __global__ void silu_mul_kernel(Act* gate, const Act* up, int64_t n) {
 
 template <typename Act>
 __global__ void add_bias_kernel(Act* y, const float* bias, int64_t n, int64_t N) {
+  pdl_launch_dependents();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = from_float<Act>(to_float(y[i]) + bias[i % N]);
 }
 
 template <typename Act>
 __global__ void to_f32_kernel(const Act* x, float* out, int64_t n) {
+  pdl_launch_dependents();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = to_float(x[i]);
 }
