@@ -14,9 +14,21 @@
 // from a captured graph (cudaGraphDependencyTypeProgrammatic).
 //
 // GEMLITE_NO_PDL=1 launches everything plainly (A/B measurements).
+//
+// Measured (H100, decode from a CUDA graph, gemv_qn / gemm_fpx / gemv_dense launched with
+// it, the ops kernels calling pdl_launch_dependents() first, 2026-11-23; tg128 tok/s,
+// PDL vs GEMLITE_NO_PDL=1, same binary, one session:
+//   gemlite-bench --device cuda --synthetic MODEL -f FORMAT -p 0 -n 128 -r 3):
+//   llama2-7b       q4g64 249.7 vs 242.7 (+2.9 %)  fp6 240.6 vs 236.4 (+1.8 %)  q8 208.4 vs 206.8 (+0.8 %)
+//   tinyllama-1.1b  q4g64 769.7 vs 741.7 (+3.8 %)  fp6 751.5 vs 719.4 (+4.5 %)
+//                   q8 759.4 vs 728.9 (+4.2 %)     f16 582.1 vs 574.8 (+1.3 %)
+// Back-to-back GEMVs (gemlite-bench --kernels, q4g64 fp16 M = 1, cold L2): 4096 x 4096
+// 7.8 -> 7.1 us, K 4096 N 11008 17.7 -> 16.9, K 11008 N 4096 15.2 -> 14.5.
+// Tried and dropped: each first-wave block pulling its whole slice of W into L2 before the
+// wait (cp.async.bulk.prefetch.L2) lost to no prefetch everywhere: llama2-7b q4g64 237.4
+// vs 248.1, tinyllama fp6 656.6 vs 758.1, q8 679.6 vs 769.5 (slower than without PDL).
 #include <cuda_runtime.h>
 
-#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -40,14 +52,6 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Asks the copy engine to pull [begin, begin + bytes) into L2 (one instruction, any thread;
-// sm_90+). PRECOND: begin 16-byte aligned, bytes a multiple of 16 and < 2^32.
-__device__ __forceinline__ void prefetch_l2(const void* begin, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(begin), "r"(bytes) : "memory");
-#endif
-}
-
 // Whether launch_pdl sets the attribute: a device of compute capability >= 9.0 and no
 // GEMLITE_NO_PDL=1. Read once per process (the current device at the first call).
 inline bool pdl_enabled() {
@@ -60,22 +64,6 @@ inline bool pdl_enabled() {
     return major >= 9;
   }();
   return enabled;
-}
-
-// How many blocks of `kernel` can be resident at once (0 without PDL, or with
-// GEMLITE_PDL_PREFETCH=0): the first wave, the only blocks that can start before the
-// predecessor ends, so the only ones whose prefetch before pdl_wait() can overlap it.
-inline int pdl_prefetch_blocks(const void* kernel, int block_threads, size_t smem) {
-  static const bool prefetch = [] {
-    const char* off = std::getenv("GEMLITE_PDL_PREFETCH");
-    return !(off && std::strcmp(off, "0") == 0);
-  }();
-  if (!pdl_enabled() || !prefetch) return 0;
-  int device = 0, sms = 0, per_sm = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, smem));
-  return sms * per_sm;
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization

@@ -64,7 +64,6 @@ struct GemmFpxParams {
   int K, KT, RB, M;
   int warps_n, warps_k, splits, tiles_per_split;
   bool x_vectorized;         // K % 4 == 0 and x 8-byte aligned
-  int prefetch_blocks;       // blocks below this (in launch order) pull their W into L2 before pdl_wait
 };
 
 // ---- the code layout, at compile time -------------------------------------------------
@@ -296,16 +295,10 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
   const int t_begin = blockIdx.z * p.tiles_per_split;
   const int t_end = min(p.KT, t_begin + p.tiles_per_split);
 
-  // PDL (kernels/pdl.cuh): launched while the kernel before it runs, a first-wave block
-  // pulls its row blocks' tiles of W into L2 (the first M chunk only: the others share
-  // them through L2) and only then waits for x; the next kernel may start as soon as all
-  // blocks run.
+  // PDL (kernels/pdl.cuh): launched while the kernel before it runs, a warp loads its
+  // first tiles of W (they do not depend on it) and only then waits for x; the next kernel
+  // may start as soon as all blocks run.
   pdl_launch_dependents();
-  if (lane == 0 && wk == 0 && rb < p.RB && blockIdx.x == 0 && t_begin < t_end &&
-      int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) < p.prefetch_blocks)
-    prefetch_l2(p.packed + (int64_t(rb) * p.KT + t_begin) * kTileBytes, uint32_t(t_end - t_begin) * kTileBytes);
-  pdl_wait();
-
   float acc[MT][4] = {};
   if (rb < p.RB) {
     const uint16_t* x_rows[MT];
@@ -330,7 +323,15 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
     const int t0 = t_begin + wk;
 #pragma unroll
     for (int i = 0; i < kAhead; ++i)
-      if (t0 + i * p.warps_k < t_end) load(t0 + i * p.warps_k, i);
+      if (t0 + i * p.warps_k < t_end) load_tile<EBITS, MBITS>(tiles + int64_t(t0 + i * p.warps_k) * kTileBytes, lane, words[i]);
+    pdl_wait();
+    if constexpr (kPrefetchX) {
+#pragma unroll
+      for (int i = 0; i < kAhead; ++i) {
+        const int tile = t0 + i * p.warps_k;
+        if (tile < t_end) load_x_tile<MT>(x_rows, tile * kFpxTileK + 4 * tig, p.K, full_tile(tile), xf[i]);
+      }
+    }
     for (int t = t0; t < t_end; t += p.warps_k) {
       const int ahead = t + kAhead * p.warps_k;
       if (ahead < t_end) load(ahead, kAhead);
@@ -351,6 +352,8 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
         }
       }
     }
+  } else {
+    pdl_wait();  // its threads still write outputs of the block's other row blocks
   }
 
   // C fragment of n-tile j: acc[j][0..1] = row gid, x rows 2 tig, 2 tig + 1; [2..3] = row gid + 8.
@@ -722,7 +725,6 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
     p.tiles_per_split = int(w.k_tiles);
     const dim3 grid(unsigned(m_chunks), unsigned((w.row_blocks + p.warps_n - 1) / p.warps_n), 1);
     const KernelFn kernel = pick_smem_kernel(w.ebits, w.mbits, act == DType::BF16);
-    p.prefetch_blocks = 0;
     launch_pdl("gemm_fpx_smem_kernel", kernel, grid, dim3(unsigned(p.warps_n * 32)), 2 * kSmemStageBytes, stream, p);
     return;
   }
@@ -741,7 +743,6 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
             : (total_warps > int64_t(sms) * 16 && total_warps <= int64_t(sms) * 23) ? 1 : 2;
   }
   const KernelFn kernel = pick_kernel(w.ebits, w.mbits, act == DType::BF16, s.mt, ahead);
-  p.prefetch_blocks = pdl_prefetch_blocks(reinterpret_cast<const void*>(kernel), warps * 32, smem);
   launch_pdl("gemm_fpx_kernel", kernel, grid, dim3(unsigned(warps * 32)), smem, stream, p);
 }
 

@@ -93,7 +93,6 @@ struct GemvQnParams {
   int group_shift;
   int M;
   bool x_vectorized;  // K % 4 == 0 and x 8-byte aligned: B fragments are 8-byte loads
-  int prefetch_blocks;  // blocks below this pull their weights into L2 before pdl_wait
 };
 
 // ---- bit-level helpers --------------------------------------------------------------
@@ -524,18 +523,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const GemvQnPar
   uint4 cur[2][2];
   ChunkInputs<kChunkBlocks> inputs_a, inputs_b;
 
-  // PDL (kernels/pdl.cuh): launched while the kernel before it runs, the block fetches
-  // what does not depend on it (its first tile into registers; in the first wave its 16
-  // rows of W and their scale/bias lines into L2) and only then waits for x. The next
-  // kernel may start as soon as all blocks run: its blocks take the SMs ours free.
+  // PDL (kernels/pdl.cuh): launched while the kernel before it runs, the block loads what
+  // does not depend on it (its first tile of W) and only then waits for x; the next kernel
+  // may start as soon as all blocks run, its blocks taking the SMs ours free. With
+  // gemm_fpx and gemv_dense doing the same: llama2-7b q4g64 tg128 242.7 -> 249.7 tok/s
+  // (kernels/pdl.cuh has the command and the other formats); pulling the block's whole
+  // slice of W into L2 here as well made it slower (237.4).
   pdl_launch_dependents();
   if (warp < tiles) load_tile(q0, q1, warp, cur);
-  if (int(blockIdx.x) < p.prefetch_blocks) {
-    const int64_t rows = min(int64_t(kRowsPerBlock), p.N - row_base);
-    if (threadIdx.x == 0) prefetch_l2(p.qweight + row_base * p.Kw, uint32_t(rows * p.Kw * 4));
-    for (int g = threadIdx.x; g < p.n_groups; g += blockDim.x)  // the block's 64 bytes a group
-      prefetch_l2(p.scale_bias + uint32_t(g) * p.sb_group_stride * 2 + row_base, 64);
-  }
   pdl_wait();
   if (warp < tiles) {
     prefetch_tile_inputs<BITS, SPARSE>(p, in, warp, lane);
@@ -722,7 +717,6 @@ void gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act,
   }
   warps = int(std::clamp<int64_t>(std::min<int64_t>(warps, tiles), 1, kMaxWarps));
   const KernelFn kernel = act == DType::BF16 ? pick_kernel<true>(w.bits, w.sparse) : pick_kernel<false>(w.bits, w.sparse);
-  p.prefetch_blocks = pdl_prefetch_blocks(reinterpret_cast<const void*>(kernel), warps * 32, 0);
   launch_pdl("gemv_qn_kernel", kernel, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)), 0, stream, p);
 }
 

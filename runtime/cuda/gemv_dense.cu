@@ -43,19 +43,14 @@ __device__ __forceinline__ void fma_chunk(const uint4& w, const Act* x, int64_t 
 }
 
 // PRECOND: blockDim.x = 32 * kWarpsPerBlock; vectorized => K % 8 == 0 and W, x 16-byte aligned.
-// prefetch_blocks: blocks below this pull their rows of W into L2 before pdl_wait.
 template <typename Act>
 __global__ void gemv_dense_kernel(const Act* W, const Act* x, const float* bias, Act* y, int M, int64_t N,
-                                  int64_t K, bool vectorized, int prefetch_blocks) {
+                                  int64_t K, bool vectorized) {
   const int lane = threadIdx.x % 32;
   const int64_t n = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  // PDL (kernels/pdl.cuh): launched while the kernel before it runs, a first-wave block
-  // pulls its rows of W into L2, then waits for x; the next kernel may start once all run.
+  // PDL (kernels/pdl.cuh): launched while the kernel before it runs; the next kernel may
+  // start as soon as all blocks run.
   pdl_launch_dependents();
-  if (vectorized && threadIdx.x == 0 && int(blockIdx.x) < prefetch_blocks) {
-    const int64_t rows = min(int64_t(kWarpsPerBlock), N - int64_t(blockIdx.x) * kWarpsPerBlock);
-    prefetch_l2(W + int64_t(blockIdx.x) * kWarpsPerBlock * K, uint32_t(rows * K * sizeof(Act)));
-  }
   pdl_wait();
   if (n >= N) return;
   const Act* row = W + n * K;  // [K]
@@ -98,11 +93,9 @@ void launch_gemv_dense(const void* W, const void* x, const float* bias, void* y,
   const unsigned blocks = unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
   dispatch_act(act, "gemv_dense", [&](auto tag) {
     using Act = decltype(tag);
-    const int prefetch_blocks =
-        pdl_prefetch_blocks(reinterpret_cast<const void*>(gemv_dense_kernel<Act>), 32 * kWarpsPerBlock, 0);
     launch_pdl("gemv_dense_kernel", gemv_dense_kernel<Act>, dim3(blocks), dim3(32 * kWarpsPerBlock), 0, stream,
                static_cast<const Act*>(W), static_cast<const Act*>(x), bias, static_cast<Act*>(y), M, N, K,
-               vectorized, prefetch_blocks);
+               vectorized);
   });
 }
 
