@@ -41,6 +41,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/fpx/fpx_format.h"
+#include "kernels/pdl.cuh"
 #include "runtime/error.h"
 
 namespace gemlite {
@@ -294,6 +295,10 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
   const int t_begin = blockIdx.z * p.tiles_per_split;
   const int t_end = min(p.KT, t_begin + p.tiles_per_split);
 
+  // PDL (kernels/pdl.cuh): launched while the kernel before it runs, a warp loads its
+  // first tiles of W (they do not depend on it) and only then waits for x; the next kernel
+  // may start as soon as all blocks run.
+  pdl_launch_dependents();
   float acc[MT][4] = {};
   if (rb < p.RB) {
     const uint16_t* x_rows[MT];
@@ -318,7 +323,15 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
     const int t0 = t_begin + wk;
 #pragma unroll
     for (int i = 0; i < kAhead; ++i)
-      if (t0 + i * p.warps_k < t_end) load(t0 + i * p.warps_k, i);
+      if (t0 + i * p.warps_k < t_end) load_tile<EBITS, MBITS>(tiles + int64_t(t0 + i * p.warps_k) * kTileBytes, lane, words[i]);
+    pdl_wait();
+    if constexpr (kPrefetchX) {
+#pragma unroll
+      for (int i = 0; i < kAhead; ++i) {
+        const int tile = t0 + i * p.warps_k;
+        if (tile < t_end) load_x_tile<MT>(x_rows, tile * kFpxTileK + 4 * tig, p.K, full_tile(tile), xf[i]);
+      }
+    }
     for (int t = t0; t < t_end; t += p.warps_k) {
       const int ahead = t + kAhead * p.warps_k;
       if (ahead < t_end) load(ahead, kAhead);
@@ -339,6 +352,8 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
         }
       }
     }
+  } else {
+    pdl_wait();  // its threads still write outputs of the block's other row blocks
   }
 
   // C fragment of n-tile j: acc[j][0..1] = row gid, x rows 2 tig, 2 tig + 1; [2..3] = row gid + 8.
@@ -446,8 +461,10 @@ __global__ void __launch_bounds__(256) gemm_fpx_smem_kernel(const GemmFpxParams 
 
   float acc[MT][4] = {};
   uint32_t cur[P::kWords];
-  copy_x(0, 0);
+  pdl_launch_dependents();  // PDL: the first tile of W before the wait for x
   if (active) load_tile<EBITS, MBITS>(tiles, lane, cur);
+  pdl_wait();
+  copy_x(0, 0);
   for (int t = 0; t < p.KT; ++t) {
     uint32_t next[P::kWords];
     const bool has_next = t + 1 < p.KT;
@@ -708,8 +725,7 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
     p.tiles_per_split = int(w.k_tiles);
     const dim3 grid(unsigned(m_chunks), unsigned((w.row_blocks + p.warps_n - 1) / p.warps_n), 1);
     const KernelFn kernel = pick_smem_kernel(w.ebits, w.mbits, act == DType::BF16);
-    kernel<<<grid, dim3(unsigned(p.warps_n * 32)), 2 * kSmemStageBytes, stream>>>(p);
-    CHECK_LAST_LAUNCH("gemm_fpx_smem_kernel");
+    launch_pdl("gemm_fpx_smem_kernel", kernel, grid, dim3(unsigned(p.warps_n * 32)), 2 * kSmemStageBytes, stream, p);
     return;
   }
   const int warps = s.warps_n * s.warps_k;
@@ -727,8 +743,7 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
             : (total_warps > int64_t(sms) * 16 && total_warps <= int64_t(sms) * 23) ? 1 : 2;
   }
   const KernelFn kernel = pick_kernel(w.ebits, w.mbits, act == DType::BF16, s.mt, ahead);
-  kernel<<<grid, dim3(unsigned(warps * 32)), smem, stream>>>(p);
-  CHECK_LAST_LAUNCH("gemm_fpx_kernel");
+  launch_pdl("gemm_fpx_kernel", kernel, grid, dim3(unsigned(warps * 32)), smem, stream, p);
 }
 
 }  // namespace gemlite

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cuda_check.h"
+#include "kernels/pdl.cuh"
 #include "runtime/cuda/act_type.cuh"
 #include "runtime/cuda/ops.h"
 
@@ -28,6 +29,7 @@ __device__ __forceinline__ Best better(Best a, Best b) {
 // PRECOND: one block of kArgmaxThreads threads.
 template <typename Act>
 __global__ void argmax_kernel(const Act* x, int64_t n, int* index) {
+  pdl_launch_dependents();
   __shared__ Best per_warp[kArgmaxThreads / 32];
   Best best{-INFINITY, -1};
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {

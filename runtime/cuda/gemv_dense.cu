@@ -9,6 +9,7 @@
 // in fp32 and the warp reduces with shuffles. Rows whose K is not a multiple of 8, or
 // pointers not 16-byte aligned, take a scalar loop instead.
 #include "kernels/cuda_check.h"
+#include "kernels/pdl.cuh"
 #include "kernels/qn/gemv_qn.h"
 #include "runtime/cuda/act_type.cuh"
 #include "runtime/cuda/ops.h"
@@ -47,6 +48,10 @@ __global__ void gemv_dense_kernel(const Act* W, const Act* x, const float* bias,
                                   int64_t K, bool vectorized) {
   const int lane = threadIdx.x % 32;
   const int64_t n = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  // PDL (kernels/pdl.cuh): launched while the kernel before it runs; the next kernel may
+  // start as soon as all blocks run.
+  pdl_launch_dependents();
+  pdl_wait();
   if (n >= N) return;
   const Act* row = W + n * K;  // [K]
   float acc[kGemvMaxM] = {};
@@ -88,9 +93,9 @@ void launch_gemv_dense(const void* W, const void* x, const float* bias, void* y,
   const unsigned blocks = unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
   dispatch_act(act, "gemv_dense", [&](auto tag) {
     using Act = decltype(tag);
-    gemv_dense_kernel<Act><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(
-        static_cast<const Act*>(W), static_cast<const Act*>(x), bias, static_cast<Act*>(y), M, N, K, vectorized);
-    CHECK_LAST_LAUNCH("gemv_dense_kernel");
+    launch_pdl("gemv_dense_kernel", gemv_dense_kernel<Act>, dim3(blocks), dim3(32 * kWarpsPerBlock), 0, stream,
+               static_cast<const Act*>(W), static_cast<const Act*>(x), bias, static_cast<Act*>(y), M, N, K,
+               vectorized);
   });
 }
 
