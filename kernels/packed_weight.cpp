@@ -103,6 +103,8 @@ std::optional<PackedWeight> concat_rows(const std::vector<const PackedWeight*>& 
     int64_t row = 0;
     for (const PackedWeight* w : parts) {
       const auto it = w->parts.find("bias");
+      if (it != w->parts.end() && (it->second.dtype != DType::F32 || it->second.numel() != w->rows))
+        return std::nullopt;
       if (it != w->parts.end()) std::memcpy(bias.mutable_as<float>() + row, it->second.data, it->second.nbytes());
       row += w->rows;
     }

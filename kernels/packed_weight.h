@@ -48,8 +48,8 @@ std::vector<PartSpec> expected_parts(const WeightFormat& format, int64_t rows, i
 // Every format stores its tensors row after row (FPX in blocks of kFpxTileRows rows), so
 // this is a concatenation of each tensor along its first dimension; a missing "bias"
 // becomes zeros when another part has one. Nothing when the parts cannot be stacked
-// exactly: different formats, dtypes or K, or an FPX part before the last whose N is not
-// a multiple of 16 (its padded rows would land inside the result).
+// exactly: different formats, dtypes or K, tensors of the wrong shape, or an FPX part
+// before the last whose N is not a multiple of 16 (its padded rows would land inside).
 // Used to run q/k/v and gate/up as one launch each (runtime/fused_linear.h).
 std::optional<PackedWeight> concat_rows(const std::vector<const PackedWeight*>& parts);
 

@@ -15,10 +15,7 @@ LlamaModel::LlamaModel(const PackedCheckpoint& ckpt, Backend& backend, int conte
   rope_inv_freq_ = backend.upload(HostTensor::copy_of(DType::F32, {int64_t(inv_freq.size())}, inv_freq.data()));
   embedding_ = backend.upload(ckpt.embedding);
   final_norm_ = backend.upload(ckpt.final_norm);
-  lm_head_ = backend.make_linear(ckpt.lm_head);
   if (context <= 0) context = c.max_seq_len;
-  kv_cache_ = backend.make_kv_cache(c.n_layers, context, c.kv_dim());
-
   if (max_chunk < 1) throw Error("max_chunk must be >= 1");
   max_chunk_ = std::min({max_chunk, context, backend.max_step_tokens()});
   const int rows = max_chunk_;
@@ -34,6 +31,8 @@ LlamaModel::LlamaModel(const PackedCheckpoint& ckpt, Backend& backend, int conte
     layer.down = backend.make_linear(packed.down);
     layers_.push_back(std::move(layer));
   }
+  lm_head_ = backend.make_linear(ckpt.lm_head);
+  kv_cache_ = backend.make_kv_cache(c.n_layers, context, c.kv_dim());
   workspace_.x = backend.alloc(rows, c.dim);
   workspace_.h = backend.alloc(rows, c.dim);
   workspace_.qkv = backend.alloc(rows, c.q_dim() + 2 * c.kv_dim());

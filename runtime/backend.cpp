@@ -1,5 +1,7 @@
 #include "runtime/backend.h"
 
+#include <string>
+
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
 #ifdef GEMLITE_WITH_CUDA
@@ -7,6 +9,33 @@
 #endif
 
 namespace gemlite {
+
+namespace {
+std::string shape_of(const Tensor& t) {
+  return "[" + std::to_string(t.rows) + ", " + std::to_string(t.cols) + "] " + dtype_name(t.dtype);
+}
+}  // namespace
+
+void check_attention_shapes(const Tensor& qkv, const AttentionShape& shape, const Tensor& out) {
+  const int64_t q_dim = int64_t(shape.n_heads) * shape.head_dim;
+  if (qkv.cols != q_dim + 2 * int64_t(shape.n_kv_heads) * shape.head_dim || out.rows != qkv.rows ||
+      out.cols != q_dim || out.dtype != qkv.dtype)
+    throw Error("attention: qkv " + shape_of(qkv) + " and out " + shape_of(out) + " for " +
+                std::to_string(shape.n_heads) + " heads / " + std::to_string(shape.n_kv_heads) + " kv heads x " +
+                std::to_string(shape.head_dim));
+}
+
+void check_silu_mul_shapes(const Tensor& gate_up, const Tensor& out) {
+  if (gate_up.cols != 2 * out.cols || gate_up.rows != out.rows || gate_up.dtype != out.dtype)
+    throw Error("silu_mul: gate_up " + shape_of(gate_up) + " and out " + shape_of(out) +
+                " (expected [T, 2h] and [T, h])");
+}
+
+void check_copy_columns_shapes(const Tensor& src, const Tensor& dst, int64_t col0) {
+  if (col0 < 0 || col0 + src.cols > dst.cols || src.rows != dst.rows || src.dtype != dst.dtype)
+    throw Error("copy_columns: src " + shape_of(src) + " into dst " + shape_of(dst) + " at column " +
+                std::to_string(col0));
+}
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options) {
   if (name == "cpu") return make_cpu_backend();

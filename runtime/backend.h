@@ -60,7 +60,7 @@ class Backend {
   virtual Tensor alloc(int64_t rows, int64_t cols) = 0;  // activation dtype, uninitialised
   virtual std::unique_ptr<QuantLinear> make_linear(const PackedWeight& weight) = 0;
   // One QuantLinear over `weights` stacked along N (concat_rows): y [M, sum N_i]. Null when
-  // they cannot be stacked (mixed formats). The CPU computes over the stacked host copy;
+  // they cannot be stacked (see concat_rows). The CPU computes over a stacked host copy;
   // the CUDA backend uploads it and keeps only the checkpoint's views.
   virtual std::unique_ptr<QuantLinear> make_stacked_linear(const std::vector<const PackedWeight*>& weights) {
     const std::optional<PackedWeight> stacked = concat_rows(weights);
@@ -109,6 +109,11 @@ class Backend {
   }
   virtual void synchronize() {}
 };
+
+// The shape checks both backends make before an op (Error naming the op and the shapes).
+void check_attention_shapes(const Tensor& qkv, const AttentionShape& shape, const Tensor& out);
+void check_silu_mul_shapes(const Tensor& gate_up, const Tensor& out);
+void check_copy_columns_shapes(const Tensor& src, const Tensor& dst, int64_t col0);
 
 // "cpu" or "cuda"; throws Error for unknown names or a build without CUDA.
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options = {});

@@ -1,9 +1,13 @@
 #include "runtime/fused_linear.h"
 
+#include <string>
+
+#include "runtime/error.h"
+
 namespace gemlite {
 
 FusedLinear::FusedLinear(const std::vector<const PackedWeight*>& weights, Backend& backend, int max_rows)
-    : backend_(backend) {
+    : backend_(backend), max_rows_(max_rows) {
   for (const PackedWeight* w : weights) out_features_ += w->rows;
   stacked_ = backend.make_stacked_linear(weights);
   if (stacked_) return;
@@ -14,6 +18,10 @@ FusedLinear::FusedLinear(const std::vector<const PackedWeight*>& weights, Backen
 }
 
 void FusedLinear::forward(const Tensor& x, Tensor& y) const {
+  if (y.cols != out_features_ || y.rows != x.rows || (!stacked_ && x.rows > max_rows_))
+    throw Error("fused linear: x [" + std::to_string(x.rows) + ", " + std::to_string(x.cols) + "] -> y [" +
+                std::to_string(y.rows) + ", " + std::to_string(y.cols) + "] (expected " +
+                std::to_string(out_features_) + " columns, at most " + std::to_string(max_rows_) + " rows)");
   if (stacked_) {
     stacked_->forward(x, y);
     return;

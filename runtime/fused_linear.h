@@ -5,8 +5,9 @@
 // QuantLinear over the stacked weights (concat_rows), they are one launch instead of three
 // (two), and the larger N fills the GPU better: a batch-1 GEMV of N = 4096 takes ~10.7 us of
 // which ~2.9 us move its bytes (H100, Llama-2-7B q4g64, ncu). Where the weights cannot be
-// stacked (gemlite-quantize overrides that give q, k, v different formats), each runs on
-// its own into a scratch tensor that is then copied into its columns of y.
+// stacked (different formats from gemlite-quantize overrides, or an fp6/fp5 part before the
+// last whose rows do not fill its 16-row blocks), each runs on its own into a scratch
+// tensor [max_rows, N_i] (per FusedLinear: per layer) that is then copied into its columns.
 #include <memory>
 #include <vector>
 
@@ -27,6 +28,7 @@ class FusedLinear {
 
  private:
   Backend& backend_;
+  int max_rows_;
   int64_t out_features_ = 0;
   std::unique_ptr<QuantLinear> stacked_;
   std::vector<std::unique_ptr<QuantLinear>> separate_;  // when not stacked

@@ -79,12 +79,13 @@ run() {
 
   if [ -n "${GEMLITE_GPU_PROFILE:-}" ]; then
     read -r model format <<<"$GEMLITE_GPU_PROFILE"
-    # Eager (GEMLITE_NO_GRAPH=1: the same kernels, each its own launch for ncu). The bench
-    # runs one warm-up and one timed pass of each test; the ranges skip the model's load.
+    # Eager (GEMLITE_NO_GRAPH=1: the same kernels, each its own launch for ncu; ncu runs them
+    # one at a time, so PDL's overlap does not show). The bench runs one warm-up and one
+    # timed pass of each test; ncu_summary divides by the forwards it saw (embeddings).
     local bench=("$dir"/gemlite-bench --device cuda --synthetic "$model" -f "$format" -r 1)
     echo "== profile: decode step of $model $format (ncu, per kernel)"
     GEMLITE_NO_GRAPH=1 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-      --launch-skip 3000 --launch-count 3000 "${bench[@]}" -p 0 -n 32 >"$out/ncu-decode.csv" 2>"$out/ncu.log" || status=1
+      "${bench[@]}" -p 0 -n 8 >"$out/ncu-decode.csv" 2>"$out/ncu.log" || status=1
     python3 scripts/ncu_summary.py "$out/ncu-decode.csv" | head -16 || true
     echo "== profile: 512-token prefill of $model $format (ncu, per kernel)"
     GEMLITE_NO_GRAPH=1 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \

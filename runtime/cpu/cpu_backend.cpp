@@ -17,7 +17,9 @@ class CpuLinear final : public QuantLinear {
   }
 
  private:
-  PackedWeight weight_;  // views the checkpoint's mapping; nothing is copied
+  // Views the checkpoint's mapping, except a stacked q/k/v or gate/up weight
+  // (make_stacked_linear), which owns its host copy.
+  PackedWeight weight_;
 };
 
 class CpuKVCache final : public KVCache {
@@ -120,11 +122,13 @@ class CpuBackend final : public Backend {
 
   void attention(KVCache& kv, int layer, Tensor& qkv, const Tensor& inv_freq, const AttentionShape& shape,
                  Tensor& out) override {
+    check_attention_shapes(qkv, shape, out);
     rope(qkv, shape, inv_freq);
     attend(kv, layer, qkv, shape, out);
   }
 
   void silu_mul(const Tensor& gate_up, Tensor& out) override {
+    check_silu_mul_shapes(gate_up, out);
     const int64_t h = out.cols;
 #pragma omp parallel for
     for (int64_t t = 0; t < out.rows; ++t) {
@@ -136,6 +140,7 @@ class CpuBackend final : public Backend {
   }
 
   void copy_columns(const Tensor& src, Tensor& dst, int64_t col0) override {
+    check_copy_columns_shapes(src, dst, col0);
     for (int64_t t = 0; t < src.rows; ++t)
       std::memcpy(dst.as<float>() + t * dst.cols + col0, src.as<float>() + t * src.cols, src.cols * sizeof(float));
   }

@@ -28,7 +28,7 @@ constexpr int kChunk = kAttentionThreads;  // positions scored per round: one pe
 template <typename Act>
 __global__ void rope_store_kernel(Act* qkv, int64_t qkv_stride, Act* key_cache, Act* value_cache, const int* pos0,
                                   const float* inv_freq, int n_heads, int n_kv_heads, int head_dim) {
-  pdl_launch_dependents();  // the GEMV after this one may start (kernels/pdl.cuh)
+  pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
   const int64_t t = blockIdx.x;
   const int j = int(blockIdx.y * blockDim.x + threadIdx.x);
   const int pos = *pos0 + int(t), half = head_dim / 2, q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
@@ -77,7 +77,7 @@ template <typename Act>
 __global__ void attention_kernel(const Act* key_cache, const Act* value_cache, const Act* q, int64_t q_stride,
                                  const int* pos0, int n_heads, int group, int head_dim, int kv_dim, float scale,
                                  Act* out) {
-  pdl_launch_dependents();  // the GEMV after this one may start (kernels/pdl.cuh)
+  pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
   __shared__ float query[kAttentionThreads];    // [hd]
   __shared__ float weights[kChunk];             // [chunk] exp(score - running max)
   __shared__ float partial[kAttentionThreads];  // [n_lanes, hd] per-lane sums

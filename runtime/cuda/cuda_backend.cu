@@ -153,6 +153,7 @@ class CudaBackend final : public Backend {
 
   void attention(KVCache& kv, int layer, Tensor& qkv, const Tensor& inv_freq, const AttentionShape& shape,
                  Tensor& out) override {
+    check_attention_shapes(qkv, shape, out);
     auto& cache = static_cast<CudaKVCache&>(kv);
     launch_attention(cache.layer_slice(cache.keys, layer), cache.layer_slice(cache.values, layer), step_pos0(),
                      inv_freq.as<float>(), qkv.data, qkv.rows, shape.n_heads, shape.n_kv_heads, shape.head_dim,
@@ -160,10 +161,12 @@ class CudaBackend final : public Backend {
   }
 
   void silu_mul(const Tensor& gate_up, Tensor& out) override {
+    check_silu_mul_shapes(gate_up, out);
     launch_silu_mul(gate_up.data, out.rows, out.cols, out.data, out.dtype, ctx_->stream);
   }
 
   void copy_columns(const Tensor& src, Tensor& dst, int64_t col0) override {
+    check_copy_columns_shapes(src, dst, col0);
     const size_t element = dtype_size(src.dtype);
     CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(dst.data) + col0 * element, dst.cols * element, src.data,
                                  src.cols * element, src.cols * element, src.rows, cudaMemcpyDeviceToDevice,

@@ -26,7 +26,7 @@ unsigned grid_for(int64_t n) { return unsigned(std::max<int64_t>(1, std::min<int
 // PRECOND: grid (T, ceil(dim / blockDim.x)), table_dtype F32/F16/BF16 (checked by the launcher).
 template <typename Act>
 __global__ void embed_kernel(const void* table, DType table_dtype, const int* ids, int64_t dim, Act* out) {
-  pdl_launch_dependents();  // the GEMV after this one may start (kernels/pdl.cuh)
+  pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
   const int64_t i = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (i >= dim) return;
   const int64_t at = int64_t(ids[blockIdx.x]) * dim + i;
@@ -46,7 +46,7 @@ constexpr int kNormThreads = 1024;
 template <typename Act, int PER_THREAD>
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(Act* x, const Act* y, const float* weight, float eps,
                                                                int64_t d, Act* out) {
-  pdl_launch_dependents();  // the GEMV after this one may start (kernels/pdl.cuh)
+  pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
   Act* row = x + blockIdx.x * d;                      // [d]
   const Act* add = y ? y + blockIdx.x * d : nullptr;  // [d] or null
   Act* dst = out + blockIdx.x * d;                    // [d]
@@ -96,7 +96,7 @@ void launch_rmsnorm_kernel(Act* x, const Act* y, const float* weight, float eps,
 // PRECOND: n = T * h.
 template <typename Act>
 __global__ void silu_mul_kernel(const Act* gate_up, int64_t h, int64_t n, Act* out) {
-  pdl_launch_dependents();  // the GEMV after this one may start (kernels/pdl.cuh)
+  pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / h, c = i % h;
     const float g = to_float(gate_up[t * 2 * h + c]);
@@ -106,14 +106,14 @@ __global__ void silu_mul_kernel(const Act* gate_up, int64_t h, int64_t n, Act* o
 
 template <typename Act>
 __global__ void add_bias_kernel(Act* y, const float* bias, int64_t n, int64_t N) {
-  pdl_launch_dependents();  // the GEMV after this one may start (kernels/pdl.cuh)
+  pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = from_float<Act>(to_float(y[i]) + bias[i % N]);
 }
 
 template <typename Act>
 __global__ void to_f32_kernel(const Act* x, float* out, int64_t n) {
-  pdl_launch_dependents();  // the GEMV after this one may start (kernels/pdl.cuh)
+  pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = to_float(x[i]);
 }

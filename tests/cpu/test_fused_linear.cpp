@@ -10,6 +10,7 @@
 
 #include "kernels/packed_weight.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/error.h"
 #include "runtime/fused_linear.h"
 
 namespace gemlite {
@@ -122,6 +123,29 @@ TEST(FusedLinear, EqualsThePartsSideBySideStackedOrNot) {
     const std::vector<float> expected = side_by_side(parts, x_values, M);
     EXPECT_EQ(std::vector<float>(y.as<float>(), y.as<float>() + M * 80), expected);
   }
+}
+
+TEST(FusedLinear, WrongShapesAreErrorsNotOverruns) {
+  std::mt19937 rng(24);
+  const PackedWeight a = random_weight(16, 32, "q4g32", rng), b = random_weight(16, 32, "q8", rng);
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  const FusedLinear fused({&a, &b}, *backend, /*max_rows=*/2);  // mixed: scratch of 2 rows
+  Tensor x = backend->alloc(3, 32), y = backend->alloc(3, 32), narrow = backend->alloc(2, 31);
+  EXPECT_THROW(fused.forward(x, y), Error);                        // more rows than the scratch
+  EXPECT_THROW(fused.forward(x.slice_rows(0, 2), narrow), Error);  // y has 31 columns, not 32
+}
+
+TEST(BackendOps, FusedLayoutShapesAreChecked) {
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  Tensor gate_up = backend->alloc(2, 10), out = backend->alloc(2, 4);
+  EXPECT_THROW(backend->silu_mul(gate_up, out), Error);  // 10 != 2 * 4
+  Tensor src = backend->alloc(2, 3), dst = backend->alloc(2, 5);
+  EXPECT_THROW(backend->copy_columns(src, dst, 3), Error);  // columns 3..5 of 5
+  EXPECT_NO_THROW(backend->copy_columns(src, dst, 2));
+  std::unique_ptr<KVCache> cache = backend->make_kv_cache(1, 4, 8);
+  backend->set_step({1}, 0);
+  Tensor qkv = backend->alloc(1, 16 + 2 * 8), attn = backend->alloc(1, 16);
+  EXPECT_THROW(backend->attention(*cache, 0, qkv, backend->alloc(1, 2), AttentionShape{2, 1, 4}, attn), Error);
 }
 
 }  // namespace
