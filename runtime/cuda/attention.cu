@@ -1,5 +1,5 @@
-// Causal grouped-query attention over the KV cache (fp16 or bf16), one block per (head, token), fp32
-// math like runtime/cpu/cpu_backend.cpp. The context can be thousands of positions, so
+// RoPE + KV store, and causal grouped-query attention over the KV cache (fp16 or bf16) one
+// block per (head, token) for decode and short chunks, fp32 math like runtime/cpu/cpu_backend.cpp. The context can be thousands of positions, so
 // positions go through in chunks of kAttentionThreads with an online softmax (running max
 // and sum, the accumulator rescaled per chunk): nothing per position is kept beyond a chunk.
 #include "runtime/cuda/ops.h"
@@ -144,8 +144,26 @@ __global__ void attention_kernel(const Act* key_cache, const Act* value_cache, c
 
 }  // namespace
 
-void launch_attention(void* key_cache, void* value_cache, const int* pos0, const float* inv_freq, void* qkv,
-                      int64_t T, int n_heads, int n_kv_heads, int head_dim, void* out, DType act, cudaStream_t stream) {
+void launch_rope_store(void* key_cache, void* value_cache, const int* pos0, const float* inv_freq, void* qkv,
+                       int64_t T, int n_heads, int n_kv_heads, int head_dim, DType act, cudaStream_t stream) {
+  if (head_dim < 2 || head_dim % 2 != 0)
+    throw Error("cuda rope: head_dim " + std::to_string(head_dim) + " (need an even head_dim)");
+  const int kv_dim = n_kv_heads * head_dim;
+  const int64_t qkv_stride = int64_t(n_heads + 2 * n_kv_heads) * head_dim;
+  constexpr int kRopeThreads = 128;
+  const int rope_work = std::max((n_heads + n_kv_heads) * (head_dim / 2), kv_dim);  // threads per token
+  const dim3 rope_grid(unsigned(T), unsigned((rope_work + kRopeThreads - 1) / kRopeThreads));
+  dispatch_act(act, "rope", [&](auto tag) {
+    using Act = decltype(tag);
+    rope_store_kernel<Act><<<rope_grid, kRopeThreads, 0, stream>>>(
+        static_cast<Act*>(qkv), qkv_stride, static_cast<Act*>(key_cache), static_cast<Act*>(value_cache), pos0,
+        inv_freq, n_heads, n_kv_heads, head_dim);
+    CHECK_LAST_LAUNCH("rope_store_kernel");
+  });
+}
+
+void launch_attention(const void* key_cache, const void* value_cache, const int* pos0, const void* qkv, int64_t T,
+                      int n_heads, int n_kv_heads, int head_dim, void* out, DType act, cudaStream_t stream) {
   if (head_dim < 2 || head_dim % 2 != 0 || head_dim > kAttentionThreads || n_kv_heads < 1 || n_heads % n_kv_heads != 0)
     throw Error("cuda attention: head_dim " + std::to_string(head_dim) + " with " + std::to_string(n_heads) +
                 " heads / " + std::to_string(n_kv_heads) + " kv heads (need head_dim <= " +
@@ -155,19 +173,11 @@ void launch_attention(void* key_cache, void* value_cache, const int* pos0, const
   if (T * n_heads > (int64_t(1) << 31) - 1) throw Error("cuda attention: " + std::to_string(T) + " tokens x " +
                                                        std::to_string(n_heads) + " heads exceed the grid");
   const float scale = 1.0f / std::sqrt(float(head_dim));
-  constexpr int kRopeThreads = 128;
-  const int rope_work = std::max((n_heads + n_kv_heads) * (head_dim / 2), kv_dim);  // threads per token
-  const dim3 rope_grid(unsigned(T), unsigned((rope_work + kRopeThreads - 1) / kRopeThreads));
   dispatch_act(act, "attention", [&](auto tag) {
     using Act = decltype(tag);
-    Act* rows = static_cast<Act*>(qkv);  // [T, q_dim + 2 kv_dim]
-    rope_store_kernel<Act><<<rope_grid, kRopeThreads, 0, stream>>>(rows, qkv_stride, static_cast<Act*>(key_cache),
-                                                                   static_cast<Act*>(value_cache), pos0, inv_freq,
-                                                                   n_heads, n_kv_heads, head_dim);
-    CHECK_LAST_LAUNCH("rope_store_kernel");
     attention_kernel<Act><<<unsigned(T * n_heads), kAttentionThreads, 0, stream>>>(
-        static_cast<const Act*>(key_cache), static_cast<const Act*>(value_cache), rows, qkv_stride, pos0, n_heads,
-        n_heads / n_kv_heads, head_dim, kv_dim, scale, static_cast<Act*>(out));
+        static_cast<const Act*>(key_cache), static_cast<const Act*>(value_cache), static_cast<const Act*>(qkv),
+        qkv_stride, pos0, n_heads, n_heads / n_kv_heads, head_dim, kv_dim, scale, static_cast<Act*>(out));
     CHECK_LAST_LAUNCH("attention_kernel");
   });
 }

@@ -8,6 +8,7 @@
 #include "runtime/cuda/cuda_context.h"
 #include "runtime/cuda/cuda_linear.h"
 #include "runtime/cuda/ops.h"
+#include "runtime/cuda/prefill_attention.h"
 #include "runtime/error.h"
 
 namespace gemlite {
@@ -58,7 +59,7 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& options)
       : ctx_(std::make_shared<CudaContext>()), act_(options.activations), graphs_(options.graphs),
-        step_host_(1 + kMaxStepTokens), argmax_host_(1) {
+        step_host_(1 + kMaxStepTokens), argmax_host_(1), prefill_attention_(ctx_, act_) {
     if (act_ != DType::F16 && act_ != DType::BF16)
       throw Error(std::string("cuda backend: activations of type ") + dtype_name(act_) + " (expected F16 or BF16)");
     step_device_ = device_tensor(ctx_, DType::I32, 1, 1 + kMaxStepTokens);  // [pos0, ids...]
@@ -132,6 +133,7 @@ class CudaBackend final : public Backend {
                                cudaMemcpyHostToDevice, ctx_->stream));
     CUDA_CHECK(cudaEventRecord(step_copied_, ctx_->stream));
     step_tokens_ = int(ids.size());
+    step_pos0_host_ = pos0;
   }
   int max_step_tokens() const override { return kMaxStepTokens; }
 
@@ -151,13 +153,23 @@ class CudaBackend final : public Backend {
     launch_add_rmsnorm(x.data, y.data, weight.as<float>(), eps, x.rows, x.cols, out.data, x.dtype, ctx_->stream);
   }
 
+  // RoPE + KV store, then attention: long chunks (prefill) on tensor cores, decode and
+  // short chunks with the kernel that reads the position from device memory (graphs).
   void attention(KVCache& kv, int layer, Tensor& qkv, const Tensor& inv_freq, const AttentionShape& shape,
                  Tensor& out) override {
     check_attention_shapes(qkv, shape, out);
     auto& cache = static_cast<CudaKVCache&>(kv);
-    launch_attention(cache.layer_slice(cache.keys, layer), cache.layer_slice(cache.values, layer), step_pos0(),
-                     inv_freq.as<float>(), qkv.data, qkv.rows, shape.n_heads, shape.n_kv_heads, shape.head_dim,
-                     out.data, qkv.dtype, ctx_->stream);
+    void* keys = cache.layer_slice(cache.keys, layer);
+    void* values = cache.layer_slice(cache.values, layer);
+    launch_rope_store(keys, values, step_pos0(), inv_freq.as<float>(), qkv.data, qkv.rows, shape.n_heads,
+                      shape.n_kv_heads, shape.head_dim, qkv.dtype, ctx_->stream);
+    if (qkv.rows >= kPrefillAttentionMinTokens && !capturing()) {
+      prefill_attention_.run(keys, values, step_pos0_host_, qkv.data, qkv.cols, qkv.rows, shape.n_heads,
+                             shape.n_kv_heads, shape.head_dim, out.data);
+    } else {
+      launch_attention(keys, values, step_pos0(), qkv.data, qkv.rows, shape.n_heads, shape.n_kv_heads,
+                       shape.head_dim, out.data, qkv.dtype, ctx_->stream);
+    }
   }
 
   void silu_mul(const Tensor& gate_up, Tensor& out) override {
@@ -189,6 +201,11 @@ class CudaBackend final : public Backend {
 
  private:
   const int* step_pos0() const { return step_device_.as<int>(); }
+  bool capturing() const {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(ctx_->stream, &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
   const int* step_ids() const { return step_device_.as<int>() + 1; }
 
   std::unique_ptr<CapturedOps> capture(const std::function<void()>& ops) {
@@ -215,10 +232,12 @@ class CudaBackend final : public Backend {
   PinnedArray<int> step_host_;        // [1 + kMaxStepTokens] pos0, then the step's ids
   Tensor step_device_;                // [1, 1 + kMaxStepTokens] I32: the same on the device
   int step_tokens_ = 0;               // T of the current step
+  int step_pos0_host_ = 0;            // pos0 of the current step (eager prefill attention)
   cudaEvent_t step_copied_ = nullptr; // recorded after the last step's host -> device copy
   PinnedArray<int> argmax_host_;      // [1]
   Tensor argmax_device_;              // [1, 1] I32
   Tensor f32_scratch_;                // [1, n] F32 for copy_to_host, grown on demand
+  PrefillAttention prefill_attention_;
 };
 
 }  // namespace

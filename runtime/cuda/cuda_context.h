@@ -28,6 +28,9 @@ struct CudaContext {
   void* cublas_workspace = nullptr;
 };
 
+// cuBLAS's name for an activation type (F16 or BF16).
+inline cudaDataType_t cublas_type(DType act) { return act == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F; }
+
 // Throws Error("out of GPU memory: <what> needs X MiB, Y MiB free of Z MiB") when `bytes`
 // cannot be had; for allocations made outside device_alloc (cudaMalloc in kernels/).
 void require_device_memory(size_t bytes, const std::string& what);

@@ -14,8 +14,6 @@
 namespace gemlite {
 namespace {
 
-cudaDataType_t cublas_type(DType act) { return act == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F; }
-
 class CudaLinear final : public QuantLinear {
  public:
   // `weight` is what runs: `sources` stacked along N (concat_rows), or the one source.

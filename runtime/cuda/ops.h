@@ -41,15 +41,19 @@ void launch_argmax(const void* x, int64_t n, int* index, DType act, cudaStream_t
 
 // qkv [T, (n_heads + 2 n_kv) hd] (act) holds each token's q, k, v side by side. Rotates
 // q (in place) and k by RoPE (pairs (i, i + hd/2), angle float(*pos0 + t) * inv_freq[i],
-// inv_freq [hd/2] F32), stores the rotated k and v at positions *pos0.. of the layer's
-// slices of key_cache / value_cache [capacity, n_kv*hd] (act), then causal attention of q
-// over positions [0, *pos0 + t] -> out [T, n_heads*hd]. pos0 [1] is device memory; the
-// grid depends on T and the shape only, not on the position. Two launches: RoPE + store,
-// attention.
+// inv_freq [hd/2] F32) and stores the rotated k and v at positions *pos0.. of the layer's
+// slices of key_cache / value_cache [capacity, n_kv*hd] (act). pos0 [1] is device memory;
+// the grid depends on T and the shape only, not on the position (graph replays).
+void launch_rope_store(void* key_cache, void* value_cache, const int* pos0, const float* inv_freq, void* qkv,
+                       int64_t T, int n_heads, int n_kv_heads, int head_dim, DType act, cudaStream_t stream);
+
+// Causal attention of the (rotated) q in qkv over positions [0, *pos0 + t] of the caches
+// -> out [T, n_heads*hd]: one block per (head, token). For decode and short chunks;
+// PrefillAttention (prefill_attention.h) runs long chunks on tensor cores.
 // Precondition (checked, Error): head_dim <= kAttentionThreads, even, n_heads % n_kv_heads == 0.
 constexpr int kAttentionThreads = 256;
-void launch_attention(void* key_cache, void* value_cache, const int* pos0, const float* inv_freq, void* qkv,
-                      int64_t T, int n_heads, int n_kv_heads, int head_dim, void* out, DType act, cudaStream_t stream);
+void launch_attention(const void* key_cache, const void* value_cache, const int* pos0, const void* qkv, int64_t T,
+                      int n_heads, int n_kv_heads, int head_dim, void* out, DType act, cudaStream_t stream);
 
 // out [N, K] (act) = the dequantized qN weight: qweight [N, Kw] as on the checkpoint
 // (kernels/qn/qn_format.h), scales / zeros [N, ceil(K / group_size)] fp16 bits;

@@ -1,0 +1,103 @@
+#include "runtime/cuda/prefill_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/cuda_check.h"
+#include "kernels/pdl.cuh"
+#include "runtime/cuda/act_type.cuh"
+#include "runtime/error.h"
+
+namespace gemlite {
+namespace {
+
+constexpr int kSoftmaxThreads = 256;
+
+// One block per row of S [rows, n_pos] (row r: query token t = r % tile of its head,
+// global position pos0 + t0 + t): P = softmax over positions [0, pos0 + t0 + t], zero
+// past them (the causal mask; P·v runs over all n_pos columns). fp32 like the CPU.
+// Three passes over the row (max, sum, write): it is read from L2, where the GEMM left it.
+template <typename Act>
+__global__ void causal_softmax_kernel(const float* scores, Act* probs, int tile, int n_pos, int first_position) {
+  pdl_launch_dependents();
+  const int64_t row = blockIdx.x;
+  const int n_valid = first_position + int(row % tile) + 1;
+  const float* s = scores + row * n_pos;  // [n_pos]
+  Act* p = probs + row * n_pos;           // [n_pos]
+  float max_score = -INFINITY;
+  for (int i = threadIdx.x; i < n_valid; i += blockDim.x) max_score = fmaxf(max_score, s[i]);
+  max_score = block_reduce(max_score, MaxOp{});
+  float sum = 0;
+  for (int i = threadIdx.x; i < n_valid; i += blockDim.x) sum += expf(s[i] - max_score);
+  const float inv_sum = 1.0f / block_reduce(sum, SumOp{});
+  for (int i = threadIdx.x; i < n_pos; i += blockDim.x)
+    p[i] = from_float<Act>(i < n_valid ? expf(s[i] - max_score) * inv_sum : 0.0f);
+}
+
+}  // namespace
+
+PrefillAttention::PrefillAttention(std::shared_ptr<CudaContext> ctx, DType act, size_t max_scratch_bytes)
+    : ctx_(std::move(ctx)), act_(act), max_scratch_bytes_(max_scratch_bytes) {}
+
+void PrefillAttention::reserve(size_t bytes) {
+  if (bytes <= scratch_bytes_) return;
+  scratch_ = device_alloc(ctx_, bytes, "the prefill attention's scores");
+  scratch_bytes_ = bytes;
+}
+
+void PrefillAttention::run(const void* key_cache, const void* value_cache, int pos0, const void* qkv,
+                           int64_t qkv_stride, int64_t T, int n_heads, int n_kv_heads, int head_dim, void* out) {
+  if (T < 1 || n_kv_heads < 1 || n_heads % n_kv_heads != 0)
+    throw Error("cuda prefill attention: " + std::to_string(T) + " tokens, " + std::to_string(n_heads) + " heads / " +
+                std::to_string(n_kv_heads) + " kv heads");
+  const int group = n_heads / n_kv_heads, kv_dim = n_kv_heads * head_dim, out_stride = n_heads * head_dim;
+  const size_t act_bytes = dtype_size(act_);
+  // A query row of every head needs n_pos scores and probabilities; the last tile sees
+  // the longest context, so every tile fits the scratch sized for it.
+  const int64_t max_positions = pos0 + T;
+  const size_t row_bytes = size_t(n_heads) * size_t(max_positions) * (sizeof(float) + act_bytes);
+  int64_t tile = std::max<int64_t>(1, std::min<int64_t>(T, int64_t(max_scratch_bytes_ / row_bytes)));
+  if (tile < T && tile >= 16) tile -= tile % 16;  // whole 16-row MMA tiles of the GEMMs
+  reserve(size_t(tile) * row_bytes);
+
+  const float scale = 1.0f / std::sqrt(float(head_dim)), one = 1.0f, zero = 0.0f;
+  const cudaDataType_t type = cublas_type(act_);
+  const auto* keys = static_cast<const uint8_t*>(key_cache);
+  const auto* values = static_cast<const uint8_t*>(value_cache);
+  for (int64_t t0 = 0; t0 < T; t0 += tile) {
+    const int rows = int(std::min(tile, T - t0));
+    const int n_pos = int(pos0 + t0 + rows);  // positions the tile's last token sees
+    const int64_t head_block = int64_t(rows) * n_pos;  // one head's [rows, n_pos]
+    float* scores = static_cast<float*>(scratch_.get());                     // [n_heads, rows, n_pos]
+    uint8_t* probs = reinterpret_cast<uint8_t*>(scores + n_heads * head_block);  // [n_heads, rows, n_pos] act
+    const auto* queries = static_cast<const uint8_t*>(qkv) + size_t(t0 * qkv_stride) * act_bytes;
+    auto* outputs = static_cast<uint8_t*>(out) + size_t(t0 * out_stride) * act_bytes;
+    // Heads are stored in S and P as [g][kv] (query head kv * group + g): one strided
+    // batch over the kv heads per g, each batch entry reading its own kv head's keys.
+    // Column-major, as cuBLAS sees it: Sᵀ [n_pos, rows] = K [n_pos, hd] · Qᵀ [hd, rows].
+    for (int g = 0; g < group; ++g) {
+      CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+          ctx_->cublas, CUBLAS_OP_T, CUBLAS_OP_N, n_pos, rows, head_dim, &scale, keys, type, kv_dim, head_dim,
+          queries + size_t(g) * head_dim * act_bytes, type, int(qkv_stride), int64_t(group) * head_dim, &zero,
+          scores + g * n_kv_heads * head_block, CUDA_R_32F, n_pos, head_block, n_kv_heads, CUBLAS_COMPUTE_32F,
+          CUBLAS_GEMM_DEFAULT));
+    }
+    dispatch_act(act_, "prefill attention", [&](auto tag) {
+      using Act = decltype(tag);
+      causal_softmax_kernel<Act><<<unsigned(n_heads * rows), kSoftmaxThreads, 0, ctx_->stream>>>(
+          scores, reinterpret_cast<Act*>(probs), rows, n_pos, int(pos0 + t0));
+      CHECK_LAST_LAUNCH("causal_softmax_kernel");
+    });
+    // Oᵀ [hd, rows] = Vᵀ [hd, n_pos] · Pᵀ [n_pos, rows], written into out's head columns.
+    for (int g = 0; g < group; ++g) {
+      CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+          ctx_->cublas, CUBLAS_OP_N, CUBLAS_OP_N, head_dim, rows, n_pos, &one, values, type, kv_dim, head_dim,
+          probs + size_t(g * n_kv_heads * head_block) * act_bytes, type, n_pos, head_block, &zero,
+          outputs + size_t(g) * head_dim * act_bytes, type, out_stride, int64_t(group) * head_dim, n_kv_heads,
+          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+  }
+}
+
+}  // namespace gemlite

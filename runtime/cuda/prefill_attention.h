@@ -1,0 +1,44 @@
+#pragma once
+// Causal grouped-query attention of a prompt chunk on tensor cores: for each query tile,
+// S = q·kᵀ·scale (cuBLAS, fp32) -> causal softmax -> P (act) -> out = P·v (cuBLAS).
+// The one-block-per-(head, token) kernel of launch_attention re-reads a token's whole
+// context per head; at Llama-2-7B pp512 that kernel took 1.29 ms a layer, 46 % of a
+// prefill (ncu, H100), while these GEMMs read each key and value once per query tile.
+#include <cstdint>
+#include <memory>
+
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/dtype.h"
+
+namespace gemlite {
+
+// Chunks of at least this many tokens take PrefillAttention; fewer (decode) take the
+// attention kernel, which needs no scratch and replays in a graph.
+constexpr int kPrefillAttentionMinTokens = 32;
+
+class PrefillAttention {
+ public:
+  // Scratch for S (fp32) and P (act) of one query tile, at most max_scratch_bytes: query
+  // tiles shrink as the context grows (at least one token a tile).
+  static constexpr size_t kDefaultMaxScratchBytes = size_t(64) << 20;
+  PrefillAttention(std::shared_ptr<CudaContext> ctx, DType act, size_t max_scratch_bytes = kDefaultMaxScratchBytes);
+
+  // q in qkv [T, qkv_stride] (act; head h at column h*hd, already rotated), the layer's
+  // key_cache / value_cache [capacity, n_kv*hd] (act) holding positions [0, pos0 + T):
+  // out [T, n_heads*hd] (act), token t attending to positions [0, pos0 + t]. pos0 is a
+  // host value: this runs eagerly, never inside a captured graph.
+  // On ctx's stream.
+  void run(const void* key_cache, const void* value_cache, int pos0, const void* qkv, int64_t qkv_stride, int64_t T,
+           int n_heads, int n_kv_heads, int head_dim, void* out);
+
+ private:
+  void reserve(size_t bytes);
+
+  std::shared_ptr<CudaContext> ctx_;
+  DType act_;
+  size_t max_scratch_bytes_;
+  std::shared_ptr<void> scratch_;  // S [n_heads, tile, n_pos] F32, then P [n_heads, tile, n_pos] act
+  size_t scratch_bytes_ = 0;
+};
+
+}  // namespace gemlite
