@@ -2,6 +2,7 @@
 // llama-bench's table plus the bandwidth the weights moved at.
 //   gemlite-bench -m DIR [-m DIR2 ...]
 //   gemlite-bench --synthetic stories110m -f q4g64,q8,f16 -p 512 -n 128 -r 5 -o md
+//   gemlite-bench --synthetic llama2-7b -n 128 -p 0 -d 4096   # tg128 @ d4096: after 4096 tokens
 #include <omp.h>
 
 #include <cmath>
@@ -29,7 +30,7 @@ struct Result {
   std::string model, backend, test;
   size_t weight_bytes = 0;
   int64_t params = 0;
-  int threads = 0, n_prompt = 0, n_gen = 0;
+  int threads = 0, n_prompt = 0, n_gen = 0, n_depth = 0;
   double mean_tps = 0, std_tps = 0;
   double gbps = 0;  // weight bytes per second moved by tg (every token reads them once)
 };
@@ -61,12 +62,15 @@ std::vector<int> random_tokens(int n, int vocab, std::mt19937& rng) {
   return ids;
 }
 
-// Tokens per second of `run` over `repetitions` runs after one warm-up: mean and std.
-template <typename Run>
-std::pair<double, double> tokens_per_second(int tokens, int repetitions, Run run) {
+// Tokens per second of `run` over `repetitions` runs after one warm-up, each after an
+// untimed `setup`: mean and std.
+template <typename Setup, typename Run>
+std::pair<double, double> tokens_per_second(int tokens, int repetitions, Setup setup, Run run) {
+  setup();
   run();
   std::vector<double> tps;
   for (int r = 0; r < repetitions; ++r) {
+    setup();
     const double start = now_seconds();
     run();
     tps.push_back(tokens / (now_seconds() - start));
@@ -78,14 +82,15 @@ std::pair<double, double> tokens_per_second(int tokens, int repetitions, Run run
 }
 
 // pp: the prompt fed at once (the model runs it in chunks of `batch`), until the backend is
-// done. tg: one token at a time from an empty context, each forward waited for, like
-// llama-bench's (llama_decode + llama_synchronize per token) and like gemlite-chat's
-// decode (which also takes the argmax on the device: a few us more per token).
+// done. tg: one token at a time, each forward waited for, like llama-bench's
+// (llama_decode + llama_synchronize per token) and like gemlite-chat's decode (which also
+// takes the argmax on the device: a few us more per token). Both start after n_depth
+// tokens already in the context (llama-bench's -d; untimed), from an empty one by default.
 void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const std::string& device,
-                 const BackendOptions& options, int n_prompt, int n_gen, int batch, int repetitions,
+                 const BackendOptions& options, int n_prompt, int n_gen, int n_depth, int batch, int repetitions,
                  const std::function<void(const Result&)>& report) {
   auto backend = make_backend(device.empty() ? default_backend_name() : device, options);
-  LlamaModel model(ckpt, *backend, std::max(n_prompt, n_gen), batch);
+  LlamaModel model(ckpt, *backend, n_depth + std::max(n_prompt, n_gen), batch);
   Generation generation(model);
   std::mt19937 rng(42);
   Result base;
@@ -96,13 +101,22 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
   base.weight_bytes = ckpt.weight_bytes();
   base.params = count_params(ckpt.config);
   base.threads = omp_get_max_threads();
+  base.n_depth = n_depth;
+  const std::string at_depth = n_depth > 0 ? " @ d" + std::to_string(n_depth) : "";
+  const std::vector<int> context = random_tokens(n_depth, ckpt.config.vocab_size, rng);
+  const auto fill_context = [&] {
+    generation.reset();
+    if (!context.empty()) {
+      generation.feed(context);
+      generation.wait();
+    }
+  };
   if (n_prompt > 0) {
     const std::vector<int> prompt = random_tokens(n_prompt, ckpt.config.vocab_size, rng);
     Result r = base;
-    r.test = "pp" + std::to_string(n_prompt);
+    r.test = "pp" + std::to_string(n_prompt) + at_depth;
     r.n_prompt = n_prompt;
-    std::tie(r.mean_tps, r.std_tps) = tokens_per_second(n_prompt, repetitions, [&] {
-      generation.reset();
+    std::tie(r.mean_tps, r.std_tps) = tokens_per_second(n_prompt, repetitions, fill_context, [&] {
       generation.feed(prompt);
       generation.wait();
     });
@@ -111,10 +125,9 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
   if (n_gen > 0) {
     const std::vector<int> tokens = random_tokens(n_gen, ckpt.config.vocab_size, rng);
     Result r = base;
-    r.test = "tg" + std::to_string(n_gen);
+    r.test = "tg" + std::to_string(n_gen) + at_depth;
     r.n_gen = n_gen;
-    std::tie(r.mean_tps, r.std_tps) = tokens_per_second(n_gen, repetitions, [&] {
-      generation.reset();
+    std::tie(r.mean_tps, r.std_tps) = tokens_per_second(n_gen, repetitions, fill_context, [&] {
       for (int id : tokens) {
         generation.feed({id});
         generation.wait();
@@ -157,20 +170,20 @@ void print_structured(const std::vector<Result>& results, double copy_gbps, cons
   for (const Result& r : results)
     rows.push_back({{"model", r.model}, {"size_bytes", r.weight_bytes}, {"params", r.params},
                     {"backend", r.backend}, {"threads", r.threads}, {"test", r.test},
-                    {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen}, {"avg_ts", r.mean_tps},
+                    {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen}, {"n_depth", r.n_depth}, {"avg_ts", r.mean_tps},
                     {"stddev_ts", r.std_tps}, {"gbps", r.gbps},
                     {"copy_gbps", copy_gbps}});
   if (format == "json") {
     std::printf("%s\n", rows.dump(2).c_str());
     return;
   }
-  std::printf("model,size_bytes,params,backend,threads,test,n_prompt,n_gen,avg_ts,stddev_ts,gbps,copy_gbps\n");
+  std::printf("model,size_bytes,params,backend,threads,test,n_prompt,n_gen,n_depth,avg_ts,stddev_ts,gbps,copy_gbps\n");
   for (const auto& row : rows)
-    std::printf("\"%s\",%zu,%lld,%s,%d,%s,%d,%d,%.3f,%.3f,%.3f,%.3f\n",
+    std::printf("\"%s\",%zu,%lld,%s,%d,%s,%d,%d,%d,%.3f,%.3f,%.3f,%.3f\n",
                 row["model"].get<std::string>().c_str(), row["size_bytes"].get<size_t>(),
                 (long long)row["params"].get<int64_t>(), row["backend"].get<std::string>().c_str(),
                 row["threads"].get<int>(), row["test"].get<std::string>().c_str(), row["n_prompt"].get<int>(),
-                row["n_gen"].get<int>(), row["avg_ts"].get<double>(), row["stddev_ts"].get<double>(),
+                row["n_gen"].get<int>(), row["n_depth"].get<int>(), row["avg_ts"].get<double>(), row["stddev_ts"].get<double>(),
                 row["gbps"].get<double>(), copy_gbps);
 }
 
@@ -190,6 +203,8 @@ int main(int argc, char** argv) {
         ("f,format", "Weight formats for --synthetic, comma-separated", cxxopts::value<std::string>()->default_value("q4g64"))
         ("p,n-prompt", "Prompt tokens for pp (0 = skip)", cxxopts::value<int>()->default_value("512"))
         ("n,n-gen", "Generated tokens for tg (0 = skip)", cxxopts::value<int>()->default_value("128"))
+        ("d,n-depth", "Tokens already in the context before each test (untimed), like llama-bench's -d",
+         cxxopts::value<int>()->default_value("0"))
         ("b,batch-size", "Prompt tokens per forward pass", cxxopts::value<int>()->default_value("512"))
         ("r,repetitions", "Timed runs per test", cxxopts::value<int>()->default_value("5"))
         ("o,output", "md, json or csv", cxxopts::value<std::string>()->default_value("md"))
@@ -214,9 +229,10 @@ int main(int argc, char** argv) {
     }
     apply_thread_option(args);
     const int n_prompt = args["n-prompt"].as<int>(), n_gen = args["n-gen"].as<int>();
+    const int n_depth = args["n-depth"].as<int>();
     const int batch = args["batch-size"].as<int>(), repetitions = args["repetitions"].as<int>();
     const std::string output = args["output"].as<std::string>();
-    if (n_prompt < 0 || n_gen < 0) throw Error("-p and -n must be >= 0");
+    if (n_prompt < 0 || n_gen < 0 || n_depth < 0) throw Error("-p, -n and -d must be >= 0");
     if (n_prompt == 0 && n_gen == 0) throw Error("-p 0 and -n 0: nothing to measure");
     if (batch < 1) throw Error("-b/--batch-size must be >= 1");
     if (repetitions < 1) throw Error("-r/--repetitions must be >= 1");
@@ -264,12 +280,12 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     };
     for (const auto& [label, ckpt] : checkpoints)
-      bench_model(label, ckpt, device, backend_options, n_prompt, n_gen, batch, repetitions, report);
+      bench_model(label, ckpt, device, backend_options, n_prompt, n_gen, n_depth, batch, repetitions, report);
     for (const auto& [name, config, format] : synthetic) {
       const std::string label = name + " " + format.name();
       std::fprintf(stderr, "building %s with random weights ...\n", label.c_str());
       bench_model(label, make_synthetic_checkpoint(config, format), device, backend_options, n_prompt, n_gen,
-                  batch, repetitions, report);
+                  n_depth, batch, repetitions, report);
     }
     if (output != "md") print_structured(results, copy_gbps, output);
     return 0;

@@ -32,7 +32,7 @@ LlamaModel::LlamaModel(const PackedCheckpoint& ckpt, Backend& backend, int conte
     layers_.push_back(std::move(layer));
   }
   lm_head_ = backend.make_linear(ckpt.lm_head);
-  kv_cache_ = backend.make_kv_cache(c.n_layers, context, c.kv_dim());
+  kv_cache_ = backend.make_kv_cache(c.n_layers, context, attention_shape_);
   workspace_.x = backend.alloc(rows, c.dim);
   workspace_.h = backend.alloc(rows, c.dim);
   workspace_.qkv = backend.alloc(rows, c.q_dim() + 2 * c.kv_dim());

@@ -66,7 +66,9 @@ class Backend {
     const std::optional<PackedWeight> stacked = concat_rows(weights);
     return stacked ? make_linear(*stacked) : nullptr;
   }
-  virtual std::unique_ptr<KVCache> make_kv_cache(int n_layers, int capacity, int kv_dim) = 0;
+  // Keys and values [capacity, n_kv_heads * head_dim] for each layer (and whatever the
+  // backend's attention keeps per cache for that shape).
+  virtual std::unique_ptr<KVCache> make_kv_cache(int n_layers, int capacity, const AttentionShape& shape) = 0;
   // x [M, N] -> host floats [M * N]; waits for the work before it.
   virtual void copy_to_host(const Tensor& x, float* out) = 0;
   // The index of the largest element of x [1, N] (the lowest among equal ones, like

@@ -74,8 +74,8 @@ class CpuBackend final : public Backend {
     return std::make_unique<CpuLinear>(weight);
   }
 
-  std::unique_ptr<KVCache> make_kv_cache(int n_layers, int capacity, int kv_dim) override {
-    return std::make_unique<CpuKVCache>(n_layers, capacity, kv_dim);
+  std::unique_ptr<KVCache> make_kv_cache(int n_layers, int capacity, const AttentionShape& shape) override {
+    return std::make_unique<CpuKVCache>(n_layers, capacity, shape.n_kv_heads * shape.head_dim);
   }
 
   void copy_to_host(const Tensor& x, float* out) override {

@@ -68,7 +68,11 @@ __device__ __forceinline__ float dot8_of(const uint4& packed, const float* q) {
 }
 
 // grid.x = T * n_heads (block b: head b % n_heads of token b / n_heads; on x, whose limit
-// is 2^31 - 1, not on y with its 65535), blockDim.x = kAttentionThreads.
+// is 2^31 - 1, not on y with its 65535), grid.y = splits.count, blockDim.x = kAttentionThreads.
+// With several splits (decode, AttentionSplits), block (b, s) attends to positions
+// [s * span, (s + 1) * span) only and leaves its (max, sum, acc [hd]) in splits.partials;
+// the last block of b to finish (a ticket from splits.counters) merges them into out and
+// resets the counter, so no second launch is needed and graph replays find it at zero.
 // PRECOND: head_dim <= kAttentionThreads.
 // For the weighted sum of values, thread i owns dimension d = i % hd of position lane
 // i / hd (n_lanes = blockDim / hd lanes; threads past the last whole lane idle), so each
@@ -76,13 +80,14 @@ __device__ __forceinline__ float dot8_of(const uint4& packed, const float* q) {
 template <typename Act>
 __global__ void attention_kernel(const Act* key_cache, const Act* value_cache, const Act* q, int64_t q_stride,
                                  const int* pos0, int n_heads, int group, int head_dim, int kv_dim, float scale,
-                                 Act* out) {
+                                 AttentionSplits splits, Act* out) {
   pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
   __shared__ float query[kAttentionThreads];    // [hd]
   __shared__ float weights[kChunk];             // [chunk] exp(score - running max)
   __shared__ float partial[kAttentionThreads];  // [n_lanes, hd] per-lane sums
   const int h = int(blockIdx.x % unsigned(n_heads)), t = int(blockIdx.x / unsigned(n_heads)), tid = threadIdx.x;
   const int n_pos = *pos0 + t + 1;  // causal: positions [0, pos0 + t]
+  const int begin = int(blockIdx.y) * splits.span, end = min(n_pos, begin + splits.span);  // this block's
   const int kv_offset = (h / group) * head_dim;
   const int64_t row = (int64_t(t) * n_heads + h) * head_dim;  // this head in out [T, n_heads*hd]
   for (int i = tid; i < head_dim; i += blockDim.x) query[i] = to_float(q[t * q_stride + h * head_dim + i]);
@@ -90,10 +95,10 @@ __global__ void attention_kernel(const Act* key_cache, const Act* value_cache, c
 
   const int d = tid % head_dim, lane = tid / head_dim, n_lanes = blockDim.x / head_dim;
   float running_max = -INFINITY, running_sum = 0, acc = 0;
-  for (int c0 = 0; c0 < n_pos; c0 += kChunk) {
+  for (int c0 = begin; c0 < end; c0 += kChunk) {
     const int p = c0 + tid;
     float score = -INFINITY;
-    if (p < n_pos) {
+    if (p < end) {
       const Act* key = key_cache + int64_t(p) * kv_dim + kv_offset;  // [hd]
       float dot = 0;
       if (head_dim % 8 == 0) {
@@ -108,9 +113,9 @@ __global__ void attention_kernel(const Act* key_cache, const Act* value_cache, c
       }
       score = dot * scale;
     }
-    // The chunk holds position c0 < n_pos, so new_max is finite; exp(-inf) = 0 on the first.
+    // The chunk holds position c0 < end, so new_max is finite; exp(-inf) = 0 on the first.
     const float new_max = fmaxf(running_max, block_reduce(score, MaxOp{}));
-    const float e = p < n_pos ? expf(score - new_max) : 0.0f;
+    const float e = p < end ? expf(score - new_max) : 0.0f;
     weights[tid] = e;
     const float chunk_sum = block_reduce(e, SumOp{});  // its __syncthreads publish `weights`
     const float rescale = expf(running_max - new_max);
@@ -118,7 +123,7 @@ __global__ void attention_kernel(const Act* key_cache, const Act* value_cache, c
     running_max = new_max;
     if (lane < n_lanes) {
       acc *= rescale;
-      const int in_chunk = min(kChunk, n_pos - c0);
+      const int in_chunk = min(kChunk, end - c0);
       const Act* column = value_cache + int64_t(c0) * kv_dim + kv_offset + d;  // [in_chunk] stride kv_dim
       int j = lane;
       // Eight value loads in flight per thread, as for the keys.
@@ -135,14 +140,58 @@ __global__ void attention_kernel(const Act* key_cache, const Act* value_cache, c
   }
   if (lane < n_lanes) partial[lane * head_dim + d] = acc;
   __syncthreads();
+  if (splits.count == 1) {
+    if (tid < head_dim) {
+      float sum = 0;
+      for (int l = 0; l < n_lanes; ++l) sum += partial[l * head_dim + tid];
+      out[row + tid] = from_float<Act>(sum / running_sum);
+    }
+    return;
+  }
+  // This split's (acc [hd], max, sum) -> partials [T * n_heads, count, hd + 2]; an empty
+  // split (begin >= n_pos) leaves (0, -inf, 0), which the merge weighs by exp(-inf) = 0.
+  const int stride = head_dim + 2;
+  float* mine = splits.partials + (int64_t(blockIdx.x) * splits.count + blockIdx.y) * stride;
   if (tid < head_dim) {
     float sum = 0;
     for (int l = 0; l < n_lanes; ++l) sum += partial[l * head_dim + tid];
-    out[row + tid] = from_float<Act>(sum / running_sum);
+    mine[tid] = sum;
   }
+  if (tid == 0) {
+    mine[head_dim] = running_max;
+    mine[head_dim + 1] = running_sum;
+  }
+  __threadfence();  // the partial is visible device-wide before the ticket is taken
+  __syncthreads();
+  __shared__ bool last;
+  if (tid == 0) last = atomicAdd(&splits.counters[blockIdx.x], 1u) == unsigned(splits.count) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const float* all = splits.partials + int64_t(blockIdx.x) * splits.count * stride;  // [count, hd + 2]
+  float max_all = -INFINITY;
+  for (int s = 0; s < splits.count; ++s) max_all = fmaxf(max_all, __ldcg(all + s * stride + head_dim));
+  if (tid < head_dim) {
+    float sum = 0, weight = 0;
+    for (int s = 0; s < splits.count; ++s) {
+      const float w = expf(__ldcg(all + s * stride + head_dim) - max_all);  // split 0 holds position 0: max finite
+      sum += w * __ldcg(all + s * stride + tid);
+      weight += w * __ldcg(all + s * stride + head_dim + 1);
+    }
+    out[row + tid] = from_float<Act>(sum / weight);
+  }
+  if (tid == 0) splits.counters[blockIdx.x] = 0;  // ready for the next launch
 }
 
 }  // namespace
+
+AttentionSplits attention_splits_for(int capacity) {
+  AttentionSplits splits;
+  const int per_split = (capacity + kMaxAttentionSplits - 1) / kMaxAttentionSplits;
+  splits.span = std::max(kAttentionThreads, (per_split + kAttentionThreads - 1) / kAttentionThreads * kAttentionThreads);
+  splits.count = std::max(1, (capacity + splits.span - 1) / splits.span);
+  return splits;
+}
 
 void launch_rope_store(void* key_cache, void* value_cache, const int* pos0, const float* inv_freq, void* qkv,
                        int64_t T, int n_heads, int n_kv_heads, int head_dim, DType act, cudaStream_t stream) {
@@ -163,21 +212,26 @@ void launch_rope_store(void* key_cache, void* value_cache, const int* pos0, cons
 }
 
 void launch_attention(const void* key_cache, const void* value_cache, const int* pos0, const void* qkv, int64_t T,
-                      int n_heads, int n_kv_heads, int head_dim, void* out, DType act, cudaStream_t stream) {
+                      int n_heads, int n_kv_heads, int head_dim, const AttentionSplits& splits, void* out, DType act,
+                      cudaStream_t stream) {
   if (head_dim < 2 || head_dim % 2 != 0 || head_dim > kAttentionThreads || n_kv_heads < 1 || n_heads % n_kv_heads != 0)
     throw Error("cuda attention: head_dim " + std::to_string(head_dim) + " with " + std::to_string(n_heads) +
                 " heads / " + std::to_string(n_kv_heads) + " kv heads (need head_dim <= " +
                 std::to_string(kAttentionThreads) + ", even, and n_heads a multiple of n_kv_heads)");
   const int kv_dim = n_kv_heads * head_dim;
   const int64_t qkv_stride = int64_t(n_heads + 2 * n_kv_heads) * head_dim;
+  if (splits.count < 1 || splits.span < 1 || (splits.count > 1 && (T != 1 || !splits.partials || !splits.counters)))
+    throw Error("cuda attention: " + std::to_string(splits.count) + " splits of " + std::to_string(splits.span) +
+                " positions for " + std::to_string(T) + " tokens (several splits: one token, with partials)");
   if (T * n_heads > (int64_t(1) << 31) - 1) throw Error("cuda attention: " + std::to_string(T) + " tokens x " +
                                                        std::to_string(n_heads) + " heads exceed the grid");
   const float scale = 1.0f / std::sqrt(float(head_dim));
   dispatch_act(act, "attention", [&](auto tag) {
     using Act = decltype(tag);
-    attention_kernel<Act><<<unsigned(T * n_heads), kAttentionThreads, 0, stream>>>(
+    const dim3 grid(unsigned(T * n_heads), unsigned(splits.count));
+    attention_kernel<Act><<<grid, kAttentionThreads, 0, stream>>>(
         static_cast<const Act*>(key_cache), static_cast<const Act*>(value_cache), static_cast<const Act*>(qkv),
-        qkv_stride, pos0, n_heads, n_heads / n_kv_heads, head_dim, kv_dim, scale, static_cast<Act*>(out));
+        qkv_stride, pos0, n_heads, n_heads / n_kv_heads, head_dim, kv_dim, scale, splits, static_cast<Act*>(out));
     CHECK_LAST_LAUNCH("attention_kernel");
   });
 }

@@ -19,16 +19,31 @@ constexpr int kMaxStepTokens = 8192;
 
 class CudaKVCache final : public KVCache {
  public:
-  CudaKVCache(const std::shared_ptr<CudaContext>& ctx, int n_layers, int capacity, int kv_dim, DType act)
-      : KVCache(capacity), n_layers(n_layers), kv_dim(kv_dim),
+  CudaKVCache(const std::shared_ptr<CudaContext>& ctx, int n_layers, int capacity, const AttentionShape& shape,
+              DType act)
+      : KVCache(capacity), n_layers(n_layers), kv_dim(shape.n_kv_heads * shape.head_dim), shape(shape),
         keys(device_tensor(ctx, act, int64_t(n_layers) * capacity, kv_dim, what(n_layers, capacity, "keys"))),
-        values(device_tensor(ctx, act, int64_t(n_layers) * capacity, kv_dim, what(n_layers, capacity, "values"))) {}
+        values(device_tensor(ctx, act, int64_t(n_layers) * capacity, kv_dim, what(n_layers, capacity, "values"))),
+        splits(attention_splits_for(capacity)) {
+    if (splits.count > 1) {  // decode's split partials, reused by every layer in stream order
+      partials = device_tensor(ctx, DType::F32, int64_t(shape.n_heads) * splits.count, shape.head_dim + 2,
+                               "the decode attention's partial sums");
+      counters = device_tensor(ctx, DType::I32, 1, shape.n_heads, "the decode attention's counters");
+      CUDA_CHECK(cudaMemsetAsync(counters.data, 0, size_t(shape.n_heads) * sizeof(int), ctx->stream));
+      splits.partials = partials.as<float>();
+      splits.counters = reinterpret_cast<unsigned*>(counters.as<int>());
+    }
+  }
   // The layer's slice [capacity, kv_dim] of keys or values.
   void* layer_slice(const Tensor& t, int layer) const { return t.slice_rows(int64_t(layer) * capacity(), 0).data; }
 
   int n_layers, kv_dim;
+  AttentionShape shape;    // what the cache (and its split partials) was made for
   Tensor keys;    // [n_layers * capacity, kv_dim] act
   Tensor values;  // [n_layers * capacity, kv_dim] act
+  AttentionSplits splits;  // of a decode step
+  Tensor partials;         // [n_heads * splits.count, hd + 2] F32, when splits.count > 1
+  Tensor counters;         // [1, n_heads] I32 (used as unsigned), when splits.count > 1
 
  private:
   static std::string what(int n_layers, int capacity, const char* part) {
@@ -94,8 +109,8 @@ class CudaBackend final : public Backend {
     return make_stacked_cuda_linear(weights, ctx_, act_);
   }
 
-  std::unique_ptr<KVCache> make_kv_cache(int n_layers, int capacity, int kv_dim) override {
-    return std::make_unique<CudaKVCache>(ctx_, n_layers, capacity, kv_dim, act_);
+  std::unique_ptr<KVCache> make_kv_cache(int n_layers, int capacity, const AttentionShape& shape) override {
+    return std::make_unique<CudaKVCache>(ctx_, n_layers, capacity, shape, act_);
   }
 
   void copy_to_host(const Tensor& x, float* out) override {
@@ -159,6 +174,12 @@ class CudaBackend final : public Backend {
                  Tensor& out) override {
     check_attention_shapes(qkv, shape, out);
     auto& cache = static_cast<CudaKVCache&>(kv);
+    if (shape.n_heads != cache.shape.n_heads || shape.n_kv_heads != cache.shape.n_kv_heads ||
+        shape.head_dim != cache.shape.head_dim)
+      throw Error("cuda attention: " + std::to_string(shape.n_heads) + "/" + std::to_string(shape.n_kv_heads) +
+                  " heads x " + std::to_string(shape.head_dim) + " over a KV cache made for " +
+                  std::to_string(cache.shape.n_heads) + "/" + std::to_string(cache.shape.n_kv_heads) + " x " +
+                  std::to_string(cache.shape.head_dim));
     void* keys = cache.layer_slice(cache.keys, layer);
     void* values = cache.layer_slice(cache.values, layer);
     launch_rope_store(keys, values, step_pos0(), inv_freq.as<float>(), qkv.data, qkv.rows, shape.n_heads,
@@ -167,8 +188,10 @@ class CudaBackend final : public Backend {
       prefill_attention_.run(keys, values, step_pos0_host_, qkv.data, qkv.cols, qkv.rows, shape.n_heads,
                              shape.n_kv_heads, shape.head_dim, out.data);
     } else {
+      // Split over the context for decode; a short chunk has T * n_heads blocks already.
+      const AttentionSplits splits = qkv.rows == 1 ? cache.splits : AttentionSplits{};
       launch_attention(keys, values, step_pos0(), qkv.data, qkv.rows, shape.n_heads, shape.n_kv_heads,
-                       shape.head_dim, out.data, qkv.dtype, ctx_->stream);
+                       shape.head_dim, splits, out.data, qkv.dtype, ctx_->stream);
     }
   }
 

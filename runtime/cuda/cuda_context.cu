@@ -41,9 +41,29 @@ CudaContext::CudaContext() {
 CudaContext::~CudaContext() {
   // Destructors must not throw: errors here would only repeat an earlier, reported one.
   cudaStreamSynchronize(stream);
+  cudaFree(scratch_);
   cublasDestroy(cublas);
   cudaFree(cublas_workspace);
   cudaStreamDestroy(stream);
+}
+
+void* CudaContext::scratch(size_t bytes, const std::string& what) {
+  if (bytes <= scratch_bytes_) return scratch_;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone)
+    throw Error("cuda backend: " + what + " needs " + mib(bytes) + " of scratch inside a graph capture");
+  if (scratch_) CUDA_CHECK(cudaFreeAsync(scratch_, stream));  // after the work queued that reads it
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+  const cudaError_t code = cudaMallocAsync(&scratch_, bytes, stream);
+  if (code == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear it: the context stays usable
+    throw_out_of_memory(bytes, what);
+  }
+  CUDA_CHECK(code);
+  scratch_bytes_ = bytes;
+  return scratch_;
 }
 
 void require_device_memory(size_t bytes, const std::string& what) {

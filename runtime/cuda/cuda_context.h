@@ -26,6 +26,18 @@ struct CudaContext {
   cublasHandle_t cublas = nullptr;  // bound to `stream`
   // cuBLAS's workspace, set once, so a captured GEMM allocates nothing during capture.
   void* cublas_workspace = nullptr;
+
+  // One scratch buffer for transient work on `stream`, shared by every user of this
+  // context: the dense copy of a quantized weight before a prefill GEMM, the prefill
+  // attention's scores. Stream order makes sharing safe (each user's kernels finish reading
+  // before the next user's start writing). Grown to the largest request; growing inside a
+  // graph capture is an Error (decode steps need none). Out of memory is an Error naming
+  // `what`.
+  void* scratch(size_t bytes, const std::string& what);
+
+ private:
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
 };
 
 // cuBLAS's name for an activation type (F16 or BF16).

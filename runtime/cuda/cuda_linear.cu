@@ -7,6 +7,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/fpx/gemm_fpx.h"
 #include "kernels/group_quant.h"
+#include "kernels/qn/dequant_qn.h"
 #include "kernels/qn/gemv_qn.h"
 #include "runtime/cuda/ops.h"
 #include "runtime/error.h"
@@ -62,9 +63,11 @@ class CudaLinear final : public QuantLinear {
   //   fp6 / fp5, M <= kFpxMaxM (16) -> gemm_fpx, the tensor-core FPx matmul (bias too);
   //   dense f16/bf16/f32, M <= 8 -> gemv_dense;
   //   everything larger (prefill) -> cuBLAS over a dense copy of W, then the bias.
-  // The dense copy is in the activation type, made once; for the packed formats lazily, at
-  // the first large-M call (qN on the device, fp6/fp5/s7 on the host), so decode-only use
-  // never pays its memory. Dense f32 weights are rounded to fp16/bf16 like the activations.
+  // qN's dense copy is transient: dequant_qn writes it into the context's scratch (shared
+  // by all layers) before each GEMM, so the model's memory stays that of its 4-bit
+  // weights. fp6 / fp5 / s7 keep a dense copy made once on the host at the first large-M
+  // call (they have no device dequantizer yet); dense f32 weights are rounded to fp16/bf16
+  // like the activations.
   void forward(const Tensor& x, Tensor& y) const override {
     const int64_t M = x.rows, N = out_features(), K = in_features();
     if (x.cols != K || y.cols != N || y.rows != M || x.dtype != act_ || y.dtype != act_)
@@ -79,23 +82,26 @@ class CudaLinear final : public QuantLinear {
       gemm_fpx(fpx_, x.data, y.data, int(M), act_, ctx_->stream);
       return;
     }
-    if (!dense_) {
-      if (is_qn())
-        dequantize_qn_on_device();
-      else
-        upload_dense();
+    const void* dense = nullptr;
+    if (is_qn()) {
+      void* scratch = ctx_->scratch(dense_bytes(), dense_what());
+      dequant_qn(qn_, scratch, ctx_->stream);
+      dense = scratch;
+    } else {
+      if (!dense_) upload_dense();
+      dense = dense_.get();
     }
     if (M <= kGemvMaxM) {
-      launch_gemv_dense(dense_.get(), x.data, bias_, y.data, int(M), N, K, act_, ctx_->stream);
+      launch_gemv_dense(dense, x.data, bias_, y.data, int(M), N, K, act_, ctx_->stream);
       return;
     }
     // Row-major y [M, N] = x [M, K] · Wᵀ is, column-major, yᵀ [N, M] = W(ᵀ as stored) · xᵀ:
     // W [N, K] row-major is a column-major [K, N] matrix (ld K), taken transposed.
     const float alpha = 1.0f, beta = 0.0f;
     const cudaDataType_t type = cublas_type(act_);
-    CUBLAS_CHECK(cublasGemmEx(ctx_->cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &alpha,
-                              dense_.get(), type, int(K), x.data, type, int(K), &beta, y.data, type, int(N),
-                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(cublasGemmEx(ctx_->cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, dense, type,
+                              int(K), x.data, type, int(K), &beta, y.data, type, int(N), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
     if (bias_) launch_add_bias(y.data, bias_, M, N, act_, ctx_->stream);
   }
 
@@ -107,21 +113,6 @@ class CudaLinear final : public QuantLinear {
   std::string dense_what() const {
     return "the dense copy of a " + format().name() + " weight [" + std::to_string(out_features()) + ", " +
            std::to_string(in_features()) + "]";
-  }
-
-  // qN: W [N, K] -> dense_ [N, K] (act) by a device kernel from the packed codes gemv_qn
-  // already holds; only the fp16 scales and zeros travel (freed once the kernel ran).
-  void dequantize_qn_on_device() const {
-    const int64_t n_groups = sources_.front().part("scales").shape[1];
-    const size_t bytes = size_t(out_features() * n_groups) * sizeof(uint16_t);  // [N, n_groups] F16
-    auto device_scales = device_alloc(ctx_, bytes, "scales");
-    auto device_zeros = device_alloc(ctx_, bytes, "zeros");
-    copy_rows_to_device("scales", device_scales.get());
-    copy_rows_to_device("zeros", device_zeros.get());
-    dense_ = device_alloc(ctx_, dense_bytes(), dense_what());
-    launch_dequant_qn(qn_.qweight, static_cast<const uint16_t*>(device_scales.get()),
-                      static_cast<const uint16_t*>(device_zeros.get()), out_features(), in_features(),
-                      format().bits, group_size(format().group, in_features()), dense_.get(), act_, ctx_->stream);
   }
 
   // The sources' tensors `part` one after another: the stacked tensor, in device memory.

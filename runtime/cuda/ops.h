@@ -47,19 +47,31 @@ void launch_argmax(const void* x, int64_t n, int* index, DType act, cudaStream_t
 void launch_rope_store(void* key_cache, void* value_cache, const int* pos0, const float* inv_freq, void* qkv,
                        int64_t T, int n_heads, int n_kv_heads, int head_dim, DType act, cudaStream_t stream);
 
+// How a decode step's attention splits the context ("flash decoding"): `count` blocks per
+// head, block s taking positions [s * span, (s + 1) * span). One head has only its own
+// block otherwise: 32 blocks on 132 SMs for Llama-2-7B, each reading the head's whole
+// context. count and span follow the cache's capacity, not the position, so the grid of a
+// captured decode step stays valid as the context grows (blocks past it return at once).
+struct AttentionSplits {
+  int count = 1;
+  int span = 1 << 30;            // positions per split
+  float* partials = nullptr;     // [n_heads, count, hd + 2] F32 (count > 1)
+  unsigned* counters = nullptr;  // [n_heads], zero between launches (count > 1)
+};
+// The splits for a cache of `capacity` positions: spans of at least kAttentionThreads
+// positions, at most kMaxAttentionSplits of them.
+constexpr int kMaxAttentionSplits = 32;
+AttentionSplits attention_splits_for(int capacity);
+
 // Causal attention of the (rotated) q in qkv over positions [0, *pos0 + t] of the caches
-// -> out [T, n_heads*hd]: one block per (head, token). For decode and short chunks;
-// PrefillAttention (prefill_attention.h) runs long chunks on tensor cores.
-// Precondition (checked, Error): head_dim <= kAttentionThreads, even, n_heads % n_kv_heads == 0.
+// -> out [T, n_heads*hd]: one block per (head, token, split). For decode and short
+// chunks; PrefillAttention (prefill_attention.h) runs long chunks on tensor cores.
+// Precondition (checked, Error): head_dim <= kAttentionThreads, even, n_heads % n_kv_heads
+// == 0; splits.count > 1 only with T == 1.
 constexpr int kAttentionThreads = 256;
 void launch_attention(const void* key_cache, const void* value_cache, const int* pos0, const void* qkv, int64_t T,
-                      int n_heads, int n_kv_heads, int head_dim, void* out, DType act, cudaStream_t stream);
-
-// out [N, K] (act) = the dequantized qN weight: qweight [N, Kw] as on the checkpoint
-// (kernels/qn/qn_format.h), scales / zeros [N, ceil(K / group_size)] fp16 bits;
-// w = (q - zero) * scale in fp32, like the CPU decoder.
-void launch_dequant_qn(const uint32_t* qweight, const uint16_t* scales, const uint16_t* zeros, int64_t N, int64_t K,
-                       int bits, int64_t group_size, void* out, DType act, cudaStream_t stream);
+                      int n_heads, int n_kv_heads, int head_dim, const AttentionSplits& splits, void* out, DType act,
+                      cudaStream_t stream);
 
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias [N] F32 or null), W [N, K] (act), M = 1..8
 // (Error otherwise): the dense formats' decode path (gemv_dense.cu).

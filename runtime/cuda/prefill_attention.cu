@@ -40,12 +40,6 @@ __global__ void causal_softmax_kernel(const float* scores, Act* probs, int tile,
 PrefillAttention::PrefillAttention(std::shared_ptr<CudaContext> ctx, DType act, size_t max_scratch_bytes)
     : ctx_(std::move(ctx)), act_(act), max_scratch_bytes_(max_scratch_bytes) {}
 
-void PrefillAttention::reserve(size_t bytes) {
-  if (bytes <= scratch_bytes_) return;
-  scratch_ = device_alloc(ctx_, bytes, "the prefill attention's scores");
-  scratch_bytes_ = bytes;
-}
-
 void PrefillAttention::run(const void* key_cache, const void* value_cache, int pos0, const void* qkv,
                            int64_t qkv_stride, int64_t T, int n_heads, int n_kv_heads, int head_dim, void* out) {
   if (T < 1 || n_kv_heads < 1 || n_heads % n_kv_heads != 0)
@@ -59,7 +53,8 @@ void PrefillAttention::run(const void* key_cache, const void* value_cache, int p
   const size_t row_bytes = size_t(n_heads) * size_t(max_positions) * (sizeof(float) + act_bytes);
   int64_t tile = std::max<int64_t>(1, std::min<int64_t>(T, int64_t(max_scratch_bytes_ / row_bytes)));
   if (tile < T && tile >= 16) tile -= tile % 16;  // whole 16-row MMA tiles of the GEMMs
-  reserve(size_t(tile) * row_bytes);
+  // S [n_heads, rows, n_pos] F32, then P [n_heads, rows, n_pos] act
+  void* scratch = ctx_->scratch(size_t(tile) * row_bytes, "the prefill attention's scores");
 
   const float scale = 1.0f / std::sqrt(float(head_dim)), one = 1.0f, zero = 0.0f;
   const cudaDataType_t type = cublas_type(act_);
@@ -69,7 +64,7 @@ void PrefillAttention::run(const void* key_cache, const void* value_cache, int p
     const int rows = int(std::min(tile, T - t0));
     const int n_pos = int(pos0 + t0 + rows);  // positions the tile's last token sees
     const int64_t head_block = int64_t(rows) * n_pos;  // one head's [rows, n_pos]
-    float* scores = static_cast<float*>(scratch_.get());                     // [n_heads, rows, n_pos]
+    float* scores = static_cast<float*>(scratch);                                // [n_heads, rows, n_pos]
     uint8_t* probs = reinterpret_cast<uint8_t*>(scores + n_heads * head_block);  // [n_heads, rows, n_pos] act
     const auto* queries = static_cast<const uint8_t*>(qkv) + size_t(t0 * qkv_stride) * act_bytes;
     auto* outputs = static_cast<uint8_t*>(out) + size_t(t0 * out_stride) * act_bytes;

@@ -18,8 +18,9 @@ constexpr int kPrefillAttentionMinTokens = 32;
 
 class PrefillAttention {
  public:
-  // Scratch for S (fp32) and P (act) of one query tile, at most max_scratch_bytes: query
-  // tiles shrink as the context grows (at least one token a tile).
+  // S (fp32) and P (act) of one query tile live in the context's scratch, at most
+  // max_scratch_bytes of it: query tiles shrink as the context grows (at least one token a
+  // tile).
   static constexpr size_t kDefaultMaxScratchBytes = size_t(64) << 20;
   PrefillAttention(std::shared_ptr<CudaContext> ctx, DType act, size_t max_scratch_bytes = kDefaultMaxScratchBytes);
 
@@ -32,13 +33,9 @@ class PrefillAttention {
            int n_heads, int n_kv_heads, int head_dim, void* out);
 
  private:
-  void reserve(size_t bytes);
-
   std::shared_ptr<CudaContext> ctx_;
   DType act_;
   size_t max_scratch_bytes_;
-  std::shared_ptr<void> scratch_;  // S [n_heads, tile, n_pos] F32, then P [n_heads, tile, n_pos] act
-  size_t scratch_bytes_ = 0;
 };
 
 }  // namespace gemlite

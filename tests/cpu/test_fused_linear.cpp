@@ -142,7 +142,7 @@ TEST(BackendOps, FusedLayoutShapesAreChecked) {
   Tensor src = backend->alloc(2, 3), dst = backend->alloc(2, 5);
   EXPECT_THROW(backend->copy_columns(src, dst, 3), Error);  // columns 3..5 of 5
   EXPECT_NO_THROW(backend->copy_columns(src, dst, 2));
-  std::unique_ptr<KVCache> cache = backend->make_kv_cache(1, 4, 8);
+  std::unique_ptr<KVCache> cache = backend->make_kv_cache(1, 4, AttentionShape{2, 2, 4});
   backend->set_step({1}, 0);
   Tensor qkv = backend->alloc(1, 16 + 2 * 8), attn = backend->alloc(1, 16);
   EXPECT_THROW(backend->attention(*cache, 0, qkv, backend->alloc(1, 2), AttentionShape{2, 1, 4}, attn), Error);

@@ -92,6 +92,7 @@ TEST(Programs, NonsenseNumbersAreOneLineErrors) {
   expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " -f " + shared_file("data/tinystories/tinystories_sample.txt") + " --chunks 0", "chunks");
   expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " -f /tmp", "/tmp");
   expect_one_line_error("gemlite-bench", "--synthetic stories260k -p 0 -n 0", "nothing to measure");
+  expect_one_line_error("gemlite-bench", "--synthetic stories260k -d -5", "-d");
 }
 
 TEST(Programs, QuantizeRejectsATokenizerOfAnotherModel) {
@@ -171,6 +172,17 @@ TEST(Programs, FullContextNeverCrashes) {
       "gemlite-chat", "-m " + stories_dir() + " -p 'Once upon a time' -n 100 --temp 0 -c 12", true);
   EXPECT_EQ(once.exit_code, 0) << once.output;
   EXPECT_NE(once.output.find("context full"), std::string::npos) << once.output;
+}
+
+// -d N (llama-bench's depth): each test runs after N tokens in the context; the test is
+// named "pp4 @ d40" / "tg3 @ d40" and the csv carries n_depth. On the CPU, so it runs in CI.
+TEST(Programs, BenchAtDepthNamesTheTestAndFillsTheContext) {
+  const ProgramRun run = run_program_for_test(
+      "gemlite-bench", "--device cpu --synthetic stories260k -f q8 -p 4 -n 3 -d 40 -r 1 -o csv", false);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find(",n_gen,n_depth,avg_ts,"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(",pp4 @ d40,4,0,40,"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(",tg3 @ d40,0,3,40,"), std::string::npos) << run.output;
 }
 
 }  // namespace

@@ -44,6 +44,36 @@ std::vector<float> random_half_values(size_t n, std::mt19937_64& rng, float scal
   return v;
 }
 
+// n fp16 values ~ N(0, 1) in a device tensor [1, n] of ctx.
+Tensor random_device_halves(const std::shared_ptr<CudaContext>& ctx, size_t n, std::mt19937_64& rng) {
+  std::vector<uint16_t> halves(n);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (uint16_t& h : halves) h = float_to_half(normal(rng));
+  Tensor t = device_tensor(ctx, DType::F16, 1, int64_t(n));
+  CUDA_CHECK(cudaMemcpy(t.data, halves.data(), n * 2, cudaMemcpyHostToDevice));
+  return t;
+}
+
+// A fp16 device tensor of ctx as floats, after the work queued on ctx's stream.
+std::vector<float> device_halves_to_host(const std::shared_ptr<CudaContext>& ctx, const Tensor& t) {
+  std::vector<uint16_t> halves(static_cast<size_t>(t.numel()));
+  CUDA_CHECK(cudaMemcpyAsync(halves.data(), t.data, halves.size() * 2, cudaMemcpyDeviceToHost, ctx->stream));
+  CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+  std::vector<float> floats(halves.size());
+  for (size_t i = 0; i < halves.size(); ++i) floats[i] = half_to_float(halves[i]);
+  return floats;
+}
+
+// Output [rows, cols] of a launch into a fresh fp16 tensor poisoned with NaN first.
+template <typename Launch>
+std::vector<float> poisoned_output_of(const std::shared_ptr<CudaContext>& ctx, int64_t rows, int64_t cols,
+                                      Launch&& launch) {
+  Tensor out = device_tensor(ctx, DType::F16, rows, cols);
+  CUDA_CHECK(cudaMemsetAsync(out.data, 0xff, size_t(out.numel()) * 2, ctx->stream));
+  launch(out.data);
+  return device_halves_to_host(ctx, out);
+}
+
 // The same values as a tensor on each backend: F32 on the CPU, F16 on the GPU.
 struct Both {
   Tensor cpu, gpu;
@@ -136,7 +166,8 @@ TEST_F(CudaOps, CopyColumnsPlacesABlockExactly) {
 
 // A 6-token prompt, 2 decoded tokens, a 100-token and a 40-token chunk (the tensor-core
 // PrefillAttention path, T >= kPrefillAttentionMinTokens, after earlier positions), one
-// more token; RoPE + KV store + attention, the attention outputs of every step compared.
+// more token, a 300-token chunk and two tokens decoded over 2 of the cache's 4 splits of
+// 256 positions; RoPE + KV store + attention, the attention outputs of every step compared.
 TEST_F(CudaOps, AttentionPrefillThenDecodeAtLlamaShapes) {
   const AttentionShape shapes[] = {{32, 32, 128},  // Llama-2-7B
                                    {32, 8, 128},   // Llama-3-8B: GQA, 4 query heads per kv head
@@ -149,12 +180,13 @@ TEST_F(CudaOps, AttentionPrefillThenDecodeAtLlamaShapes) {
     std::vector<float> inv_freq(size_t(shape.head_dim / 2));
     for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * float(i) / shape.head_dim);
     const Both freq = weight(inv_freq);
-    std::unique_ptr<KVCache> cpu_cache = cpu->make_kv_cache(1, 160, shape.n_kv_heads * shape.head_dim);
-    std::unique_ptr<KVCache> gpu_cache = gpu->make_kv_cache(1, 160, shape.n_kv_heads * shape.head_dim);
+    std::unique_ptr<KVCache> cpu_cache = cpu->make_kv_cache(1, 1024, shape);
+    std::unique_ptr<KVCache> gpu_cache = gpu->make_kv_cache(1, 1024, shape);
     struct Step {
       int T, pos0;
     };
-    for (const Step step : {Step{6, 0}, Step{1, 6}, Step{1, 7}, Step{100, 8}, Step{40, 108}, Step{1, 148}}) {
+    for (const Step step : {Step{6, 0}, Step{1, 6}, Step{1, 7}, Step{100, 8}, Step{40, 108}, Step{1, 148},
+                            Step{300, 149}, Step{1, 449}, Step{1, 450}}) {
       const std::vector<int> ids(size_t(step.T), 1);
       cpu->set_step(ids, step.pos0);
       gpu->set_step(ids, step.pos0);
@@ -182,38 +214,19 @@ TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
   for (const Case c : {Case{{32, 8, 128}, 77, 19}, Case{{14, 2, 64}, 40, 0}}) {
     const int kv_dim = c.shape.n_kv_heads * c.shape.head_dim, q_dim = c.shape.n_heads * c.shape.head_dim;
     const int width = q_dim + 2 * kv_dim, n_pos = c.pos0 + c.T;
-    auto random_device_halves = [&](size_t n) {
-      std::vector<uint16_t> halves(n);
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      for (uint16_t& h : halves) h = float_to_half(normal(rng));
-      Tensor t = device_tensor(ctx, DType::F16, 1, int64_t(n));
-      CUDA_CHECK(cudaMemcpy(t.data, halves.data(), n * 2, cudaMemcpyHostToDevice));
-      return t;
-    };
-    const Tensor qkv = random_device_halves(size_t(c.T) * width);       // [T, width]
-    const Tensor keys = random_device_halves(size_t(n_pos) * kv_dim);   // [n_pos, kv_dim]
-    const Tensor values = random_device_halves(size_t(n_pos) * kv_dim); // [n_pos, kv_dim]
+    const Tensor qkv = random_device_halves(ctx, size_t(c.T) * width, rng);       // [T, width]
+    const Tensor keys = random_device_halves(ctx, size_t(n_pos) * kv_dim, rng);   // [n_pos, kv_dim]
+    const Tensor values = random_device_halves(ctx, size_t(n_pos) * kv_dim, rng); // [n_pos, kv_dim]
     Tensor pos0 = device_tensor(ctx, DType::I32, 1, 1);
     CUDA_CHECK(cudaMemcpy(pos0.data, &c.pos0, sizeof(int), cudaMemcpyHostToDevice));
-    auto output_of = [&](auto&& attend) {
-      Tensor out = device_tensor(ctx, DType::F16, c.T, q_dim);  // [T, q_dim]
-      CUDA_CHECK(cudaMemsetAsync(out.data, 0xff, size_t(out.numel()) * 2, ctx->stream));  // NaN poison
-      attend(out.data);
-      std::vector<uint16_t> halves(size_t(out.numel()));
-      CUDA_CHECK(cudaMemcpyAsync(halves.data(), out.data, halves.size() * 2, cudaMemcpyDeviceToHost, ctx->stream));
-      CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
-      std::vector<float> floats(halves.size());
-      for (size_t i = 0; i < halves.size(); ++i) floats[i] = half_to_float(halves[i]);
-      return floats;
-    };
-    const std::vector<float> want = output_of([&](void* out) {
+    const std::vector<float> want = poisoned_output_of(ctx, c.T, q_dim, [&](void* out) {
       launch_attention(keys.data, values.data, pos0.as<int>(), qkv.data, c.T, c.shape.n_heads, c.shape.n_kv_heads,
-                       c.shape.head_dim, out, DType::F16, ctx->stream);
+                       c.shape.head_dim, AttentionSplits{}, out, DType::F16, ctx->stream);
     });
     const size_t row_bytes = size_t(c.shape.n_heads) * n_pos * (4 + 2);
     for (const size_t scratch : {PrefillAttention::kDefaultMaxScratchBytes, 17 * row_bytes, row_bytes}) {
       PrefillAttention attention(ctx, DType::F16, scratch);
-      const std::vector<float> got = output_of([&](void* out) {
+      const std::vector<float> got = poisoned_output_of(ctx, c.T, q_dim, [&](void* out) {
         attention.run(keys.data, values.data, c.pos0, qkv.data, width, c.T, c.shape.n_heads, c.shape.n_kv_heads,
                       c.shape.head_dim, out);
       });
@@ -234,6 +247,58 @@ TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
       std::cout << "[cuda_ops] prefill attention " << c.shape.n_heads << "/" << c.shape.n_kv_heads << " x "
                 << c.shape.head_dim << ", T " << c.T << " at " << c.pos0 << ", scratch " << scratch
                 << " B: worst " << worst << " (tol " << kPrefillTolerance << ")\n";
+    }
+  }
+}
+
+// Decode attention split over the context (a 4096-position cache: 16 splits of 256) at
+// positions that end inside the first split, on a split boundary and deep in the cache,
+// against one block per head; launched three times in a row, so a counter the merging
+// block failed to reset shows up as a wrong or missing output on the next launch.
+TEST(AttentionSplits, MatchOneBlockPerHead) {
+  std::mt19937_64 rng{test_seed() + 5};
+  auto ctx = std::make_shared<CudaContext>();
+  const AttentionShape shape{32, 8, 128};
+  const int capacity = 4096, kv_dim = shape.n_kv_heads * shape.head_dim, q_dim = shape.n_heads * shape.head_dim;
+  const int width = q_dim + 2 * kv_dim;
+  const AttentionSplits layout = attention_splits_for(capacity);
+  ASSERT_EQ(layout.count, 16);
+  ASSERT_EQ(layout.span, 256);
+  const Tensor keys = random_device_halves(ctx, size_t(capacity) * kv_dim, rng);    // [capacity, kv_dim]
+  const Tensor values = random_device_halves(ctx, size_t(capacity) * kv_dim, rng);  // [capacity, kv_dim]
+  Tensor partials = device_tensor(ctx, DType::F32, int64_t(shape.n_heads) * layout.count, shape.head_dim + 2);
+  Tensor counters = device_tensor(ctx, DType::I32, 1, shape.n_heads);
+  CUDA_CHECK(cudaMemset(counters.data, 0, size_t(shape.n_heads) * sizeof(int)));
+  AttentionSplits splits = layout;
+  splits.partials = partials.as<float>();
+  splits.counters = reinterpret_cast<unsigned*>(counters.as<int>());
+  Tensor pos0 = device_tensor(ctx, DType::I32, 1, 1);
+  for (const int position : {100, 255, 256, 4095}) {
+    const Tensor qkv = random_device_halves(ctx, size_t(width), rng);  // [1, width]
+    CUDA_CHECK(cudaMemcpy(pos0.data, &position, sizeof(int), cudaMemcpyHostToDevice));
+    auto output_of = [&](const AttentionSplits& how) {
+      return poisoned_output_of(ctx, 1, q_dim, [&](void* out) {
+        launch_attention(keys.data, values.data, pos0.as<int>(), qkv.data, 1, shape.n_heads, shape.n_kv_heads,
+                         shape.head_dim, how, out, DType::F16, ctx->stream);
+      });
+    };
+    const std::vector<float> want = output_of(AttentionSplits{});
+    double squares = 0;
+    for (float v : want) squares += double(v) * v;
+    const float rms = float(std::sqrt(squares / q_dim));
+    for (int launch = 0; launch < 3; ++launch) {
+      const std::vector<float> got = output_of(splits);
+      float worst = 0;
+      for (int i = 0; i < q_dim; ++i) {
+        const float err =
+            std::isfinite(got[size_t(i)]) ? std::fabs(want[size_t(i)] - got[size_t(i)]) / std::max(std::fabs(want[size_t(i)]), rms) : INFINITY;
+        worst = std::max(worst, err);
+        ASSERT_LE(err, kTolerance) << "position " << position << " launch " << launch << " column " << i
+                                   << ": one block " << want[size_t(i)] << " split " << got[size_t(i)];
+      }
+      if (launch == 0)
+        std::cout << "[cuda_ops] split decode attention at position " << position << ": worst " << worst << " (tol "
+                  << kTolerance << ")\n";
     }
   }
 }

@@ -35,6 +35,7 @@
 #include "kernels/group_quant.h"
 #include "kernels/packed_weight.h"
 #include "kernels/qn/qn_format.h"
+#include "kernels/qn/dequant_qn.h"
 #include "kernels/qn/gemv_qn.h"
 #include "kernels/weight_format.h"
 #include "runtime/dtype.h"
@@ -229,6 +230,59 @@ TEST(GemvQnEdges, MisalignedActivationsAndBias) {
         EXPECT_EQ(r.failures, 0) << r.first_failure;
       }
       free_qn_weight(&dw);
+    }
+  }
+}
+
+// dequant_qn (the dense copy of the prefill path) against the CPU decoder, weight by
+// weight, for every bit width and group on shapes that fill no tile or 16-row block
+// (N = 37, K = 4100) or exactly one (N = 16, K = 256). It computes w = q s + (-z s) with s
+// and -z s rounded to the activation type, the decoder (q - z) s in fp32: they differ by
+// those two roundings and the output's, each at most u (2^-11 fp16, 2^-8 bf16) of
+// |q s|, |z s| and |w|; tolerance 2u times their sum. A wrong code, group or row is off by
+// O(|s|) and fails; output is poisoned (NaN) first, so an unwritten weight fails.
+TEST(DequantQn, MatchesTheCpuDecoder) {
+  std::mt19937_64 rng(test_seed() + 41);
+  StreamGuard stream;
+  for (const Shape shape : {Shape{4100, 37}, Shape{256, 16}}) {
+    const std::vector<float> w = random_weight(shape.N, shape.K, rng);
+    for (int bits = 1; bits <= 8; ++bits) {
+      for (int group : {32, 64, 128, 0}) {
+        const PackedWeight packed = quantize_weight(w.data(), shape.N, shape.K, qn_format(bits, group));
+        const int64_t N = shape.N, K = shape.K, G = group_size(group, K), n_groups = group_count(group, K);
+        const uint16_t* scales = packed.part("scales").as<uint16_t>();  // [N, n_groups]
+        const uint16_t* zeros = packed.part("zeros").as<uint16_t>();    // [N, n_groups]
+        std::vector<float> want(size_t(N * K));                          // [N, K]
+        const RowDecoder decode = make_row_decoder(packed);
+        for (int64_t n = 0; n < N; ++n) decode(n, &want[size_t(n * K)]);
+        std::vector<uint8_t> codes(static_cast<size_t>(K));
+        for (DType act : {DType::F16, DType::BF16}) {
+          SCOPED_TRACE(packed.format.name() + " " + dtype_name(act) + " K=" + std::to_string(K) +
+                       " N=" + std::to_string(N) + " seed=" + std::to_string(test_seed()));
+          QnDeviceWeight dw = upload_qn_weight(packed, act);
+          DeviceBuffer out(size_t(N * K) * 2);
+          CUDA_CHECK(cudaMemsetAsync(out.ptr, 0xFF, size_t(N * K) * 2, stream.stream));
+          dequant_qn(dw, out.ptr, stream.stream);
+          std::vector<uint16_t> got(size_t(N * K));
+          CUDA_CHECK(cudaMemcpyAsync(got.data(), out.ptr, got.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+          CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+          free_qn_weight(&dw);
+          const double u = act == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+          int64_t failures = 0;
+          for (int64_t n = 0; n < N; ++n) {
+            qn_unpack_row(packed.part("qweight").as<int32_t>() + n * qn_words_per_row(K, bits), K, bits, codes.data());
+            for (int64_t k = 0; k < K; ++k) {
+              const size_t i = size_t(n * K + k);
+              const double s = half_to_float(scales[n * n_groups + k / G]), z = half_to_float(zeros[n * n_groups + k / G]);
+              const double v = act == DType::BF16 ? bf16_to_float(got[i]) : half_to_float(got[i]);
+              const double tol = 2 * u * (std::abs(want[i]) + std::abs(codes[size_t(k)] * s) + std::abs(z * s));
+              if (!(std::abs(v - want[i]) <= tol) && failures++ == 0)
+                ADD_FAILURE() << "w[" << n << ", " << k << "]: cpu " << want[i] << " gpu " << v << " (tol " << tol << ")";
+            }
+          }
+          EXPECT_EQ(failures, 0);
+        }
+      }
     }
   }
 }
