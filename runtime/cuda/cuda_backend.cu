@@ -184,7 +184,7 @@ class CudaBackend final : public Backend {
     void* values = cache.layer_slice(cache.values, layer);
     launch_rope_store(keys, values, step_pos0(), inv_freq.as<float>(), qkv.data, qkv.rows, shape.n_heads,
                       shape.n_kv_heads, shape.head_dim, qkv.dtype, ctx_->stream);
-    if (qkv.rows >= kPrefillAttentionMinTokens && !capturing()) {
+    if (qkv.rows >= kPrefillAttentionMinTokens && !ctx_->capturing()) {
       prefill_attention_.run(keys, values, step_pos0_host_, qkv.data, qkv.cols, qkv.rows, shape.n_heads,
                              shape.n_kv_heads, shape.head_dim, out.data);
     } else {
@@ -224,11 +224,6 @@ class CudaBackend final : public Backend {
 
  private:
   const int* step_pos0() const { return step_device_.as<int>(); }
-  bool capturing() const {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    CUDA_CHECK(cudaStreamIsCapturing(ctx_->stream, &status));
-    return status != cudaStreamCaptureStatusNone;
-  }
   const int* step_ids() const { return step_device_.as<int>() + 1; }
 
   std::unique_ptr<CapturedOps> capture(const std::function<void()>& ops) {

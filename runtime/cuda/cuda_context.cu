@@ -49,9 +49,7 @@ CudaContext::~CudaContext() {
 
 void* CudaContext::scratch(size_t bytes, const std::string& what) {
   if (bytes <= scratch_bytes_) return scratch_;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone)
+  if (capturing())
     throw Error("cuda backend: " + what + " needs " + mib(bytes) + " of scratch inside a graph capture");
   if (scratch_) CUDA_CHECK(cudaFreeAsync(scratch_, stream));  // after the work queued that reads it
   scratch_ = nullptr;
@@ -64,6 +62,12 @@ void* CudaContext::scratch(size_t bytes, const std::string& what) {
   CUDA_CHECK(code);
   scratch_bytes_ = bytes;
   return scratch_;
+}
+
+bool CudaContext::capturing() const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
 }
 
 void require_device_memory(size_t bytes, const std::string& what) {

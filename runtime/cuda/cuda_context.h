@@ -35,6 +35,10 @@ struct CudaContext {
   // `what`.
   void* scratch(size_t bytes, const std::string& what);
 
+  // Whether `stream` is being captured into a graph (work that needs host values or new
+  // memory must not run then).
+  bool capturing() const;
+
  private:
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
