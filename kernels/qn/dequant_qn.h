@@ -9,9 +9,10 @@
 
 namespace gemlite {
 
-// out [N, K] (w.act: fp16 or bf16) = q * scale + (-zero * scale), the weights exactly as
-// gemv_qn computes them (scale and -zero * scale rounded to the activation type, one fma
-// in fp32, one rounding). qN only: s7 (w.sparse) is an Error. On `stream`, graph-safe.
+// out [N, K] (w.act: fp16 or bf16) = q * scale + (-zero * scale) from gemv_qn's own stored
+// scale and -zero * scale (rounded to the activation type): an fp32 fma, then one rounding
+// to the activation type (gemv_qn's half2 fma rounds once from the exact value, so the two
+// may differ by an ulp). qN only: s7 (w.sparse) is an Error. On `stream`, graph-safe.
 void dequant_qn(const QnDeviceWeight& w, void* out, cudaStream_t stream);
 
 }  // namespace gemlite

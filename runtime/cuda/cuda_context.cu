@@ -48,9 +48,9 @@ CudaContext::~CudaContext() {
 }
 
 void* CudaContext::scratch(size_t bytes, const std::string& what) {
-  if (bytes <= scratch_bytes_) return scratch_;
   if (capturing())
     throw Error("cuda backend: " + what + " needs " + mib(bytes) + " of scratch inside a graph capture");
+  if (bytes <= scratch_bytes_) return scratch_;
   if (scratch_) CUDA_CHECK(cudaFreeAsync(scratch_, stream));  // after the work queued that reads it
   scratch_ = nullptr;
   scratch_bytes_ = 0;

@@ -30,9 +30,9 @@ struct CudaContext {
   // One scratch buffer for transient work on `stream`, shared by every user of this
   // context: the dense copy of a quantized weight before a prefill GEMM, the prefill
   // attention's scores. Stream order makes sharing safe (each user's kernels finish reading
-  // before the next user's start writing). Grown to the largest request; growing inside a
-  // graph capture is an Error (decode steps need none). Out of memory is an Error naming
-  // `what`.
+  // before the next user's start writing). Grown to the largest request. Any call inside a
+  // graph capture is an Error (decode steps need none, and a later growth would free
+  // memory a graph still used). Out of memory is an Error naming `what`.
   void* scratch(size_t bytes, const std::string& what);
 
   // Whether `stream` is being captured into a graph (work that needs host values or new
