@@ -2,9 +2,11 @@
 // llama-bench's table plus the bandwidth the weights moved at.
 //   gemlite-bench -m DIR [-m DIR2 ...]
 //   gemlite-bench --synthetic stories110m -f q4g64,q8,f16 -p 512 -n 128 -r 5 -o md
-//   gemlite-bench --synthetic llama2-7b -n 128 -p 0 -d 4096   # tg128 @ d4096: after 4096 tokens
+//   gemlite-bench --synthetic llama2-7b -p 0 -n 128 -d 0,4096  # tg128, then tg128 @ d4096
+//   gemlite-bench --synthetic stories15m -p 128,512 --pg 512,128  # llama-bench's lists and -pg
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -81,18 +83,36 @@ std::pair<double, double> tokens_per_second(int tokens, int repetitions, Setup s
   return {mean, std::sqrt(var)};
 }
 
+// What to run, llama-bench's way: at every depth, each pp, each tg and each pp+tg pair.
+struct BenchPlan {
+  std::vector<int> prompts, gens, depths;       // -p, -n, -d (a 0 in prompts or gens: none)
+  std::vector<std::pair<int, int>> prompt_gens;  // -pg: a prompt, then that many tokens decoded
+  int batch = 512, repetitions = 5;
+
+  // Positions the longest test needs: the model's KV cache capacity.
+  int context() const {
+    int longest = 0;
+    for (int p : prompts) longest = std::max(longest, p);
+    for (int n : gens) longest = std::max(longest, n);
+    for (const auto& [p, n] : prompt_gens) longest = std::max(longest, p + n);
+    return *std::max_element(depths.begin(), depths.end()) + longest;
+  }
+};
+
 // pp: the prompt fed at once (the model runs it in chunks of `batch`), until the backend is
 // done. tg: one token at a time, each forward waited for, like llama-bench's
 // (llama_decode + llama_synchronize per token) and like gemlite-chat's decode (which also
-// takes the argmax on the device: a few us more per token). Both start after n_depth
-// tokens already in the context (llama-bench's -d; untimed), from an empty one by default.
+// takes the argmax on the device: a few us more per token). pp+tg: both, tokens/s over
+// their sum (as llama-bench's -pg). Each starts after `depth` tokens already in the
+// context (llama-bench's -d; filled untimed before every run).
 void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const std::string& device,
-                 const BackendOptions& options, int n_prompt, int n_gen, int n_depth, int batch, int repetitions,
+                 const BackendOptions& options, const BenchPlan& plan,
                  const std::function<void(const Result&)>& report) {
   auto backend = make_backend(device.empty() ? default_backend_name() : device, options);
-  LlamaModel model(ckpt, *backend, n_depth + std::max(n_prompt, n_gen), batch);
+  LlamaModel model(ckpt, *backend, plan.context(), plan.batch);
   Generation generation(model);
   std::mt19937 rng(42);
+  const int vocab = ckpt.config.vocab_size;
   Result base;
   base.model = label;
   base.backend = backend->name();
@@ -101,40 +121,46 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
   base.weight_bytes = ckpt.weight_bytes();
   base.params = count_params(ckpt.config);
   base.threads = omp_get_max_threads();
-  base.n_depth = n_depth;
-  const std::string at_depth = n_depth > 0 ? " @ d" + std::to_string(n_depth) : "";
-  const std::vector<int> context = random_tokens(n_depth, ckpt.config.vocab_size, rng);
-  const auto fill_context = [&] {
-    generation.reset();
-    if (!context.empty()) {
-      generation.feed(context);
+  const auto decode = [&](const std::vector<int>& tokens) {
+    for (int id : tokens) {
+      generation.feed({id});
       generation.wait();
     }
   };
-  if (n_prompt > 0) {
-    const std::vector<int> prompt = random_tokens(n_prompt, ckpt.config.vocab_size, rng);
-    Result r = base;
-    r.test = "pp" + std::to_string(n_prompt) + at_depth;
-    r.n_prompt = n_prompt;
-    std::tie(r.mean_tps, r.std_tps) = tokens_per_second(n_prompt, repetitions, fill_context, [&] {
-      generation.feed(prompt);
-      generation.wait();
-    });
-    report(r);
-  }
-  if (n_gen > 0) {
-    const std::vector<int> tokens = random_tokens(n_gen, ckpt.config.vocab_size, rng);
-    Result r = base;
-    r.test = "tg" + std::to_string(n_gen) + at_depth;
-    r.n_gen = n_gen;
-    std::tie(r.mean_tps, r.std_tps) = tokens_per_second(n_gen, repetitions, fill_context, [&] {
-      for (int id : tokens) {
-        generation.feed({id});
+  for (const int depth : plan.depths) {
+    const std::string at_depth = depth > 0 ? " @ d" + std::to_string(depth) : "";
+    const std::vector<int> context = random_tokens(depth, vocab, rng);
+    const auto fill_context = [&] {
+      generation.reset();
+      if (!context.empty()) {
+        generation.feed(context);
         generation.wait();
       }
-    });
-    r.gbps = r.mean_tps * double(r.weight_bytes) / 1e9;
-    report(r);
+    };
+    const auto run_test = [&](int n_prompt, int n_gen) {
+      const std::vector<int> prompt = random_tokens(n_prompt, vocab, rng);
+      const std::vector<int> tokens = random_tokens(n_gen, vocab, rng);
+      Result r = base;
+      r.n_prompt = n_prompt;
+      r.n_gen = n_gen;
+      r.n_depth = depth;
+      r.test = (n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "") + (n_prompt > 0 && n_gen > 0 ? "+" : "") +
+               (n_gen > 0 ? "tg" + std::to_string(n_gen) : "") + at_depth;
+      std::tie(r.mean_tps, r.std_tps) = tokens_per_second(n_prompt + n_gen, plan.repetitions, fill_context, [&] {
+        if (n_prompt > 0) {
+          generation.feed(prompt);
+          generation.wait();
+        }
+        decode(tokens);
+      });
+      if (n_prompt == 0) r.gbps = r.mean_tps * double(r.weight_bytes) / 1e9;  // tg: every token reads W once
+      report(r);
+    };
+    for (int n_prompt : plan.prompts)
+      if (n_prompt > 0) run_test(n_prompt, 0);
+    for (int n_gen : plan.gens)
+      if (n_gen > 0) run_test(0, n_gen);
+    for (const auto& [n_prompt, n_gen] : plan.prompt_gens) run_test(n_prompt, n_gen);
   }
 }
 
@@ -158,7 +184,7 @@ void print_markdown_header() {
 }
 
 void print_markdown_row(const Result& r, double copy_gbps) {
-  const bool tg = r.n_gen > 0;  // bandwidth is what limits tg; pp is compute-bound
+  const bool tg = r.n_gen > 0 && r.n_prompt == 0;  // bandwidth is what limits tg; pp is compute-bound
   std::printf("| %s | %.2f MiB | %.2f M | %s | %d | %s | %.2f ± %.2f | %s | %s |\n", r.model.c_str(),
               r.weight_bytes / 1048576.0, r.params / 1e6, r.backend.c_str(), r.threads, r.test.c_str(),
               r.mean_tps, r.std_tps, tg ? fixed(r.gbps, 2).c_str() : "-",
@@ -201,10 +227,14 @@ int main(int argc, char** argv) {
             for (const auto& n : synthetic_model_names()) names += (names.empty() ? "" : ", ") + n;
             return names; }(), cxxopts::value<std::vector<std::string>>())
         ("f,format", "Weight formats for --synthetic, comma-separated", cxxopts::value<std::string>()->default_value("q4g64"))
-        ("p,n-prompt", "Prompt tokens for pp (0 = skip)", cxxopts::value<int>()->default_value("512"))
-        ("n,n-gen", "Generated tokens for tg (0 = skip)", cxxopts::value<int>()->default_value("128"))
-        ("d,n-depth", "Tokens already in the context before each test (untimed), like llama-bench's -d",
-         cxxopts::value<int>()->default_value("0"))
+        ("p,n-prompt", "Prompt tokens for pp, comma-separated (0 = none)",
+         cxxopts::value<std::vector<int>>()->default_value("512"))
+        ("n,n-gen", "Generated tokens for tg, comma-separated (0 = none)",
+         cxxopts::value<std::vector<int>>()->default_value("128"))
+        ("pg", "A prompt then generated tokens, timed together: pp,tg (repeatable)",
+         cxxopts::value<std::vector<int>>())
+        ("d,n-depth", "Tokens already in the context before each test (untimed), comma-separated",
+         cxxopts::value<std::vector<int>>()->default_value("0"))
         ("b,batch-size", "Prompt tokens per forward pass", cxxopts::value<int>()->default_value("512"))
         ("r,repetitions", "Timed runs per test", cxxopts::value<int>()->default_value("5"))
         ("o,output", "md, json or csv", cxxopts::value<std::string>()->default_value("md"))
@@ -228,14 +258,29 @@ int main(int argc, char** argv) {
 #endif
     }
     apply_thread_option(args);
-    const int n_prompt = args["n-prompt"].as<int>(), n_gen = args["n-gen"].as<int>();
-    const int n_depth = args["n-depth"].as<int>();
-    const int batch = args["batch-size"].as<int>(), repetitions = args["repetitions"].as<int>();
+    BenchPlan plan;
+    plan.prompts = args["n-prompt"].as<std::vector<int>>();
+    plan.gens = args["n-gen"].as<std::vector<int>>();
+    plan.depths = args["n-depth"].as<std::vector<int>>();
+    plan.batch = args["batch-size"].as<int>();
+    plan.repetitions = args["repetitions"].as<int>();
+    const std::vector<int> pg = args.count("pg") ? args["pg"].as<std::vector<int>>() : std::vector<int>{};
+    if (pg.size() % 2 != 0) throw Error("--pg takes pairs: pp,tg (e.g. --pg 512,128)");
+    for (size_t i = 0; i < pg.size(); i += 2) {
+      if (pg[i] < 1 || pg[i + 1] < 1) throw Error("--pg " + std::to_string(pg[i]) + "," + std::to_string(pg[i + 1]) +
+                                                  ": both must be >= 1");
+      plan.prompt_gens.emplace_back(pg[i], pg[i + 1]);
+    }
+    for (const auto* list : {&plan.prompts, &plan.gens, &plan.depths})
+      for (int v : *list)
+        if (v < 0) throw Error("-p, -n and -d must be >= 0 (got " + std::to_string(v) + ")");
+    if (plan.depths.empty()) plan.depths = {0};
+    const auto positive = [](const std::vector<int>& v) { return std::any_of(v.begin(), v.end(), [](int x) { return x > 0; }); };
+    if (!positive(plan.prompts) && !positive(plan.gens) && plan.prompt_gens.empty())
+      throw Error("-p 0 and -n 0 and no --pg: nothing to measure");
+    if (plan.batch < 1) throw Error("-b/--batch-size must be >= 1");
+    if (plan.repetitions < 1) throw Error("-r/--repetitions must be >= 1");
     const std::string output = args["output"].as<std::string>();
-    if (n_prompt < 0 || n_gen < 0 || n_depth < 0) throw Error("-p, -n and -d must be >= 0");
-    if (n_prompt == 0 && n_gen == 0) throw Error("-p 0 and -n 0: nothing to measure");
-    if (batch < 1) throw Error("-b/--batch-size must be >= 1");
-    if (repetitions < 1) throw Error("-r/--repetitions must be >= 1");
     if (output != "md" && output != "json" && output != "csv")
       throw Error("-o '" + output + "': expected md, json or csv");
     if (!args.count("model") && !args.count("synthetic"))
@@ -280,12 +325,11 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     };
     for (const auto& [label, ckpt] : checkpoints)
-      bench_model(label, ckpt, device, backend_options, n_prompt, n_gen, n_depth, batch, repetitions, report);
+      bench_model(label, ckpt, device, backend_options, plan, report);
     for (const auto& [name, config, format] : synthetic) {
       const std::string label = name + " " + format.name();
       std::fprintf(stderr, "building %s with random weights ...\n", label.c_str());
-      bench_model(label, make_synthetic_checkpoint(config, format), device, backend_options, n_prompt, n_gen,
-                  n_depth, batch, repetitions, report);
+      bench_model(label, make_synthetic_checkpoint(config, format), device, backend_options, plan, report);
     }
     if (output != "md") print_structured(results, copy_gbps, output);
     return 0;

@@ -174,15 +174,26 @@ TEST(Programs, FullContextNeverCrashes) {
   EXPECT_NE(once.output.find("context full"), std::string::npos) << once.output;
 }
 
-// -d N (llama-bench's depth): each test runs after N tokens in the context; the test is
-// named "pp4 @ d40" / "tg3 @ d40" and the csv carries n_depth. On the CPU, so it runs in CI.
-TEST(Programs, BenchAtDepthNamesTheTestAndFillsTheContext) {
+// llama-bench's lists: -p, -n and -d take comma-separated values and --pg pp,tg pairs;
+// every depth runs each test, named "pp4", "tg3", "pp4+tg2", with " @ d40" at depth 40
+// (filled first), and the csv carries n_prompt, n_gen and n_depth. On the CPU, so it runs
+// in CI.
+TEST(Programs, BenchRunsLlamaBenchListsDepthsAndPromptGenPairs) {
   const ProgramRun run = run_program_for_test(
-      "gemlite-bench", "--device cpu --synthetic stories260k -f q8 -p 4 -n 3 -d 40 -r 1 -o csv", false);
+      "gemlite-bench", "--device cpu --synthetic stories260k -f q8 -p 4,6 -n 3 -d 0,40 --pg 4,2 -r 1 -o csv", false);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find(",n_gen,n_depth,avg_ts,"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find(",pp4 @ d40,4,0,40,"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find(",tg3 @ d40,0,3,40,"), std::string::npos) << run.output;
+  for (const char* row : {",pp4,4,0,0,", ",pp6,6,0,0,", ",tg3,0,3,0,", ",pp4+tg2,4,2,0,", ",pp4 @ d40,4,0,40,",
+                          ",pp6 @ d40,6,0,40,", ",tg3 @ d40,0,3,40,", ",pp4+tg2 @ d40,4,2,40,"})
+    EXPECT_NE(run.output.find(row), std::string::npos) << "no row " << row << " in:\n" << run.output;
+  EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 9) << run.output;  // header + 8 rows
+}
+
+TEST(Programs, BenchListsAndPairsRejectBadValuesInOneLine) {
+  expect_one_line_error("gemlite-bench", "--synthetic stories260k --pg 512", "pairs");
+  expect_one_line_error("gemlite-bench", "--synthetic stories260k --pg 0,5", "--pg 0,5");
+  expect_one_line_error("gemlite-bench", "--synthetic stories260k -p 4,-1", "-1");
+  expect_one_line_error("gemlite-bench", "--synthetic stories260k -p 4,x", "x");
 }
 
 }  // namespace
