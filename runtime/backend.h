@@ -72,7 +72,8 @@ class Backend {
   // x [M, N] -> host floats [M * N]; waits for the work before it.
   virtual void copy_to_host(const Tensor& x, float* out) = 0;
   // The index of the largest element of x [1, N] (the lowest among equal ones, like
-  // Sampler's greedy choice); waits for the work before it. Only the index crosses.
+  // Sampler's greedy choice; NaNs skipped, 0 when all are NaN); waits for the work before
+  // it. Only the index crosses.
   virtual int argmax(const Tensor& x) = 0;
 
   // ---- the step: ids [T] at positions [pos0, pos0 + T). Ids are checked by the caller.

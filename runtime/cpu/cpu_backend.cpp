@@ -84,10 +84,10 @@ class CpuBackend final : public Backend {
 
   int argmax(const Tensor& x) override {
     const float* v = x.as<float>();
-    int best = 0;
-    for (int64_t i = 1; i < x.numel(); ++i)
-      if (v[i] > v[best]) best = int(i);  // strict: the lowest index wins a tie
-    return best;
+    int best = -1;
+    for (int64_t i = 0; i < x.numel(); ++i)
+      if (!std::isnan(v[i]) && (best < 0 || v[i] > v[best])) best = int(i);  // strict: the lowest index wins a tie
+    return best < 0 ? 0 : best;  // all NaN: 0, as the CUDA kernel
   }
 
   void set_step(const std::vector<int>& ids, int pos0) override {

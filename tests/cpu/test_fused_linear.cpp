@@ -3,6 +3,7 @@
 // projection equals the parts' projections side by side, stacked or not.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -146,6 +147,21 @@ TEST(BackendOps, FusedLayoutShapesAreChecked) {
   backend->set_step({1}, 0);
   Tensor qkv = backend->alloc(1, 16 + 2 * 8), attn = backend->alloc(1, 16);
   EXPECT_THROW(backend->attention(*cache, 0, qkv, backend->alloc(1, 2), AttentionShape{2, 1, 4}, attn), Error);
+}
+
+// Greedy argmax: the lowest index among equal maxima, NaNs skipped (the CUDA kernel's
+// rule, runtime/cuda/argmax.cu), 0 when every value is NaN.
+TEST(BackendOps, ArgmaxSkipsNanAndTakesTheLowestIndexOfATie) {
+  auto backend = make_cpu_backend();
+  const float nan = std::nanf("");
+  auto argmax_of = [&](std::vector<float> values) {
+    const Tensor t = backend->upload(HostTensor::copy_of(DType::F32, {1, int64_t(values.size())}, values.data()));
+    return backend->argmax(t);
+  };
+  EXPECT_EQ(argmax_of({1, 3, 2, 3}), 1);
+  EXPECT_EQ(argmax_of({nan, 1, 5, nan, 5}), 2);
+  EXPECT_EQ(argmax_of({-2, nan, -1}), 2);
+  EXPECT_EQ(argmax_of({nan, nan}), 0);
 }
 
 }  // namespace
