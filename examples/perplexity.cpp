@@ -2,12 +2,17 @@
 // compare with llama-perplexity's: the whole file tokenized once with BOS, non-overlapping
 // chunks of n_ctx tokens, the first token of each chunk replaced by BOS, and only the
 // second half of each chunk scored (every scored token sees at least n_ctx/2 of context).
+// --kl-divergence-base FILE saves the scored log-probabilities; adding --kl-divergence
+// compares another model with them (examples/common/kl_divergence.h), as llama-perplexity.
 #include <cmath>
+#include <memory>
+#include <optional>
 #include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "examples/common/kl_divergence.h"
 #include "examples/common/program.h"
 #include "runtime/error.h"
 
@@ -43,60 +48,93 @@ int main(int argc, char** argv) {
     options.add_options()
         ("f,file", "Text file to score", cxxopts::value<std::string>())
         ("c,ctx-size", "Tokens per chunk", cxxopts::value<int>()->default_value("512"))
-        ("chunks", "Score only the first N chunks (-1 = all)", cxxopts::value<int>()->default_value("-1"));
+        ("chunks", "Score only the first N chunks (-1 = all)", cxxopts::value<int>()->default_value("-1"))
+        ("kl-divergence-base", "Save the scored log-probabilities to FILE (alone), or compare with them "
+                               "(with --kl-divergence)", cxxopts::value<std::string>())
+        ("kl-divergence", "Compare this model with --kl-divergence-base FILE: KL divergence, same top token, "
+                          "delta p (the text, -c and chunks come from the file)");
     const auto args = parse_args(options, argc, argv);
     if (!args.count("model")) throw Error("missing -m/--model DIR (see --help)");
-    if (!args.count("file")) throw Error("missing -f/--file FILE (see --help)");
+    const bool compare = args.count("kl-divergence") > 0;
+    const std::string base_path = args.count("kl-divergence-base") ? args["kl-divergence-base"].as<std::string>() : "";
+    if (compare && base_path.empty()) throw Error("--kl-divergence needs --kl-divergence-base FILE (see --help)");
+    if (!compare && !args.count("file")) throw Error("missing -f/--file FILE (see --help)");
     apply_thread_option(args);
-    const int n_ctx = args["ctx-size"].as<int>();
+    int n_ctx = args["ctx-size"].as<int>();
     if (n_ctx < 4) throw Error("--ctx-size must be at least 4");
     const int max_chunks = args["chunks"].as<int>();
     if (max_chunks == 0 || max_chunks < -1) throw Error("--chunks must be -1 (all) or >= 1");
 
-    const std::string path = args["file"].as<std::string>();
-    const std::string text = read_text(path);
-    // The text is tokenized and checked before the model and its KV cache are allocated.
+    // The text (or the base file) is read and checked before the model and its KV cache are
+    // allocated; a base to be written is opened first of all.
+    std::optional<KldBaseWriter> writer;
+    if (!compare && !base_path.empty()) writer.emplace(base_path);
     const std::string model_dir = args["model"].as<std::string>();
     const PackedCheckpoint header = load_packed_checkpoint(model_dir);
-    if (header.tokenizer_path.empty()) fail(model_dir + "/tokenizer.model", "missing");
-    const Tokenizer tokenizer = Tokenizer::load(header.tokenizer_path);
-    check_tokenizer_fits(tokenizer, header.config, header.tokenizer_path);
-    std::fprintf(stderr, "perplexity: tokenizing the input ..\n");
-    double start = now_seconds();
-    const std::vector<int> tokens = tokenizer.encode(text, /*add_bos=*/true);
-    std::fprintf(stderr, "perplexity: tokenization took %.1f ms, %zu tokens\n",
-                 (now_seconds() - start) * 1e3, tokens.size());
-    if (int64_t(tokens.size()) < 2 * int64_t(n_ctx))
-      fail(path, "has " + std::to_string(tokens.size()) + " tokens; need at least " +
-                     std::to_string(2 * n_ctx) + " for --ctx-size " + std::to_string(n_ctx));
+    std::unique_ptr<KldBaseReader> base;
+    std::vector<int> tokens;
+    int n_chunks = 0;
+    if (compare) {
+      base = std::make_unique<KldBaseReader>(base_path);
+      if (base->header().n_vocab != header.config.vocab_size)
+        fail(base_path, "holds a vocabulary of " + std::to_string(base->header().n_vocab) + "; the model " +
+                            model_dir + " has " + std::to_string(header.config.vocab_size));
+      n_ctx = base->header().n_ctx;
+      n_chunks = base->header().n_chunks;
+    } else {
+      const std::string path = args["file"].as<std::string>();
+      const std::string text = read_text(path);
+      if (header.tokenizer_path.empty()) fail(model_dir + "/tokenizer.model", "missing");
+      const Tokenizer tokenizer = Tokenizer::load(header.tokenizer_path);
+      check_tokenizer_fits(tokenizer, header.config, header.tokenizer_path);
+      std::fprintf(stderr, "perplexity: tokenizing the input ..\n");
+      const double start = now_seconds();
+      tokens = tokenizer.encode(text, /*add_bos=*/true);
+      std::fprintf(stderr, "perplexity: tokenization took %.1f ms, %zu tokens\n", (now_seconds() - start) * 1e3,
+                   tokens.size());
+      if (int64_t(tokens.size()) < 2 * int64_t(n_ctx))
+        fail(path, "has " + std::to_string(tokens.size()) + " tokens; need at least " + std::to_string(2 * n_ctx) +
+                       " for --ctx-size " + std::to_string(n_ctx));
+      n_chunks = int(tokens.size()) / n_ctx;
+    }
+    if (max_chunks > 0) n_chunks = std::min(n_chunks, max_chunks);
 
-    LoadedModel loaded = load_model(model_dir, args["device"].as<std::string>(), n_ctx, /*need_tokenizer=*/true,
+    LoadedModel loaded = load_model(model_dir, args["device"].as<std::string>(), n_ctx, /*need_tokenizer=*/!compare,
                                     backend_options(args));
     if (n_ctx > loaded.checkpoint.config.max_seq_len)
       std::fprintf(stderr, "warning: --ctx-size %d is beyond the model's training context of %d\n",
                    n_ctx, loaded.checkpoint.config.max_seq_len);
-    int n_chunks = int(tokens.size()) / n_ctx;
-    if (max_chunks > 0) n_chunks = std::min(n_chunks, max_chunks);
     std::fprintf(stderr, "perplexity: calculating perplexity over %d chunks, n_ctx=%d, backend=%s\n",
                  n_chunks, n_ctx, loaded.backend->name().c_str());
 
     const int vocab = loaded.checkpoint.config.vocab_size;
     const int first_scored = n_ctx / 2;
+    if (writer) writer->begin(KldBaseHeader{n_ctx, vocab, n_chunks, first_scored});
+    KldStatistics statistics;
     double nll_sum = 0, nll_squared_sum = 0;
     long scored = 0;
-    std::vector<float> logits;  // [n_ctx, vocab]
-    start = now_seconds();
+    std::vector<int> ids;             // [n_ctx]
+    std::vector<float> logits;        // [n_ctx, vocab]
+    std::vector<float> base_log_probs;  // [n_ctx - 1 - first_scored, vocab]
+    const double start = now_seconds();
     for (int chunk = 0; chunk < n_chunks; ++chunk) {
-      std::vector<int> ids(tokens.begin() + long(chunk) * n_ctx, tokens.begin() + long(chunk + 1) * n_ctx);
-      ids[0] = loaded.tokenizer->bos_id();
+      if (compare) {
+        base->read_chunk(chunk, &ids, &base_log_probs);
+      } else {
+        ids.assign(tokens.begin() + long(chunk) * n_ctx, tokens.begin() + long(chunk + 1) * n_ctx);
+        ids[0] = loaded.tokenizer->bos_id();
+      }
       loaded.model->forward(ids, 0, /*all_logits=*/true, logits);
       // logits at position j predict token j + 1
       for (int j = first_scored; j < n_ctx - 1; ++j) {
-        const double nll = negative_log_likelihood(&logits[size_t(j) * vocab], vocab, ids[j + 1]);
+        const float* row = &logits[size_t(j) * vocab];
+        const double nll = negative_log_likelihood(row, vocab, ids[j + 1]);
         nll_sum += nll;
         nll_squared_sum += nll * nll;
         ++scored;
+        if (compare) statistics.add(&base_log_probs[size_t(j - first_scored) * vocab], row, vocab, ids[j + 1]);
       }
+      if (writer) writer->add_chunk(ids, logits);
       if (chunk == 0) {
         const double seconds = now_seconds() - start;
         std::fprintf(stderr, "perplexity: %.2f seconds per pass - ETA %.2f minutes\n", seconds,
@@ -105,12 +143,18 @@ int main(int argc, char** argv) {
       std::printf("[%d]%.4f,", chunk + 1, std::exp(nll_sum / scored));
       std::fflush(stdout);
     }
+    if (writer) writer->finish();
     // llama.cpp's estimate: PPL = exp(mean nll), error = PPL * standard error of the mean.
     const double mean = nll_sum / scored;
     const double variance = nll_squared_sum / scored - mean * mean;
     const double standard_error = scored > 1 && variance > 0 ? std::sqrt(variance / (scored - 1)) : 0;
     const double ppl = std::exp(mean);
     std::printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", ppl, standard_error * ppl);
+    if (writer) std::fprintf(stderr, "perplexity: saved the scored log-probabilities to %s\n", base_path.c_str());
+    if (compare) {
+      std::printf("\n");
+      statistics.print(stdout);
+    }
     return 0;
   });
 }

@@ -1,0 +1,160 @@
+// gemlite-perplexity --kl-divergence-base / --kl-divergence (llama-perplexity's flags):
+// the saved base compared with itself is (nearly) zero, the mean KLD of a quantized model
+// equals an independent computation from both models' logits, fewer bits diverge more, and
+// bad base files are one-line errors that name the file.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "models/llama_model.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "tests/cpu/program_runner.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gemlite {
+namespace {
+
+const char* kText = "data/tinystories/tinystories_sample.txt";
+constexpr int kContext = 128;
+
+// The base file of stories260K f32 over the first `chunks` chunks (made once per chunk count).
+const std::string& base_file(int chunks) {
+  static std::map<int, std::string> made;
+  auto found = made.find(chunks);
+  if (found != made.end()) return found->second;
+  const std::string path = make_temp_dir() + "/base-" + std::to_string(chunks) + ".kld";
+  const ProgramRun run = run_program_for_test(
+      "gemlite-perplexity", "--device cpu -m " + quantized_stories260k("f32") + " -f " + shared_file(kText) + " -c " +
+                                std::to_string(kContext) + " --chunks " + std::to_string(chunks) +
+                                " --kl-divergence-base " + path,
+      false);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(std::filesystem::is_regular_file(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));  // renamed into place
+  return made.emplace(chunks, path).first->second;
+}
+
+// A number printed after `label` in the program's output (NaN when absent).
+double value_after(const std::string& output, const std::string& label) {
+  const size_t at = output.find(label);
+  if (at == std::string::npos) return NAN;
+  return std::stod(output.substr(at + label.size()));
+}
+
+std::string compare_with_base(const std::string& format, int chunks) {
+  const ProgramRun run = run_program_for_test(
+      "gemlite-perplexity",
+      "--device cpu -m " + quantized_stories260k(format) + " --kl-divergence-base " + base_file(chunks) + " --kl-divergence",
+      false);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  return run.output;
+}
+
+TEST(KlDivergenceProgram, TheBaseAgainstItselfIsZero) {
+  const std::string output = compare_with_base("f32", 4);
+  // Only the fp16 rounding of the saved log-probabilities separates the two.
+  EXPECT_LT(std::fabs(value_after(output, "Mean    KLD:")), 1e-4) << output;
+  EXPECT_LT(value_after(output, "Maximum KLD:"), 2e-3) << output;
+  EXPECT_EQ(value_after(output, "Same top p:"), 100.0) << output;
+  EXPECT_LT(std::fabs(value_after(output, "Mean ln(PPL(Q)/PPL(base))     :")), 1e-3) << output;
+}
+
+// Mean over the scored positions of the first chunk of sum_i p_f32(i) ln(p_f32(i) / p_q4(i)),
+// from both models' full-precision logits in this process.
+TEST(KlDivergenceProgram, MeanKldEqualsAnIndependentComputation) {
+  const std::string output = compare_with_base("q4g64", 1);
+  std::ifstream in(shared_file(kText));
+  std::stringstream text;
+  text << in.rdbuf();
+  const Tokenizer tokenizer = Tokenizer::load(quantized_stories260k("f32") + "/tokenizer.model");
+  std::vector<int> ids = tokenizer.encode(text.str(), true);
+  ids.resize(kContext);
+  ids[0] = tokenizer.bos_id();
+  std::vector<float> base_logits, q_logits;  // [kContext, vocab]
+  for (const auto& [format, logits] : {std::pair{"f32", &base_logits}, std::pair{"q4g64", &q_logits}}) {
+    const PackedCheckpoint ckpt = load_packed_checkpoint(quantized_stories260k(format));
+    auto backend = make_cpu_backend();
+    LlamaModel model(ckpt, *backend, kContext);
+    model.forward(ids, 0, /*all_logits=*/true, *logits);
+  }
+  const int vocab = int(base_logits.size() / kContext);
+  const auto log_softmax = [&](const float* row) {
+    double max = row[0], sum = 0;
+    for (int i = 1; i < vocab; ++i) max = std::max(max, double(row[i]));
+    for (int i = 0; i < vocab; ++i) sum += std::exp(row[i] - max);
+    std::vector<double> out(static_cast<size_t>(vocab));
+    for (int i = 0; i < vocab; ++i) out[size_t(i)] = row[i] - max - std::log(sum);
+    return out;
+  };
+  double total = 0;
+  int count = 0;
+  for (int j = kContext / 2; j < kContext - 1; ++j, ++count) {
+    const std::vector<double> p = log_softmax(&base_logits[size_t(j) * vocab]);
+    const std::vector<double> q = log_softmax(&q_logits[size_t(j) * vocab]);
+    for (int i = 0; i < vocab; ++i) total += std::exp(p[size_t(i)]) * (p[size_t(i)] - q[size_t(i)]);
+  }
+  const double want = total / count, got = value_after(output, "Mean    KLD:");
+  EXPECT_GT(want, 1e-3);  // a real divergence, not a zero that anything would match
+  EXPECT_NEAR(got, want, 2e-3 * want + 1e-5) << output;
+}
+
+TEST(KlDivergenceProgram, FewerBitsDivergeMoreAndAgreeLessOnTheTopToken) {
+  const std::string q8 = compare_with_base("q8", 4), q4 = compare_with_base("q4g64", 4),
+                    q2 = compare_with_base("q2g64", 4);
+  EXPECT_LT(value_after(q8, "Mean    KLD:"), value_after(q4, "Mean    KLD:"));
+  EXPECT_LT(value_after(q4, "Mean    KLD:"), value_after(q2, "Mean    KLD:"));
+  EXPECT_GT(value_after(q8, "Same top p:"), value_after(q4, "Same top p:"));
+  EXPECT_GT(value_after(q4, "Same top p:"), value_after(q2, "Same top p:"));
+}
+
+TEST(KlDivergenceProgram, BadBaseFilesAreOneLineErrorsNamingTheFile) {
+  const std::string model = "--device cpu -m " + quantized_stories260k("q8");
+  const auto expect_error = [&](const std::string& arguments, const std::string& expected) {
+    const ProgramRun run = run_program_for_test("gemlite-perplexity", arguments, /*only_stderr=*/true);
+    EXPECT_EQ(run.exit_code, 1) << arguments << "\n" << run.output;
+    EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
+    EXPECT_NE(run.output.find(expected), std::string::npos) << "expected '" << expected << "' in: " << run.output;
+  };
+  expect_error(model + " --kl-divergence", "--kl-divergence-base");
+  const std::string dir = make_temp_dir();
+  expect_error(model + " --kl-divergence --kl-divergence-base " + dir + "/missing.kld", dir + "/missing.kld");
+
+  const std::string truncated = dir + "/truncated.kld";
+  std::filesystem::copy_file(base_file(4), truncated);
+  std::filesystem::resize_file(truncated, std::filesystem::file_size(truncated) - 100);
+  expect_error(model + " --kl-divergence --kl-divergence-base " + truncated, "truncated");
+
+  const std::string other_vocab = dir + "/other-vocab.kld";  // a well-formed header for a 1000-token vocabulary
+  {
+    std::ofstream out(other_vocab, std::ios::binary);
+    const char magic[16] = "GEMLITE-KLD-v1";
+    const int32_t fields[4] = {8, 1000, 1, 4};  // n_ctx, n_vocab, n_chunks, first_scored
+    out.write(magic, sizeof magic);
+    out.write(reinterpret_cast<const char*>(fields), sizeof fields);
+    const std::vector<char> chunk(8 * 4 + 3 * 1000 * 2, 0);
+    out.write(chunk.data(), std::streamsize(chunk.size()));
+  }
+  expect_error(model + " --kl-divergence --kl-divergence-base " + other_vocab, "vocabulary of 1000");
+  expect_error(model + " --kl-divergence --kl-divergence-base /etc/hostname", "not a gemlite KL-divergence base");
+
+  // A run that fails after opening the base leaves neither it nor its temporary file.
+  const std::string short_text_base = dir + "/short.kld";
+  const ProgramRun short_text = run_program_for_test(
+      "gemlite-perplexity", model + " -f " + shared_file(kText) + " -c 100000 --kl-divergence-base " + short_text_base,
+      /*only_stderr=*/true);  // after perplexity's progress lines on stderr
+  EXPECT_EQ(short_text.exit_code, 1) << short_text.output;
+  EXPECT_NE(short_text.output.find("tinystories_sample.txt: has"), std::string::npos) << short_text.output;
+  EXPECT_FALSE(std::filesystem::exists(short_text_base));
+  EXPECT_FALSE(std::filesystem::exists(short_text_base + ".tmp"));
+
+  // A base that cannot be written is named, and nothing is left behind.
+  expect_error(model + " -f " + shared_file(kText) + " -c 128 --chunks 1 --kl-divergence-base " + dir +
+                   "/no/such/dir/base.kld",
+               dir + "/no/such/dir/base.kld.tmp");
+}
+
+}  // namespace
+}  // namespace gemlite
