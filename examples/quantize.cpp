@@ -1,4 +1,5 @@
-// gemlite-quantize: a Hugging Face directory or a llama2.c .bin -> packed checkpoint.
+// gemlite-quantize: a Hugging Face directory, an F32/F16/BF16 GGUF file or a llama2.c .bin
+// -> packed checkpoint.
 //   gemlite-quantize SOURCE OUTPUT_DIR FORMAT [--override lm_head=q8 ...] [--tokenizer T]
 #include <unistd.h>
 
@@ -6,6 +7,7 @@
 #include <filesystem>
 
 #include "examples/common/program.h"
+#include "models/import_gguf.h"
 #include "models/import_hf.h"
 #include "models/import_llama2c.h"
 #include "models/quantize_model.h"
@@ -20,6 +22,7 @@ namespace {
 SourceModel load_source(const std::string& path) {
   if (fs::is_directory(path)) return load_hf_directory(path);
   if (!fs::exists(path)) fail(path, "no such file or directory");
+  if (is_gguf_file(path)) return load_gguf(path);
   return load_llama2c(path);
 }
 
@@ -42,17 +45,17 @@ void show_progress(int done, int total, const std::string& module) {
 int main(int argc, char** argv) {
   return run_program("gemlite-quantize", [&] {
     cxxopts::Options options("gemlite-quantize",
-        "Convert a Hugging Face model directory or a llama2.c .bin checkpoint into a gemlite "
-        "packed checkpoint.\nFormats: qN or qNgG (N = 1..8 bits, G = 32/64/128), s7, s7gG, "
+        "Convert a Hugging Face model directory, an F32/F16/BF16 GGUF file or a llama2.c .bin checkpoint "
+        "into a gemlite packed checkpoint.\nFormats: qN or qNgG (N = 1..8 bits, G = 32/64/128), s7, s7gG, "
         "fp6, fp5, f16, bf16, f32.");
     options.positional_help("SOURCE OUTPUT_DIR FORMAT");
     options.add_options()
-        ("source", "HF directory or llama2.c .bin", cxxopts::value<std::string>())
+        ("source", "HF directory, .gguf file or llama2.c .bin", cxxopts::value<std::string>())
         ("output", "Packed checkpoint directory to write", cxxopts::value<std::string>())
         ("format", "Weight format of every linear layer", cxxopts::value<std::string>())
         ("override", "PATTERN=FORMAT for matching modules, e.g. lm_head=q8 (repeatable)",
          cxxopts::value<std::vector<std::string>>())
-        ("tokenizer", "sentencepiece tokenizer.model (required for llama2.c checkpoints)",
+        ("tokenizer", "sentencepiece tokenizer.model (for llama2.c and GGUF sources, which carry none gemlite reads)",
          cxxopts::value<std::string>())
         ("chat-template", "Record the chat template: completion, llama2, zephyr, mistral, chatml",
          cxxopts::value<std::string>());

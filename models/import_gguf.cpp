@@ -1,0 +1,324 @@
+#include "models/import_gguf.h"
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "models/llama_weights.h"
+#include "runtime/error.h"
+#include "runtime/io/mapped_file.h"
+
+namespace gemlite {
+namespace {
+
+constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian uint32
+constexpr uint64_t kDefaultAlignment = 32;
+
+// GGUF metadata value types.
+enum ValueType : uint32_t {
+  kUint8 = 0, kInt8 = 1, kUint16 = 2, kInt16 = 3, kUint32 = 4, kInt32 = 5, kFloat32 = 6, kBool = 7,
+  kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
+};
+
+// ggml tensor types this importer reads, and names for the error about the others.
+constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlBF16 = 30;
+std::string ggml_type_name(uint32_t type) {
+  static const std::map<uint32_t, const char*> names = {
+      {0, "F32"}, {1, "F16"}, {2, "Q4_0"}, {3, "Q4_1"}, {6, "Q5_0"}, {7, "Q5_1"}, {8, "Q8_0"}, {9, "Q8_1"},
+      {10, "Q2_K"}, {11, "Q3_K"}, {12, "Q4_K"}, {13, "Q5_K"}, {14, "Q6_K"}, {15, "Q8_K"}, {16, "IQ2_XXS"},
+      {17, "IQ2_XS"}, {18, "IQ3_XXS"}, {19, "IQ1_S"}, {20, "IQ4_NL"}, {21, "IQ3_S"}, {22, "IQ2_S"},
+      {23, "IQ4_XS"}, {24, "I8"}, {25, "I16"}, {26, "I32"}, {27, "I64"}, {28, "F64"}, {29, "IQ1_M"},
+      {30, "BF16"}, {34, "TQ1_0"}, {35, "TQ2_0"}};
+  const auto found = names.find(type);
+  return found != names.end() ? found->second : "type " + std::to_string(type);
+}
+
+// A bounds-checked little-endian cursor over the mapped file.
+class Cursor {
+ public:
+  Cursor(const MappedFile& file, std::string path) : data_(file.data()), size_(file.size()), path_(std::move(path)) {}
+
+  template <typename T>
+  T read(const char* what) {
+    need(sizeof(T), what);
+    T value;
+    std::memcpy(&value, data_ + at_, sizeof(T));
+    at_ += sizeof(T);
+    return value;
+  }
+  std::string read_string(const char* what) {
+    const uint64_t length = read<uint64_t>(what);
+    need(length, what);
+    std::string text(reinterpret_cast<const char*>(data_ + at_), size_t(length));
+    at_ += size_t(length);
+    return text;
+  }
+  void skip(uint64_t bytes, const char* what) {
+    need(bytes, what);
+    at_ += size_t(bytes);
+  }
+  size_t at() const { return at_; }
+
+ private:
+  void need(uint64_t bytes, const char* what) const {
+    if (bytes > size_ - at_)
+      fail(path_, "truncated at byte " + std::to_string(at_) + " of " + std::to_string(size_) + " (reading " +
+                      what + ")");
+  }
+  const uint8_t* data_;
+  size_t size_;
+  size_t at_ = 0;
+  std::string path_;
+};
+
+// One metadata value: scalars as integer/real/text/flag; arrays only by type and length.
+struct Value {
+  uint32_t type = kUint8;
+  int64_t integer = 0;
+  double real = 0;
+  std::string text;
+  uint32_t array_type = 0;
+  uint64_t array_length = 0;
+};
+
+size_t scalar_bytes(uint32_t type, const std::string& path, const std::string& key) {
+  switch (type) {
+    case kUint8: case kInt8: case kBool: return 1;
+    case kUint16: case kInt16: return 2;
+    case kUint32: case kInt32: case kFloat32: return 4;
+    case kUint64: case kInt64: case kFloat64: return 8;
+    default: fail(path, "metadata '" + key + "' has unknown value type " + std::to_string(type));
+  }
+}
+
+Value read_value(Cursor& cursor, uint32_t type, const std::string& path, const std::string& key) {
+  Value v;
+  v.type = type;
+  switch (type) {
+    case kUint8: v.integer = cursor.read<uint8_t>("a metadata value"); break;
+    case kInt8: v.integer = cursor.read<int8_t>("a metadata value"); break;
+    case kBool: v.integer = cursor.read<uint8_t>("a metadata value"); break;
+    case kUint16: v.integer = cursor.read<uint16_t>("a metadata value"); break;
+    case kInt16: v.integer = cursor.read<int16_t>("a metadata value"); break;
+    case kUint32: v.integer = cursor.read<uint32_t>("a metadata value"); break;
+    case kInt32: v.integer = cursor.read<int32_t>("a metadata value"); break;
+    case kUint64: v.integer = int64_t(cursor.read<uint64_t>("a metadata value")); break;
+    case kInt64: v.integer = cursor.read<int64_t>("a metadata value"); break;
+    case kFloat32: v.real = cursor.read<float>("a metadata value"); break;
+    case kFloat64: v.real = cursor.read<double>("a metadata value"); break;
+    case kString: v.text = cursor.read_string("a metadata string"); break;
+    case kArray: {
+      v.array_type = cursor.read<uint32_t>("an array's type");
+      v.array_length = cursor.read<uint64_t>("an array's length");
+      if (v.array_type == kString) {
+        for (uint64_t i = 0; i < v.array_length; ++i) cursor.read_string("an array's strings");
+      } else if (v.array_type == kArray) {
+        fail(path, "metadata '" + key + "' is an array of arrays (not supported)");
+      } else {
+        const uint64_t element = scalar_bytes(v.array_type, path, key);
+        if (v.array_length > (uint64_t(1) << 40) / element) fail(path, "metadata '" + key + "': absurd array length");
+        cursor.skip(v.array_length * element, "an array's values");
+      }
+      break;
+    }
+    default: fail(path, "metadata '" + key + "' has unknown value type " + std::to_string(type));
+  }
+  return v;
+}
+
+struct Metadata {
+  std::map<std::string, Value> values;
+  std::string path;
+
+  const Value* find(const std::string& key) const {
+    const auto found = values.find(key);
+    return found == values.end() ? nullptr : &found->second;
+  }
+  int64_t integer(const std::string& key, std::optional<int64_t> fallback = std::nullopt) const {
+    const Value* v = find(key);
+    if (!v) {
+      if (fallback) return *fallback;
+      fail(path, "metadata key '" + key + "' is missing");
+    }
+    if (v->type == kString || v->type == kArray || v->type == kFloat32 || v->type == kFloat64)
+      fail(path, "metadata key '" + key + "' is not an integer");
+    return v->integer;
+  }
+  double real(const std::string& key, double fallback) const {
+    const Value* v = find(key);
+    if (!v) return fallback;
+    if (v->type == kFloat32 || v->type == kFloat64) return v->real;
+    if (v->type == kString || v->type == kArray) fail(path, "metadata key '" + key + "' is not a number");
+    return double(v->integer);
+  }
+  std::string text(const std::string& key) const {
+    const Value* v = find(key);
+    if (!v) fail(path, "metadata key '" + key + "' is missing");
+    if (v->type != kString) fail(path, "metadata key '" + key + "' is not a string");
+    return v->text;
+  }
+};
+
+// GGUF tensor name -> Hugging Face name (see models/source_model.h); "" for tensors the
+// runtime does not use.
+std::string hf_tensor_name(const std::string& gguf_name) {
+  if (gguf_name == "token_embd.weight") return kEmbeddingName;
+  if (gguf_name == "output_norm.weight") return kFinalNormName;
+  if (gguf_name == "output.weight") return std::string(kLmHeadModule) + ".weight";
+  if (gguf_name.rfind("blk.", 0) != 0) return "";
+  const size_t dot = gguf_name.find('.', 4);
+  if (dot == std::string::npos) return "";
+  const std::string layer_text = gguf_name.substr(4, dot - 4);
+  if (layer_text.empty() || layer_text.find_first_not_of("0123456789") != std::string::npos || layer_text.size() > 6)
+    return "";
+  const LayerTensorNames layer = layer_tensor_names(std::stoi(layer_text));
+  const std::string rest = gguf_name.substr(dot + 1);  // e.g. "attn_q.weight"
+  if (rest == "attn_norm.weight") return layer.attn_norm;
+  if (rest == "ffn_norm.weight") return layer.ffn_norm;
+  const std::map<std::string, std::string> linears = {
+      {"attn_q", layer.q}, {"attn_k", layer.k}, {"attn_v", layer.v}, {"attn_output", layer.o},
+      {"ffn_gate", layer.gate}, {"ffn_up", layer.up}, {"ffn_down", layer.down}};
+  const size_t suffix = rest.find('.');
+  if (suffix == std::string::npos) return "";
+  const auto module = linears.find(rest.substr(0, suffix));
+  const std::string part = rest.substr(suffix);  // ".weight" or ".bias"
+  if (module == linears.end() || (part != ".weight" && part != ".bias")) return "";
+  return module->second + part;
+}
+
+ModelConfig config_from_metadata(const Metadata& meta, const std::map<std::string, HostTensor>& tensors) {
+  ModelConfig c;
+  const std::string arch = meta.text("general.architecture");
+  if (arch != "llama" && arch != "qwen2")
+    fail(meta.path, "architecture '" + arch + "' is not supported (llama, qwen2)");
+  c.architecture = arch;
+  const std::string p = arch + ".";
+  c.dim = int(meta.integer(p + "embedding_length"));
+  c.hidden_dim = int(meta.integer(p + "feed_forward_length"));
+  c.n_layers = int(meta.integer(p + "block_count"));
+  c.n_heads = int(meta.integer(p + "attention.head_count"));
+  c.n_kv_heads = int(meta.integer(p + "attention.head_count_kv", c.n_heads));
+  if (c.n_heads < 1) fail(meta.path, "attention.head_count " + std::to_string(c.n_heads));
+  c.head_dim = int(meta.integer(p + "attention.key_length", c.dim / c.n_heads));
+  c.max_seq_len = int(meta.integer(p + "context_length"));
+  c.rope_theta = float(meta.real(p + "rope.freq_base", 10000.0));
+  c.norm_eps = float(meta.real(p + "attention.layer_norm_rms_epsilon", 1e-5));
+  if (const Value* scaling = meta.find(p + "rope.scaling.type"); scaling && scaling->text != "none")
+    fail(meta.path, "rope scaling '" + scaling->text + "' is not supported");
+  if (tensors.count("rope_freqs.weight"))
+    fail(meta.path, "Llama-3 rope scaling (rope_freqs.weight) is not supported from GGUF; convert the Hugging Face "
+                    "directory instead");
+  const auto embedding = tensors.find(kEmbeddingName);
+  if (embedding == tensors.end()) fail(meta.path, "tensor 'token_embd.weight' is missing");
+  c.vocab_size = int(meta.integer(p + "vocab_size", embedding->second.shape[0]));
+  c.tied_embeddings = tensors.count(std::string(kLmHeadModule) + ".weight") == 0;
+  c.qkv_bias = tensors.count(layer_tensor_names(0).q + ".bias") > 0;
+  c.bos_id = int(meta.integer("tokenizer.ggml.bos_token_id", 1));
+  c.eos_id = int(meta.integer("tokenizer.ggml.eos_token_id", 2));
+  c.validate(meta.path);
+  return c;
+}
+
+}  // namespace
+
+bool is_gguf_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint32_t magic = 0;
+  in.read(reinterpret_cast<char*>(&magic), sizeof magic);
+  return in && magic == kMagic;
+}
+
+SourceModel load_gguf(const std::string& path) {
+  const std::shared_ptr<const MappedFile> file = MappedFile::open(path);
+  Cursor cursor(*file, path);
+  if (cursor.read<uint32_t>("the magic") != kMagic) fail(path, "not a GGUF file (bad magic)");
+  const uint32_t version = cursor.read<uint32_t>("the version");
+  if (version != 2 && version != 3) fail(path, "GGUF version " + std::to_string(version) + " (2 or 3 expected)");
+  const uint64_t n_tensors = cursor.read<uint64_t>("the tensor count");
+  const uint64_t n_values = cursor.read<uint64_t>("the metadata count");
+  if (n_tensors > (uint64_t(1) << 24) || n_values > (uint64_t(1) << 24))
+    fail(path, "corrupt header (" + std::to_string(n_tensors) + " tensors, " + std::to_string(n_values) +
+                   " metadata values)");
+
+  Metadata meta;
+  meta.path = path;
+  for (uint64_t i = 0; i < n_values; ++i) {
+    const std::string key = cursor.read_string("a metadata key");
+    const uint32_t type = cursor.read<uint32_t>("a metadata type");
+    meta.values[key] = read_value(cursor, type, path, key);
+  }
+
+  struct Info {
+    std::string name;
+    std::vector<int64_t> shape;  // row-major, outermost first (GGUF lists innermost first)
+    uint32_t type;
+    uint64_t offset;
+  };
+  std::vector<Info> infos;
+  for (uint64_t i = 0; i < n_tensors; ++i) {
+    Info info;
+    info.name = cursor.read_string("a tensor name");
+    const uint32_t n_dims = cursor.read<uint32_t>("a tensor's rank");
+    if (n_dims < 1 || n_dims > 4) fail(path, "tensor '" + info.name + "' has rank " + std::to_string(n_dims));
+    info.shape.resize(n_dims);
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      const uint64_t extent = cursor.read<uint64_t>("a tensor's shape");
+      if (extent < 1 || extent > (uint64_t(1) << 32)) fail(path, "tensor '" + info.name + "' has a bad shape");
+      info.shape[n_dims - 1 - d] = int64_t(extent);
+    }
+    info.type = cursor.read<uint32_t>("a tensor's type");
+    info.offset = cursor.read<uint64_t>("a tensor's offset");
+    infos.push_back(std::move(info));
+  }
+  const uint64_t alignment = uint64_t(meta.integer("general.alignment", int64_t(kDefaultAlignment)));
+  if (alignment == 0 || alignment % 8 != 0) fail(path, "general.alignment " + std::to_string(alignment));
+  const uint64_t data_start = (cursor.at() + alignment - 1) / alignment * alignment;
+
+  SourceModel model;
+  for (const Info& info : infos) {
+    const std::string name = info.name == "rope_freqs.weight" ? info.name : hf_tensor_name(info.name);
+    if (name.empty()) continue;  // a tensor the runtime does not use
+    DType dtype;
+    if (info.type == kGgmlF32) dtype = DType::F32;
+    else if (info.type == kGgmlF16) dtype = DType::F16;
+    else if (info.type == kGgmlBF16) dtype = DType::BF16;
+    else
+      fail(path, "tensor '" + info.name + "' is " + ggml_type_name(info.type) +
+                     "; only F32, F16 and BF16 GGUF files can be imported (re-convert with --outtype f16)");
+    HostTensor tensor;
+    tensor.dtype = dtype;
+    tensor.shape = info.shape;
+    const uint64_t bytes = tensor.nbytes();
+    if (info.offset > file->size() || data_start > file->size() - info.offset ||
+        bytes > file->size() - data_start - info.offset)
+      fail(path, "truncated: tensor '" + info.name + "' ends past the end of the file");
+    const uint8_t* data = file->data() + data_start + info.offset;
+    if (reinterpret_cast<uintptr_t>(data) % dtype_size(dtype) != 0) {
+      tensor = HostTensor::copy_of(dtype, info.shape, data);  // misaligned: an aligned copy
+    } else {
+      tensor.data = data;
+      tensor.owner = file;
+    }
+    model.tensors[name] = std::move(tensor);
+  }
+  model.config = config_from_metadata(meta, model.tensors);
+  model.tensors.erase("rope_freqs.weight");
+  check_source_tensors(model, path);
+
+  // GGUF's llama tensors rotate interleaved pairs (llama.cpp's "normal" RoPE, like Meta's
+  // and llama2.c's checkpoints); the runtime rotates halves. qwen2 is stored rotate-half.
+  if (model.config.architecture == "llama") {
+    for (int i = 0; i < model.config.n_layers; ++i) {
+      const LayerTensorNames layer = layer_tensor_names(i);
+      for (const std::string& projection : {layer.q, layer.k}) {
+        HostTensor& weight = model.tensors[projection + ".weight"];
+        weight = interleaved_to_rotate_half_rows(weight, model.config.head_dim);
+      }
+    }
+  }
+  return model;
+}
+
+}  // namespace gemlite

@@ -1,0 +1,25 @@
+#pragma once
+// Loads a GGUF file (llama.cpp's format, versions 2 and 3) whose tensors are F32, F16 or
+// BF16 — what convert_hf_to_gguf.py writes with --outtype f32/f16/bf16 — for the "llama"
+// (Llama, Mistral, TinyLlama) and "qwen2" architectures. Quantized GGUF tensors (Q4_0,
+// Q4_K, ...) are refused with a line naming the tensor and its type: re-convert the source
+// with an unquantized --outtype.
+#include <string>
+
+#include "models/source_model.h"
+
+namespace gemlite {
+
+// Tensors come back as views of the mapped file under Hugging Face names; the llama
+// architecture's q/k rows are converted from GGUF's interleaved-pair RoPE order to
+// rotate-half order (qwen2's are stored rotate-half already). The tokenizer inside the
+// GGUF is not read: give gemlite-quantize the sentencepiece --tokenizer. Throws
+// Error("<path>: <problem>") for a bad magic or version, a truncated file, a missing key or
+// tensor, an unknown architecture, Llama-3 rope scaling (GGUF keeps only precomputed
+// factors), or a quantized tensor.
+SourceModel load_gguf(const std::string& path);
+
+// Whether `path` starts with GGUF's magic ("GGUF").
+bool is_gguf_file(const std::string& path);
+
+}  // namespace gemlite

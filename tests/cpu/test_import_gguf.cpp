@@ -1,0 +1,124 @@
+// The GGUF importer on a real file: stories260K.gguf holds the same fp32 weights as
+// stories260K.bin, so every tensor must come out bitwise equal to the llama2.c importer's
+// (both convert Meta's interleaved q/k rows to rotate-half), and gemlite-quantize of the
+// GGUF must tell the reference story. Damaged copies of the file (truncated, another
+// version, a quantized tensor, an unknown architecture) are errors naming the file.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "models/import_gguf.h"
+#include "models/import_llama2c.h"
+#include "runtime/error.h"
+#include "tests/cpu/io_test_helpers.h"
+#include "tests/cpu/program_runner.h"
+#include "tests/cpu/test_files.h"
+
+namespace gemlite {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kGguf = shared_file("models/stories260K/stories260K.gguf");
+const std::string kBin = shared_file("models/stories260K/stories260K.bin");
+
+TEST(ImportGguf, Stories260KEqualsItsLlama2cCheckpoint) {
+  ASSERT_TRUE(is_gguf_file(kGguf));
+  ASSERT_FALSE(is_gguf_file(kBin));
+  const SourceModel gguf = load_gguf(kGguf), bin = load_llama2c(kBin);
+  const ModelConfig &g = gguf.config, &b = bin.config;
+  EXPECT_EQ(g.architecture, "llama");
+  EXPECT_EQ(g.dim, b.dim);
+  EXPECT_EQ(g.hidden_dim, b.hidden_dim);
+  EXPECT_EQ(g.n_layers, b.n_layers);
+  EXPECT_EQ(g.n_heads, b.n_heads);
+  EXPECT_EQ(g.n_kv_heads, b.n_kv_heads);
+  EXPECT_EQ(g.head_dim, b.head_dim);
+  EXPECT_EQ(g.vocab_size, b.vocab_size);
+  EXPECT_EQ(g.max_seq_len, 2048);  // what the GGUF's context_length says (trained at 512)
+  EXPECT_FLOAT_EQ(g.norm_eps, 1e-5f);
+  EXPECT_FLOAT_EQ(g.rope_theta, 10000.0f);
+  EXPECT_EQ(g.bos_id, 1);
+  EXPECT_EQ(g.eos_id, 2);
+  EXPECT_FALSE(g.qkv_bias);
+  for (const auto& [name, tensor] : bin.tensors) {
+    SCOPED_TRACE(name);
+    const auto found = gguf.tensors.find(name);
+    ASSERT_NE(found, gguf.tensors.end());
+    EXPECT_EQ(found->second.dtype, DType::F32);
+    EXPECT_EQ(found->second.shape, tensor.shape);
+    EXPECT_EQ(std::memcmp(found->second.data, tensor.data, tensor.nbytes()), 0);
+  }
+  // The converter wrote the shared classifier out as its own tensor.
+  EXPECT_FALSE(g.tied_embeddings);
+  const HostTensor& lm_head = gguf.tensors.at("lm_head.weight");
+  const HostTensor& embedding = bin.tensors.at("model.embed_tokens.weight");
+  ASSERT_EQ(lm_head.shape, embedding.shape);
+  EXPECT_EQ(std::memcmp(lm_head.data, embedding.data, embedding.nbytes()), 0);
+}
+
+TEST(ImportGguf, QuantizedFromGgufTellsTheReferenceStory) {
+  const std::string out = make_temp_dir() + "/from-gguf";
+  const ProgramRun quantize = run_program_for_test(
+      "gemlite-quantize", kGguf + " " + out + " f32 --tokenizer " + shared_file("models/stories260K/tok512.model"),
+      true);
+  ASSERT_EQ(quantize.exit_code, 0) << quantize.output;
+  const ProgramRun chat =
+      run_program_for_test("gemlite-chat", "--device cpu -m " + out + " -p \"Once upon a time\" --temp 0 -n 24", false);
+  ASSERT_EQ(chat.exit_code, 0) << chat.output;
+  EXPECT_NE(chat.output.find("Once upon a time, there was a little girl named Lily. She loved to play outside"),
+            std::string::npos)
+      << chat.output;
+}
+
+// A copy of the real file with `bytes` written at `offset` (or cut to `size`).
+std::string damaged_copy(const std::string& name, size_t offset, const std::string& bytes, size_t size = 0) {
+  const std::string path = make_temp_dir() + "/" + name;
+  fs::copy_file(kGguf, path);
+  if (size) fs::resize_file(path, size);
+  if (!bytes.empty()) {
+    std::fstream file(path, std::ios::binary | std::ios::in | std::ios::out);
+    file.seekp(std::streamoff(offset));
+    file.write(bytes.data(), std::streamsize(bytes.size()));
+  }
+  return path;
+}
+
+// Where `text` first appears in the real file.
+size_t offset_of(const std::string& text) {
+  const std::string bytes = read_bytes(kGguf);
+  const size_t at = bytes.find(text);
+  EXPECT_NE(at, std::string::npos) << text;
+  return at;
+}
+
+void expect_error(const std::string& path, const std::string& expected) {
+  try {
+    load_gguf(path);
+    ADD_FAILURE() << path << " loaded; expected an error with '" << expected << "'";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+  }
+}
+
+TEST(ImportGguf, DamagedFilesAreErrorsNamingTheFile) {
+  const size_t size = fs::file_size(kGguf);
+  expect_error(damaged_copy("cut-in-metadata.gguf", 0, "", 200), "truncated");
+  expect_error(damaged_copy("cut-in-data.gguf", 0, "", size - 1000), "truncated");
+  const char version[4] = {9, 0, 0, 0};
+  expect_error(damaged_copy("version.gguf", 4, std::string(version, 4)), "GGUF version 9");
+  // token_embd.weight's type field: after its name, rank (4 bytes) and two extents (16).
+  const size_t type_at = offset_of("token_embd.weight") + std::strlen("token_embd.weight") + 4 + 16;
+  const char q4_0[4] = {2, 0, 0, 0};
+  expect_error(damaged_copy("quantized.gguf", type_at, std::string(q4_0, 4)), "Q4_0");
+  // general.architecture's value: after the key, its type (4 bytes) and length (8).
+  const size_t arch_at = offset_of("general.architecture") + std::strlen("general.architecture") + 4 + 8;
+  expect_error(damaged_copy("arch.gguf", arch_at, "falco"), "architecture 'falco'");
+}
+
+}  // namespace
+}  // namespace gemlite
