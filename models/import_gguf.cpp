@@ -309,15 +309,7 @@ SourceModel load_gguf(const std::string& path) {
 
   // GGUF's llama tensors rotate interleaved pairs (llama.cpp's "normal" RoPE, like Meta's
   // and llama2.c's checkpoints); the runtime rotates halves. qwen2 is stored rotate-half.
-  if (model.config.architecture == "llama") {
-    for (int i = 0; i < model.config.n_layers; ++i) {
-      const LayerTensorNames layer = layer_tensor_names(i);
-      for (const std::string& projection : {layer.q, layer.k}) {
-        HostTensor& weight = model.tensors[projection + ".weight"];
-        weight = interleaved_to_rotate_half_rows(weight, model.config.head_dim);
-      }
-    }
-  }
+  if (model.config.architecture == "llama") interleaved_to_rotate_half_qk(model);
   return model;
 }
 

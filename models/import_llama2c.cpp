@@ -126,13 +126,7 @@ SourceModel load_llama2c(const std::string& bin_path) {
   }
 
   // llama2.c (like Meta's checkpoints) rotates interleaved pairs; the runtime rotates halves.
-  for (int i = 0; i < model.config.n_layers; ++i) {
-    const LayerTensorNames layer = layer_tensor_names(i);
-    for (const std::string& projection : {layer.q, layer.k}) {
-      HostTensor& weight = model.tensors[projection + ".weight"];
-      weight = interleaved_to_rotate_half_rows(weight, model.config.head_dim);
-    }
-  }
+  interleaved_to_rotate_half_qk(model);
   return model;
 }
 

@@ -48,6 +48,16 @@ void check_source_tensors(const SourceModel& model, const std::string& where) {
   }
 }
 
+void interleaved_to_rotate_half_qk(SourceModel& model) {
+  for (int i = 0; i < model.config.n_layers; ++i) {
+    const LayerTensorNames layer = layer_tensor_names(i);
+    for (const std::string& projection : {layer.q, layer.k}) {
+      HostTensor& weight = model.tensors.at(projection + ".weight");
+      weight = interleaved_to_rotate_half_rows(weight, model.config.head_dim);
+    }
+  }
+}
+
 HostTensor interleaved_to_rotate_half_rows(const HostTensor& weight, int head_dim) {
   const int64_t rows = weight.shape.empty() ? 0 : weight.shape[0];
   if (rows == 0 || head_dim <= 0 || head_dim % 2 != 0 || rows % head_dim != 0)

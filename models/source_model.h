@@ -45,5 +45,8 @@ void check_source_tensors(const SourceModel& model, const std::string& where);
 // Meta's interleaved-pair RoPE order (llama2.c, GGUF) to rotate-half order: within each
 // head, HF row i < head_dim/2 is Meta row 2i and HF row head_dim/2 + i is Meta row 2i + 1.
 HostTensor interleaved_to_rotate_half_rows(const HostTensor& weight, int head_dim);
+// The same for every layer's q and k projection weights of `model` (llama2.c and GGUF
+// llama sources).
+void interleaved_to_rotate_half_qk(SourceModel& model);
 
 }  // namespace gemlite
