@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "examples/common/program.h"
 #include "models/import_gguf.h"
@@ -13,6 +14,7 @@
 #include "models/quantize_model.h"
 #include "runtime/error.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/spm_model.h"
 
 using namespace gemlite;
 namespace fs = std::filesystem;
@@ -40,6 +42,31 @@ void show_progress(int done, int total, const std::string& module) {
   }
 }
 
+// A sentencepiece model built from a vocabulary (tokenizer/spm_model.h), in a temporary
+// file that save_packed_checkpoint copies as the checkpoint's tokenizer.model; removed
+// when the program ends.
+class BuiltTokenizer {
+ public:
+  BuiltTokenizer(const std::vector<SpmPiece>& pieces, const std::string& where) {
+    const std::string proto = spm_bpe_model_proto(pieces, where);
+    char name[] = "/tmp/gemlite-tokenizer-XXXXXX";
+    const int fd = mkstemp(name);
+    if (fd < 0) fail(name, "cannot create a temporary file");
+    path_ = name;
+    const bool written = write(fd, proto.data(), proto.size()) == ssize_t(proto.size());
+    close(fd);
+    if (!written) fail(path_, "write failed");
+  }
+  ~BuiltTokenizer() {
+    std::error_code ignored;
+    fs::remove(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,7 +82,8 @@ int main(int argc, char** argv) {
         ("format", "Weight format of every linear layer", cxxopts::value<std::string>())
         ("override", "PATTERN=FORMAT for matching modules, e.g. lm_head=q8 (repeatable)",
          cxxopts::value<std::vector<std::string>>())
-        ("tokenizer", "sentencepiece tokenizer.model (for llama2.c and GGUF sources, which carry none gemlite reads)",
+        ("tokenizer", "sentencepiece tokenizer.model or llama2.c tokenizer.bin (llama2.c sources need one; GGUF "
+                      "sources use their own vocabulary when it is sentencepiece-style)",
          cxxopts::value<std::string>())
         ("chat-template", "Record the chat template: completion, llama2, zephyr, mistral, chatml",
          cxxopts::value<std::string>());
@@ -78,13 +106,27 @@ int main(int argc, char** argv) {
     const std::string source_path = args["source"].as<std::string>();
     SourceModel source = load_source(source_path);
     check_overrides_match(spec, source.config);
+    // The tokenizer: a sentencepiece model (the HF directory's, or --tokenizer), else one
+    // built from a llama2.c tokenizer.bin given as --tokenizer or from the GGUF's vocabulary.
+    std::optional<BuiltTokenizer> built;
     if (args.count("tokenizer")) {
-      source.tokenizer_path = args["tokenizer"].as<std::string>();
-      // Fail now, not after the quantization.
-      check_tokenizer_fits(Tokenizer::load(source.tokenizer_path), source.config, source.tokenizer_path);
+      const std::string path = args["tokenizer"].as<std::string>();
+      if (fs::is_regular_file(path) && is_llama2c_tokenizer(path))
+        built.emplace(read_llama2c_tokenizer(path, source.config.vocab_size), path);
+      source.tokenizer_path = built ? built->path() : path;
+    } else if (source.tokenizer_path.empty() && !source.vocabulary.empty()) {
+      built.emplace(source.vocabulary, source_path);
+      source.tokenizer_path = built->path();
+      std::fprintf(stderr, "tokenizer: built from the vocabulary in %s\n", source_path.c_str());
     }
-    if (source.tokenizer_path.empty())
-      std::fprintf(stderr, "warning: no tokenizer.model; pass --tokenizer so gemlite-chat can run it\n");
+    if (!source.tokenizer_path.empty()) {
+      const std::string named = args.count("tokenizer") ? args["tokenizer"].as<std::string>() : source_path;
+      // Fail now, not after the quantization.
+      check_tokenizer_fits(Tokenizer::load(source.tokenizer_path), source.config, named);
+    } else {
+      std::fprintf(stderr, "warning: no tokenizer.model%s; pass --tokenizer so gemlite-chat can run it\n",
+                   source.vocabulary_problem.empty() ? "" : (" (" + source_path + " " + source.vocabulary_problem + ")").c_str());
+    }
 
     const ModelConfig& c = source.config;
     std::fprintf(stderr, "%s: %s, %d layers, dim %d, %d heads (%d kv), vocab %d -> %s\n",

@@ -81,7 +81,24 @@ struct Value {
   std::string text;
   uint32_t array_type = 0;
   uint64_t array_length = 0;
+  std::vector<std::string> strings;  // an array of strings
+  std::vector<double> numbers;       // an array of numbers
 };
+
+double read_number(Cursor& cursor, uint32_t type) {
+  switch (type) {
+    case kUint8: case kBool: return cursor.read<uint8_t>("an array's values");
+    case kInt8: return cursor.read<int8_t>("an array's values");
+    case kUint16: return cursor.read<uint16_t>("an array's values");
+    case kInt16: return cursor.read<int16_t>("an array's values");
+    case kUint32: return cursor.read<uint32_t>("an array's values");
+    case kInt32: return cursor.read<int32_t>("an array's values");
+    case kFloat32: return cursor.read<float>("an array's values");
+    case kUint64: return double(cursor.read<uint64_t>("an array's values"));
+    case kInt64: return double(cursor.read<int64_t>("an array's values"));
+    default: return cursor.read<double>("an array's values");
+  }
+}
 
 size_t scalar_bytes(uint32_t type, const std::string& path, const std::string& key) {
   switch (type) {
@@ -112,14 +129,14 @@ Value read_value(Cursor& cursor, uint32_t type, const std::string& path, const s
     case kArray: {
       v.array_type = cursor.read<uint32_t>("an array's type");
       v.array_length = cursor.read<uint64_t>("an array's length");
+      if (v.array_length > (uint64_t(1) << 28)) fail(path, "metadata '" + key + "': absurd array length");
       if (v.array_type == kString) {
-        for (uint64_t i = 0; i < v.array_length; ++i) cursor.read_string("an array's strings");
+        for (uint64_t i = 0; i < v.array_length; ++i) v.strings.push_back(cursor.read_string("an array's strings"));
       } else if (v.array_type == kArray) {
         fail(path, "metadata '" + key + "' is an array of arrays (not supported)");
       } else {
-        const uint64_t element = scalar_bytes(v.array_type, path, key);
-        if (v.array_length > (uint64_t(1) << 40) / element) fail(path, "metadata '" + key + "': absurd array length");
-        cursor.skip(v.array_length * element, "an array's values");
+        scalar_bytes(v.array_type, path, key);  // a known type, or an Error
+        for (uint64_t i = 0; i < v.array_length; ++i) v.numbers.push_back(read_number(cursor, v.array_type));
       }
       break;
     }
@@ -221,6 +238,35 @@ ModelConfig config_from_metadata(const Metadata& meta, const std::map<std::strin
   return c;
 }
 
+// The llama-style (sentencepiece) vocabulary of tokenizer.ggml.*, or a reason it is not usable.
+void read_vocabulary(const Metadata& meta, int vocab_size, SourceModel* model) {
+  const Value* kind = meta.find("tokenizer.ggml.model");
+  const Value* tokens = meta.find("tokenizer.ggml.tokens");
+  if (!kind || !tokens) {
+    model->vocabulary_problem = "has no tokenizer.ggml vocabulary";
+    return;
+  }
+  if (kind->text != "llama") {
+    model->vocabulary_problem = "has a '" + kind->text + "' vocabulary (only 'llama', sentencepiece-style, is read)";
+    return;
+  }
+  const Value* scores = meta.find("tokenizer.ggml.scores");
+  const Value* types = meta.find("tokenizer.ggml.token_type");
+  const size_t n = tokens->strings.size();
+  if (int64_t(n) != vocab_size || (scores && scores->numbers.size() != n) || (types && types->numbers.size() != n))
+    fail(meta.path, "tokenizer.ggml arrays of " + std::to_string(n) + " tokens for a vocabulary of " +
+                        std::to_string(vocab_size));
+  for (size_t i = 0; i < n; ++i) {
+    SpmPiece piece;
+    piece.text = tokens->strings[i];
+    piece.score = scores ? float(scores->numbers[i]) : 0.0f;
+    const int type = types ? int(types->numbers[i]) : 1;
+    if (type < 1 || type > 6) fail(meta.path, "token " + std::to_string(i) + " has type " + std::to_string(type));
+    piece.type = SpmPieceType(type);
+    model->vocabulary.push_back(std::move(piece));
+  }
+}
+
 }  // namespace
 
 bool is_gguf_file(const std::string& path) {
@@ -304,6 +350,7 @@ SourceModel load_gguf(const std::string& path) {
     model.tensors[name] = std::move(tensor);
   }
   model.config = config_from_metadata(meta, model.tensors);
+  read_vocabulary(meta, model.config.vocab_size, &model);
   model.tensors.erase("rope_freqs.weight");
   check_source_tensors(model, path);
 

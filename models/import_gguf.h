@@ -12,8 +12,9 @@ namespace gemlite {
 
 // Tensors come back as views of the mapped file under Hugging Face names; the llama
 // architecture's q/k rows are converted from GGUF's interleaved-pair RoPE order to
-// rotate-half order (qwen2's are stored rotate-half already). The tokenizer inside the
-// GGUF is not read: give gemlite-quantize the sentencepiece --tokenizer. Throws
+// rotate-half order (qwen2's are stored rotate-half already). A llama-style (sentencepiece)
+// vocabulary in tokenizer.ggml.* comes back as model.vocabulary; other kinds (gpt2 BPE)
+// are not read (model.vocabulary_problem says so). Throws
 // Error("<path>: <problem>") for a bad magic or version, a truncated file, a missing key or
 // tensor, an unknown architecture, Llama-3 rope scaling (GGUF keeps only precomputed
 // factors), or a quantized tensor.

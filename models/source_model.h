@@ -20,6 +20,7 @@
 
 #include "models/model_config.h"
 #include "runtime/host_tensor.h"
+#include "tokenizer/spm_model.h"
 
 namespace gemlite {
 
@@ -27,6 +28,10 @@ struct SourceModel {
   ModelConfig config;
   std::map<std::string, HostTensor> tensors;
   std::string tokenizer_path;  // sentencepiece model; "" when the source has none
+  // The vocabulary a source carries without a sentencepiece model (a GGUF's llama-style
+  // tokenizer.ggml.*), for spm_bpe_model_proto; empty when it has none usable.
+  std::vector<SpmPiece> vocabulary;
+  std::string vocabulary_problem;  // why `vocabulary` is empty although the source has one
 };
 
 struct TensorSpec {

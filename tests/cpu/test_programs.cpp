@@ -196,5 +196,21 @@ TEST(Programs, BenchListsAndPairsRejectBadValuesInOneLine) {
   expect_one_line_error("gemlite-bench", "--synthetic stories260k -p 4,x", "x");
 }
 
+// aidreams260K ships only a llama2.c tokenizer.bin: gemlite-quantize builds the
+// checkpoint's tokenizer.model from it, and the chat encodes, runs and decodes text.
+TEST(Programs, QuantizeTakesALlama2cTokenizerBin) {
+  const std::string out = make_temp_dir() + "/aidreams";
+  const ProgramRun quantize = run_program_for_test(
+      "gemlite-quantize", shared_file("models/aidreams260K/aidreams260K.bin") + " " + out + " q8 --tokenizer " +
+                              shared_file("models/aidreams260K/aidreams_tok512.bin"),
+      true);
+  ASSERT_EQ(quantize.exit_code, 0) << quantize.output;
+  const ProgramRun chat =
+      run_program_for_test("gemlite-chat", "--device cpu -m " + out + " -p \"Once upon a time\" --temp 0 -n 16", false);
+  ASSERT_EQ(chat.exit_code, 0) << chat.output;
+  EXPECT_EQ(chat.output.rfind("Once upon a time", 0), 0u) << chat.output;
+  EXPECT_GT(chat.output.size(), std::string("Once upon a time").size() + 16) << chat.output;  // 16 tokens of text
+}
+
 }  // namespace
 }  // namespace gemlite

@@ -1,0 +1,130 @@
+#include "tokenizer/spm_model.h"
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "runtime/error.h"
+
+namespace gemlite {
+namespace {
+
+// Protocol-buffer wire format, the little of it a ModelProto needs.
+void put_varint(std::string& out, uint64_t value) {
+  while (value >= 0x80) {
+    out.push_back(char((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out.push_back(char(value));
+}
+void put_tag(std::string& out, int field, int wire_type) { put_varint(out, uint64_t(field) << 3 | uint64_t(wire_type)); }
+void put_bytes(std::string& out, int field, const std::string& bytes) {
+  put_tag(out, field, 2);
+  put_varint(out, bytes.size());
+  out += bytes;
+}
+void put_int(std::string& out, int field, int64_t value) {
+  put_tag(out, field, 0);
+  put_varint(out, uint64_t(value));
+}
+void put_float(std::string& out, int field, float value) {
+  put_tag(out, field, 5);
+  char bytes[4];
+  std::memcpy(bytes, &value, 4);
+  out.append(bytes, 4);
+}
+
+// Field numbers of sentencepiece_model.proto.
+enum ModelProtoField { kPieces = 1, kTrainerSpec = 2, kNormalizerSpec = 3 };
+enum PieceField { kPieceText = 1, kPieceScore = 2, kPieceType = 3 };
+enum TrainerSpecField { kModelType = 3, kVocabSize = 4, kByteFallback = 35 };
+enum NormalizerSpecField { kName = 1, kAddDummyPrefix = 3, kRemoveExtraWhitespaces = 4, kEscapeWhitespaces = 5 };
+constexpr int kModelTypeBpe = 2;
+
+const std::string kSpace = "\xe2\x96\x81";  // "▁"
+
+}  // namespace
+
+std::string spm_bpe_model_proto(const std::vector<SpmPiece>& pieces, const std::string& where) {
+  if (pieces.size() < 3 || pieces[0].type != SpmPieceType::Unknown || pieces[1].type != SpmPieceType::Control ||
+      pieces[2].type != SpmPieceType::Control)
+    fail(where, "vocabulary does not start with <unk>, <s>, </s> (ids 0, 1, 2); not a llama-style vocabulary");
+  std::string model;
+  bool has_bytes = false;
+  for (const SpmPiece& piece : pieces) {
+    if (piece.text.empty()) fail(where, "vocabulary holds an empty piece");
+    std::string entry;
+    put_bytes(entry, kPieceText, piece.text);
+    put_float(entry, kPieceScore, piece.score);
+    if (piece.type != SpmPieceType::Normal) put_int(entry, kPieceType, int(piece.type));
+    put_bytes(model, kPieces, entry);
+    has_bytes |= piece.type == SpmPieceType::Byte;
+  }
+  std::string trainer;
+  put_int(trainer, kModelType, kModelTypeBpe);
+  put_int(trainer, kVocabSize, int64_t(pieces.size()));
+  put_int(trainer, kByteFallback, has_bytes);
+  put_bytes(model, kTrainerSpec, trainer);
+  std::string normalizer;
+  put_bytes(normalizer, kName, "identity");
+  put_int(normalizer, kAddDummyPrefix, 1);
+  put_int(normalizer, kRemoveExtraWhitespaces, 0);
+  put_int(normalizer, kEscapeWhitespaces, 1);
+  put_bytes(model, kNormalizerSpec, normalizer);
+  return model;
+}
+
+std::vector<SpmPiece> read_llama2c_tokenizer(const std::string& path, int vocab_size) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "no such file");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t at = 4;  // max_token_length, unused
+  const auto read_i32 = [&](const char* what) {
+    if (bytes.size() - std::min(at, bytes.size()) < 4)
+      fail(path, std::string("truncated (reading ") + what + " at byte " + std::to_string(at) + ")");
+    int32_t value;
+    std::memcpy(&value, bytes.data() + at, 4);
+    at += 4;
+    return value;
+  };
+  std::vector<SpmPiece> pieces;
+  for (int id = 0; id < vocab_size; ++id) {
+    SpmPiece piece;
+    const int32_t score_bits = read_i32("a score");
+    std::memcpy(&piece.score, &score_bits, 4);
+    const int32_t length = read_i32("a length");
+    if (length < 1 || size_t(length) > bytes.size() - at)
+      fail(path, "truncated or corrupt at token " + std::to_string(id) + " (length " + std::to_string(length) + ")");
+    std::string text = bytes.substr(at, size_t(length));
+    at += size_t(length);
+    if (id == 0) {
+      piece.type = SpmPieceType::Unknown;
+    } else if (id == 1 || id == 2) {  // written as "\n<s>\n" / "\n</s>\n"
+      piece.type = SpmPieceType::Control;
+      text = id == 1 ? "<s>" : "</s>";
+    } else if (text.size() == 6 && text.rfind("<0x", 0) == 0 && text.back() == '>') {
+      piece.type = SpmPieceType::Byte;
+    } else {
+      for (size_t i = 0; (i = text.find(' ', i)) != std::string::npos; i += kSpace.size()) text.replace(i, 1, kSpace);
+    }
+    piece.text = text;
+    pieces.push_back(std::move(piece));
+  }
+  if (at != bytes.size())
+    fail(path, "holds more than the model's " + std::to_string(vocab_size) + " tokens (another model's tokenizer?)");
+  return pieces;
+}
+
+bool is_llama2c_tokenizer(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char head[3] = {};
+  in.read(reinterpret_cast<char*>(head), 3);
+  // A ModelProto opens with its first piece: tag 0x0A, the piece's length, then the piece's
+  // own text tag 0x0A. A tokenizer.bin opens with max_token_length as an int32, whose first
+  // byte may be 0x0A too (10), but whose second byte is then 0.
+  const bool proto = in && head[0] == 0x0A && head[1] != 0 && head[2] == 0x0A;
+  return in && !proto;
+}
+
+}  // namespace gemlite

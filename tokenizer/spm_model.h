@@ -1,0 +1,38 @@
+#pragma once
+// A sentencepiece BPE model built from a vocabulary that came without one: the pieces and
+// scores a GGUF file (tokenizer.ggml.*, model "llama") or a llama2.c tokenizer.bin carries.
+// The result is the serialized ModelProto that sentencepiece loads, so the rest of the
+// project keeps one tokenizer (tokenizer.h) and a packed checkpoint always holds a
+// tokenizer.model.
+//
+// Normalization is llama.cpp's for such vocabularies: a dummy-prefix space, spaces
+// written as "▁", whitespace runs kept (llama.cpp does not collapse them; sentencepiece's
+// trainer default would), byte fallback when the vocabulary has "<0xNN>" pieces; unk, bos
+// and eos are ids 0, 1 and 2 (anything else is an Error).
+#include <string>
+#include <vector>
+
+namespace gemlite {
+
+enum class SpmPieceType { Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
+
+struct SpmPiece {
+  std::string text;  // as sentencepiece stores it: "▁the", "<0x0A>", "<s>"
+  float score = 0;
+  SpmPieceType type = SpmPieceType::Normal;
+};
+
+// The serialized sentencepiece ModelProto of a BPE model over `pieces` (id = index).
+// `where` names the source in errors.
+std::string spm_bpe_model_proto(const std::vector<SpmPiece>& pieces, const std::string& where);
+
+// A llama2.c tokenizer.bin (int32 max_token_length, then per token: float score, int32
+// length, bytes; "▁" written as a space, BOS/EOS as "\n<s>\n" / "\n</s>\n") as pieces.
+// Throws Error naming `path` when it is truncated or does not hold `vocab_size` tokens.
+std::vector<SpmPiece> read_llama2c_tokenizer(const std::string& path, int vocab_size);
+
+// Whether `path` looks like a llama2.c tokenizer.bin rather than a sentencepiece model
+// (whose serialized proto starts with a piece entry: bytes 0x0A, its length, 0x0A).
+bool is_llama2c_tokenizer(const std::string& path);
+
+}  // namespace gemlite
