@@ -214,6 +214,7 @@ int main(int argc, char** argv) {
     add_model_options(options);
     options.add_options()
         ("p,prompt", "Complete this text once (no chat template) and exit", cxxopts::value<std::string>())
+        ("f,file", "Complete the text of this file once, like -p", cxxopts::value<std::string>())
         ("n,n-predict", "Tokens to generate per answer (-1 = until EOS or a full context)",
          cxxopts::value<int>()->default_value("-1"))
         ("c,ctx-size", "Context size in tokens (0 = the model's)", cxxopts::value<int>()->default_value("0"))
@@ -231,6 +232,9 @@ int main(int argc, char** argv) {
     if (!args.count("model")) throw Error("missing -m/--model DIR (see --help)");
     if (args["n-predict"].as<int>() < -1) throw Error("-n/--n-predict must be -1 (no limit) or >= 0");
     if (args["repeat-penalty"].as<float>() <= 0) throw Error("--repeat-penalty must be > 0 (1 = off)");
+    if (args.count("prompt") && args.count("file")) throw Error("-p and -f both give a prompt; use one");
+    // Read before the model loads: a bad path costs nothing.
+    const std::string file_prompt = args.count("file") ? read_text_file(args["file"].as<std::string>()) : "";
     apply_thread_option(args);
 
     SamplerParams params;
@@ -249,8 +253,9 @@ int main(int argc, char** argv) {
     Generation generation(*loaded.model);
     std::signal(SIGINT, on_interrupt);
     const int n_predict = args["n-predict"].as<int>();
-    if (args.count("prompt"))
-      return complete_once(generation, sampler, *loaded.tokenizer, args["prompt"].as<std::string>(), n_predict);
+    if (args.count("prompt") || args.count("file"))
+      return complete_once(generation, sampler, *loaded.tokenizer,
+                           args.count("prompt") ? args["prompt"].as<std::string>() : file_prompt, n_predict);
 
     const ChatTemplate chat_template =
         args.count("chat-template") ? parse_chat_template(args["chat-template"].as<std::string>())

@@ -7,10 +7,7 @@
 #include <cmath>
 #include <memory>
 #include <optional>
-#include <filesystem>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "examples/common/kl_divergence.h"
 #include "examples/common/program.h"
@@ -19,16 +16,6 @@
 using namespace gemlite;
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  if (!std::filesystem::is_regular_file(path)) fail(path, "not a readable file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().empty()) fail(path, "is empty");
-  return text.str();
-}
 
 // -log softmax(logits)[target], in double so 32000-way sums keep their precision.
 double negative_log_likelihood(const float* logits /*[vocab]*/, int vocab, int target) {
@@ -83,7 +70,7 @@ int main(int argc, char** argv) {
       n_chunks = base->header().n_chunks;
     } else {
       const std::string path = args["file"].as<std::string>();
-      const std::string text = read_text(path);
+      const std::string text = read_text_file(path);
       if (header.tokenizer_path.empty()) fail(model_dir + "/tokenizer.model", "missing");
       const Tokenizer tokenizer = Tokenizer::load(header.tokenizer_path);
       check_tokenizer_fits(tokenizer, header.config, header.tokenizer_path);

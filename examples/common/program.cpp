@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "runtime/error.h"
@@ -101,6 +103,16 @@ LoadedModel load_model(const std::string& dir, const std::string& device, int co
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string read_text_file(const std::string& path) {
+  if (!std::filesystem::is_regular_file(path)) fail(path, "not a readable file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().empty()) fail(path, "is empty");
+  return text.str();
 }
 
 }  // namespace gemlite

@@ -49,4 +49,7 @@ void apply_thread_option(const cxxopts::ParseResult& args);
 
 double now_seconds();  // monotonic clock
 
+// The whole file as bytes; Error naming `path` when it is missing, unreadable or empty.
+std::string read_text_file(const std::string& path);
+
 }  // namespace gemlite

@@ -141,6 +141,19 @@ TEST(Programs, ChatMessageLongerThanTheContextIsReportedAndTheChatGoesOn) {
   EXPECT_NE(run.output.find("[ Prompt: "), std::string::npos) << run.output;  // the next turn ran
 }
 
+// -f FILE (llama-cli's): the file's text is the prompt, exactly like -p; a missing file is
+// one line naming it; -p and -f together are refused.
+TEST(Programs, PromptFromAFileIsTheSameCompletion) {
+  const std::string prompt = make_temp_dir() + "/prompt.txt";
+  std::ofstream(prompt) << "Once upon a time";
+  const ProgramRun run = run_program_for_test("gemlite-chat", "-m " + stories_dir() + " -f " + prompt + " -n 24 --temp 0", false);
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_EQ(run.output.rfind("Once upon a time, there was a little girl named Lily. She loved to play outside", 0), 0u)
+      << run.output;
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -f /nonexistent/prompt.txt", "/nonexistent/prompt.txt");
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -f " + prompt + " -p hi", "-p and -f");
+}
+
 TEST(Programs, OneShotGreedyCompletionIsTheReferenceStory) {
   const ProgramRun run =
       run_program_for_test("gemlite-chat", "-m " + stories_dir() + " -p 'Once upon a time' -n 24 --temp 0", false);
