@@ -116,9 +116,12 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
   if (quant.value("quant_method", std::string()) != "gemlite")
     fail(config_path, "not a gemlite packed checkpoint (quantization_config.quant_method is not "
                       "\"gemlite\"); convert it with gemlite-quantize");
-  if (quant.value("format_version", 0) != kPackedFormatVersion)
+  // Version 2 changed only the fp6/fp5 layout, so a version-1 checkpoint of other formats
+  // reads as it is; its fp6/fp5 modules are refused below.
+  const int version = quant.value("format_version", 0);
+  if (version != kPackedFormatVersion && version != 1)
     fail(config_path, "packed format version " + quant.value("format_version", json()).dump() +
-                          " is not supported (this build reads version " +
+                          " is not supported (this build reads versions 1 and " +
                           std::to_string(kPackedFormatVersion) + "); re-quantize it with gemlite-quantize");
   const json modules = quant.value("modules", json::object());
   ckpt.default_format = quant.value("format", std::string());
@@ -146,6 +149,10 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
     } catch (const Error& e) {
       fail(config_path, std::string("module '") + module + "': " + e.what());
     }
+    if (version == 1 && w.format.kind == FormatKind::FPX)
+      fail(config_path, "module '" + module + "' is " + format_name +
+                            " in packed format version 1, whose fp6/fp5 layout this build no longer reads; "
+                            "re-quantize it with gemlite-quantize");
     std::tie(w.rows, w.cols) = expected_linear_shape(c, module);
     const std::string prefix = module + ".";
     for (const std::string& name : file.names())

@@ -19,8 +19,8 @@
 
 namespace gemlite {
 
-// 2: fp6/fp5 weights pre-packed for the GPU kernel (kernels/fpx/fpx_format.h); v1
-// checkpoints must be re-quantized.
+// 2: fp6/fp5 weights pre-packed for the GPU kernel (kernels/fpx/fpx_format.h). Version 1
+// checkpoints load unless they hold fp6/fp5 modules (those must be re-quantized).
 constexpr int kPackedFormatVersion = 2;
 
 struct PackedLayer {

@@ -107,6 +107,15 @@ TEST(PackedCheckpoint, ForeignOrFutureConfigIsRejected) {
   edit_config(dir, [](json& c) { c["quantization_config"]["format_version"] = 99; });
   expect_load_error(dir, dir + "/config.json", "version 99");
 
+  // Version 1 differs only in the fp6/fp5 layout: a q8 checkpoint of it still loads, an
+  // fp6 one is refused with a line that says to re-quantize.
+  dir = save_stories("q8");
+  edit_config(dir, [](json& c) { c["quantization_config"]["format_version"] = 1; });
+  EXPECT_EQ(load_packed_checkpoint(dir).layers.size(), 5u);
+  dir = save_stories("fp6");
+  edit_config(dir, [](json& c) { c["quantization_config"]["format_version"] = 1; });
+  expect_load_error(dir, dir + "/config.json", "re-quantize");
+
   dir = save_stories("q8");
   edit_config(dir, [](json& c) { c["quantization_config"]["modules"].erase("lm_head"); });
   expect_load_error(dir, dir + "/config.json", "lm_head");
