@@ -17,6 +17,13 @@ namespace {
 // Tokens one step takes: the model's chunks are at most 512 (LlamaModel::kDefaultMaxChunk).
 constexpr int kMaxStepTokens = 8192;
 
+// GEMLITE_NO_ATTENTION_SPLITS=1: decode attention with one block per head whatever the
+// context (A/B measurements of the split, e.g. gemlite-bench -d 4096).
+bool attention_splits_enabled() {
+  const char* off = std::getenv("GEMLITE_NO_ATTENTION_SPLITS");
+  return !(off && std::string(off) == "1");
+}
+
 class CudaKVCache final : public KVCache {
  public:
   CudaKVCache(const std::shared_ptr<CudaContext>& ctx, int n_layers, int capacity, const AttentionShape& shape,
@@ -24,7 +31,7 @@ class CudaKVCache final : public KVCache {
       : KVCache(capacity), n_layers(n_layers), kv_dim(shape.n_kv_heads * shape.head_dim), shape(shape),
         keys(device_tensor(ctx, act, int64_t(n_layers) * capacity, kv_dim, what(n_layers, capacity, "keys"))),
         values(device_tensor(ctx, act, int64_t(n_layers) * capacity, kv_dim, what(n_layers, capacity, "values"))),
-        splits(attention_splits_for(capacity)) {
+        splits(attention_splits_enabled() ? attention_splits_for(capacity) : AttentionSplits{}) {
     if (splits.count > 1) {  // decode's split partials, reused by every layer in stream order
       partials = device_tensor(ctx, DType::F32, int64_t(shape.n_heads) * splits.count, shape.head_dim + 2,
                                "the decode attention's partial sums");
