@@ -16,7 +16,8 @@
 # each worktree its own, e.g. .gpu-fpx, and name it in carry), GEMLITE_GPU_BUILD (default
 # build-gpu). Knobs for `run` (environment): GEMLITE_GPU_SKIP_TESTS=1, GEMLITE_GPU_SKIP_BENCH=1 (kernels),
 # GEMLITE_GPU_SKIP_MODEL_BENCH=1, GEMLITE_GPU_MODELS="tinyllama-1.1b llama2-7b" (synthetic shapes),
-# GEMLITE_GPU_DEPTH=4096 (also pp512/tg128 of q4g64 after that many tokens, llama-bench's -d),
+# GEMLITE_GPU_DEPTH=4096 (also pp512/tg128 of q4g64 after that many tokens, llama-bench's -d,
+# and tg128 there without the split decode attention),
 # GEMLITE_GPU_SKIP_COMPARE=1 (transformers), GEMLITE_GPU_SKIP_SANITIZER=1, GEMLITE_GPU_TEST_FILTER=<gtest filter>,
 # GEMLITE_BENCH_ARGS=<extra arguments of gemlite-bench --kernels>,
 # GEMLITE_GPU_SASS=1 (disassemble the qN GEMV kernels into $OUT/sass.txt),
@@ -117,6 +118,9 @@ run() {
       if [ -n "${GEMLITE_GPU_DEPTH:-}" ]; then
         "$dir"/gemlite-bench --device cuda --synthetic "$model" -f q4g64 -r 2 -d "$GEMLITE_GPU_DEPTH" \
           2>>"$out/model-bench.log" | tee -a "$out/model-bench.md" || status=1
+        echo "(the same without the split decode attention: GEMLITE_NO_ATTENTION_SPLITS=1)"
+        GEMLITE_NO_ATTENTION_SPLITS=1 "$dir"/gemlite-bench --device cuda --synthetic "$model" -f q4g64 -r 2 -p 0 \
+          -d "$GEMLITE_GPU_DEPTH" 2>>"$out/model-bench.log" | tee -a "$out/model-bench.md" || status=1
       fi
     done
   fi
