@@ -66,6 +66,9 @@ int main(int argc, char** argv) {
       if (base->header().n_vocab != header.config.vocab_size)
         fail(base_path, "holds a vocabulary of " + std::to_string(base->header().n_vocab) + "; the model " +
                             model_dir + " has " + std::to_string(header.config.vocab_size));
+      if (args.count("file")) std::fprintf(stderr, "warning: -f is ignored with --kl-divergence (the base file holds the tokens)\n");
+      if (args.count("ctx-size") && n_ctx != base->header().n_ctx)
+        std::fprintf(stderr, "warning: -c %d is ignored; the base file was made with -c %d\n", n_ctx, base->header().n_ctx);
       n_ctx = base->header().n_ctx;
       n_chunks = base->header().n_chunks;
     } else {

@@ -1,6 +1,7 @@
 // gemlite-quantize: a Hugging Face directory, an F32/F16/BF16 GGUF file or a llama2.c .bin
 // -> packed checkpoint.
 //   gemlite-quantize SOURCE OUTPUT_DIR FORMAT [--override lm_head=q8 ...] [--tokenizer T]
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -53,6 +54,11 @@ class BuiltTokenizer {
     const int fd = mkstemp(name);
     if (fd < 0) fail(name, "cannot create a temporary file");
     path_ = name;
+    // mkstemp makes it 0600 and copy_file keeps that: give it a plain file's mode, as the
+    // checkpoint's other files have.
+    const mode_t mask = umask(0);
+    umask(mask);
+    fchmod(fd, 0666 & ~mask);
     const bool written = write(fd, proto.data(), proto.size()) == ssize_t(proto.size());
     close(fd);
     if (!written) fail(path_, "write failed");
@@ -121,8 +127,13 @@ int main(int argc, char** argv) {
     }
     if (!source.tokenizer_path.empty()) {
       const std::string named = args.count("tokenizer") ? args["tokenizer"].as<std::string>() : source_path;
-      // Fail now, not after the quantization.
-      check_tokenizer_fits(Tokenizer::load(source.tokenizer_path), source.config, named);
+      // Fail now, not after the quantization; a built model's problems name its source.
+      try {
+        check_tokenizer_fits(Tokenizer::load(source.tokenizer_path), source.config, named);
+      } catch (const Error& e) {
+        if (!built) throw;
+        fail(named, std::string("the tokenizer built from its vocabulary: ") + e.what());
+      }
     } else {
       std::fprintf(stderr, "warning: no tokenizer.model%s; pass --tokenizer so gemlite-chat can run it\n",
                    source.vocabulary_problem.empty() ? "" : (" (" + source_path + " " + source.vocabulary_problem + ")").c_str());

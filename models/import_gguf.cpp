@@ -110,7 +110,9 @@ size_t scalar_bytes(uint32_t type, const std::string& path, const std::string& k
   }
 }
 
+// Arrays are kept only for the tokenizer's keys (the vocabulary); others are skipped.
 Value read_value(Cursor& cursor, uint32_t type, const std::string& path, const std::string& key) {
+  const bool keep = key.rfind("tokenizer.ggml.", 0) == 0;
   Value v;
   v.type = type;
   switch (type) {
@@ -131,12 +133,17 @@ Value read_value(Cursor& cursor, uint32_t type, const std::string& path, const s
       v.array_length = cursor.read<uint64_t>("an array's length");
       if (v.array_length > (uint64_t(1) << 28)) fail(path, "metadata '" + key + "': absurd array length");
       if (v.array_type == kString) {
-        for (uint64_t i = 0; i < v.array_length; ++i) v.strings.push_back(cursor.read_string("an array's strings"));
+        for (uint64_t i = 0; i < v.array_length; ++i) {
+          std::string text = cursor.read_string("an array's strings");
+          if (keep) v.strings.push_back(std::move(text));
+        }
       } else if (v.array_type == kArray) {
         fail(path, "metadata '" + key + "' is an array of arrays (not supported)");
-      } else {
+      } else if (keep) {
         scalar_bytes(v.array_type, path, key);  // a known type, or an Error
         for (uint64_t i = 0; i < v.array_length; ++i) v.numbers.push_back(read_number(cursor, v.array_type));
+      } else {
+        cursor.skip(v.array_length * scalar_bytes(v.array_type, path, key), "an array's values");
       }
       break;
     }
@@ -152,6 +159,12 @@ struct Metadata {
   const Value* find(const std::string& key) const {
     const auto found = values.find(key);
     return found == values.end() ? nullptr : &found->second;
+  }
+  // A size or id: an integer in [0, 2^30] (Error otherwise), or the fallback when absent.
+  int count(const std::string& key, std::optional<int64_t> fallback = std::nullopt) const {
+    const int64_t v = integer(key, fallback);
+    if (v < 0 || v > (int64_t(1) << 30)) fail(path, "metadata key '" + key + "' = " + std::to_string(v) + " is out of range");
+    return int(v);
   }
   int64_t integer(const std::string& key, std::optional<int64_t> fallback = std::nullopt) const {
     const Value* v = find(key);
@@ -201,7 +214,9 @@ std::string hf_tensor_name(const std::string& gguf_name) {
   if (suffix == std::string::npos) return "";
   const auto module = linears.find(rest.substr(0, suffix));
   const std::string part = rest.substr(suffix);  // ".weight" or ".bias"
-  if (module == linears.end() || (part != ".weight" && part != ".bias")) return "";
+  const bool qkv = module != linears.end() && (module->first == "attn_q" || module->first == "attn_k" ||
+                                               module->first == "attn_v");
+  if (module == linears.end() || (part != ".weight" && !(part == ".bias" && qkv))) return "";  // only q/k/v have biases
   return module->second + part;
 }
 
@@ -212,28 +227,28 @@ ModelConfig config_from_metadata(const Metadata& meta, const std::map<std::strin
     fail(meta.path, "architecture '" + arch + "' is not supported (llama, qwen2)");
   c.architecture = arch;
   const std::string p = arch + ".";
-  c.dim = int(meta.integer(p + "embedding_length"));
-  c.hidden_dim = int(meta.integer(p + "feed_forward_length"));
-  c.n_layers = int(meta.integer(p + "block_count"));
-  c.n_heads = int(meta.integer(p + "attention.head_count"));
-  c.n_kv_heads = int(meta.integer(p + "attention.head_count_kv", c.n_heads));
+  c.dim = meta.count(p + "embedding_length");
+  c.hidden_dim = meta.count(p + "feed_forward_length");
+  c.n_layers = meta.count(p + "block_count");
+  c.n_heads = meta.count(p + "attention.head_count");
+  c.n_kv_heads = meta.count(p + "attention.head_count_kv", c.n_heads);
   if (c.n_heads < 1) fail(meta.path, "attention.head_count " + std::to_string(c.n_heads));
-  c.head_dim = int(meta.integer(p + "attention.key_length", c.dim / c.n_heads));
-  c.max_seq_len = int(meta.integer(p + "context_length"));
+  c.head_dim = meta.count(p + "attention.key_length", c.dim / c.n_heads);
+  c.max_seq_len = meta.count(p + "context_length");
   c.rope_theta = float(meta.real(p + "rope.freq_base", 10000.0));
   c.norm_eps = float(meta.real(p + "attention.layer_norm_rms_epsilon", 1e-5));
-  if (const Value* scaling = meta.find(p + "rope.scaling.type"); scaling && scaling->text != "none")
+  if (const Value* scaling = meta.find(p + "rope.scaling.type"); scaling && meta.text(p + "rope.scaling.type") != "none")
     fail(meta.path, "rope scaling '" + scaling->text + "' is not supported");
   if (tensors.count("rope_freqs.weight"))
     fail(meta.path, "Llama-3 rope scaling (rope_freqs.weight) is not supported from GGUF; convert the Hugging Face "
                     "directory instead");
   const auto embedding = tensors.find(kEmbeddingName);
   if (embedding == tensors.end()) fail(meta.path, "tensor 'token_embd.weight' is missing");
-  c.vocab_size = int(meta.integer(p + "vocab_size", embedding->second.shape[0]));
+  c.vocab_size = meta.count(p + "vocab_size", embedding->second.shape[0]);
   c.tied_embeddings = tensors.count(std::string(kLmHeadModule) + ".weight") == 0;
   c.qkv_bias = tensors.count(layer_tensor_names(0).q + ".bias") > 0;
-  c.bos_id = int(meta.integer("tokenizer.ggml.bos_token_id", 1));
-  c.eos_id = int(meta.integer("tokenizer.ggml.eos_token_id", 2));
+  c.bos_id = meta.count("tokenizer.ggml.bos_token_id", 1);
+  c.eos_id = meta.count("tokenizer.ggml.eos_token_id", 2);
   c.validate(meta.path);
   return c;
 }
@@ -248,6 +263,16 @@ void read_vocabulary(const Metadata& meta, int vocab_size, SourceModel* model) {
   }
   if (kind->text != "llama") {
     model->vocabulary_problem = "has a '" + kind->text + "' vocabulary (only 'llama', sentencepiece-style, is read)";
+    return;
+  }
+  const int bos = int(meta.integer("tokenizer.ggml.bos_token_id", 1)), eos = int(meta.integer("tokenizer.ggml.eos_token_id", 2));
+  if (bos != 1 || eos != 2) {
+    model->vocabulary_problem = "has bos/eos ids " + std::to_string(bos) + "/" + std::to_string(eos) +
+                                " (a built tokenizer needs 1/2)";
+    return;
+  }
+  if (const Value* prefix = meta.find("tokenizer.ggml.add_space_prefix"); prefix && prefix->integer == 0) {
+    model->vocabulary_problem = "asks for no space prefix (a built tokenizer adds one)";
     return;
   }
   const Value* scores = meta.find("tokenizer.ggml.scores");
@@ -319,7 +344,8 @@ SourceModel load_gguf(const std::string& path) {
     infos.push_back(std::move(info));
   }
   const uint64_t alignment = uint64_t(meta.integer("general.alignment", int64_t(kDefaultAlignment)));
-  if (alignment == 0 || alignment % 8 != 0) fail(path, "general.alignment " + std::to_string(alignment));
+  if (alignment == 0 || alignment % 8 != 0 || alignment > (1u << 20))
+    fail(path, "general.alignment " + std::to_string(alignment));
   const uint64_t data_start = (cursor.at() + alignment - 1) / alignment * alignment;
 
   SourceModel model;
@@ -336,7 +362,12 @@ SourceModel load_gguf(const std::string& path) {
     HostTensor tensor;
     tensor.dtype = dtype;
     tensor.shape = info.shape;
-    const uint64_t bytes = tensor.nbytes();
+    uint64_t bytes = dtype_size(dtype);  // grown dimension by dimension, never past the file
+    for (int64_t extent : info.shape) {
+      if (uint64_t(extent) > file->size() / bytes)
+        fail(path, "truncated: tensor '" + info.name + "' " + tensor.shape_string() + " is larger than the file");
+      bytes *= uint64_t(extent);
+    }
     if (info.offset > file->size() || data_start > file->size() - info.offset ||
         bytes > file->size() - data_start - info.offset)
       fail(path, "truncated: tensor '" + info.name + "' ends past the end of the file");

@@ -96,8 +96,10 @@ KldBaseReader::KldBaseReader(const std::string& path) : path_(path) {
   if (!in_ || std::memcmp(magic, kMagic, sizeof kMagic) != 0)
     fail(path, "not a gemlite KL-divergence base file (write one with --kl-divergence-base alone)");
   header_ = {fields[0], fields[1], fields[2], fields[3]};
-  if (header_.n_ctx < 4 || header_.n_vocab < 2 || header_.n_chunks < 1 || header_.first_scored < 1 ||
-      header_.first_scored > header_.n_ctx - 2)
+  // first_scored is llama-perplexity's n_ctx / 2 (what the writer stores and the scorer
+  // assumes); bounds on the others keep the size arithmetic below far from overflow.
+  if (header_.n_ctx < 4 || header_.n_ctx > (1 << 24) || header_.n_vocab < 2 || header_.n_vocab > (1 << 24) ||
+      header_.n_chunks < 1 || header_.n_chunks > (1 << 24) || header_.first_scored != header_.n_ctx / 2)
     fail(path, "corrupt header (n_ctx " + std::to_string(header_.n_ctx) + ", n_vocab " +
                    std::to_string(header_.n_vocab) + ", chunks " + std::to_string(header_.n_chunks) + ")");
   const auto expected = uintmax_t(sizeof kMagic + sizeof fields) + uintmax_t(header_.n_chunks) * header_.chunk_bytes();
@@ -129,7 +131,7 @@ void KldStatistics::add(const float* base_log_probs, const float* logits, int n_
   int top_base = 0, top_q = 0;
   for (int i = 0; i < n_vocab; ++i) {
     const double p = std::exp(double(base_log_probs[i]));
-    kld += p * (double(base_log_probs[i]) - q[size_t(i)]);
+    if (p > 0) kld += p * (double(base_log_probs[i]) - q[size_t(i)]);  // 0 ln 0 = 0 (an fp16 -inf)
     if (base_log_probs[i] > base_log_probs[top_base]) top_base = i;
     if (q[size_t(i)] > q[size_t(top_q)]) top_q = i;
   }

@@ -65,6 +65,8 @@ TEST(ImportGguf, QuantizedFromGgufTellsTheReferenceStory) {
   const ProgramRun quantize = run_program_for_test("gemlite-quantize", kGguf + " " + out + " f32", true);
   ASSERT_EQ(quantize.exit_code, 0) << quantize.output;
   EXPECT_NE(quantize.output.find("tokenizer: built from the vocabulary"), std::string::npos) << quantize.output;
+  // Readable like the checkpoint's other files (the built model starts as a 0600 temporary).
+  EXPECT_EQ(fs::status(out + "/tokenizer.model").permissions(), fs::status(out + "/config.json").permissions());
   const ProgramRun chat =
       run_program_for_test("gemlite-chat", "--device cpu -m " + out + " -p \"Once upon a time\" --temp 0 -n 24", false);
   ASSERT_EQ(chat.exit_code, 0) << chat.output;
@@ -118,6 +120,11 @@ TEST(ImportGguf, DamagedFilesAreErrorsNamingTheFile) {
   // general.architecture's value: after the key, its type (4 bytes) and length (8).
   const size_t arch_at = offset_of("general.architecture") + std::strlen("general.architecture") + 4 + 8;
   expect_error(damaged_copy("arch.gguf", arch_at, "falco"), "architecture 'falco'");
+  // token_embd.weight's first extent made 2^32: its bytes would overflow a size long before
+  // they reached the file's end.
+  const size_t extent_at = offset_of("token_embd.weight") + std::strlen("token_embd.weight") + 4;
+  const char huge[8] = {0, 0, 0, 0, 1, 0, 0, 0};
+  expect_error(damaged_copy("huge.gguf", extent_at, std::string(huge, 8)), "larger than the file");
 }
 
 }  // namespace

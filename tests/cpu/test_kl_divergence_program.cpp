@@ -138,6 +138,19 @@ TEST(KlDivergenceProgram, BadBaseFilesAreOneLineErrorsNamingTheFile) {
     out.write(chunk.data(), std::streamsize(chunk.size()));
   }
   expect_error(model + " --kl-divergence --kl-divergence-base " + other_vocab, "vocabulary of 1000");
+  // A header whose scored half is not llama-perplexity's (n_ctx / 2) would be read out of
+  // bounds: refused.
+  const std::string other_half = dir + "/other-half.kld";
+  {
+    std::ofstream out(other_half, std::ios::binary);
+    const char magic[16] = "GEMLITE-KLD-v1";
+    const int32_t fields[4] = {8, 512, 1, 6};  // n_ctx, n_vocab, n_chunks, first_scored (not 4)
+    out.write(magic, sizeof magic);
+    out.write(reinterpret_cast<const char*>(fields), sizeof fields);
+    const std::vector<char> chunk(8 * 4 + 1 * 512 * 2, 0);
+    out.write(chunk.data(), std::streamsize(chunk.size()));
+  }
+  expect_error(model + " --kl-divergence --kl-divergence-base " + other_half, "corrupt header");
   expect_error(model + " --kl-divergence --kl-divergence-base /etc/hostname", "not a gemlite KL-divergence base");
 
   // A run that fails after opening the base leaves neither it nor its temporary file.
