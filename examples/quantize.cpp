@@ -1,5 +1,5 @@
-// gemlite-quantize: a Hugging Face directory, an F32/F16/BF16 GGUF file or a llama2.c .bin
-// -> packed checkpoint.
+// gemlite-quantize: a Hugging Face directory, a GGUF file (F32/F16/BF16/Q8_0/Q4_0) or a
+// llama2.c .bin -> packed checkpoint.
 //   gemlite-quantize SOURCE OUTPUT_DIR FORMAT [--override lm_head=q8 ...] [--tokenizer T]
 #include <sys/stat.h>
 #include <unistd.h>
@@ -78,7 +78,7 @@ class BuiltTokenizer {
 int main(int argc, char** argv) {
   return run_program("gemlite-quantize", [&] {
     cxxopts::Options options("gemlite-quantize",
-        "Convert a Hugging Face model directory, an F32/F16/BF16 GGUF file or a llama2.c .bin checkpoint "
+        "Convert a Hugging Face model directory, a GGUF file (F32/F16/BF16/Q8_0/Q4_0) or a llama2.c .bin checkpoint "
         "into a gemlite packed checkpoint.\nFormats: qN or qNgG (N = 1..8 bits, G = 32/64/128), s7, s7gG, "
         "fp6, fp5, f16, bf16, f32.");
     options.positional_help("SOURCE OUTPUT_DIR FORMAT");

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 
+#include "models/ggml_blocks.h"
 #include "models/llama_weights.h"
 #include "runtime/error.h"
 #include "runtime/io/mapped_file.h"
@@ -21,19 +22,6 @@ enum ValueType : uint32_t {
   kUint8 = 0, kInt8 = 1, kUint16 = 2, kInt16 = 3, kUint32 = 4, kInt32 = 5, kFloat32 = 6, kBool = 7,
   kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
 };
-
-// ggml tensor types this importer reads, and names for the error about the others.
-constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlBF16 = 30;
-std::string ggml_type_name(uint32_t type) {
-  static const std::map<uint32_t, const char*> names = {
-      {0, "F32"}, {1, "F16"}, {2, "Q4_0"}, {3, "Q4_1"}, {6, "Q5_0"}, {7, "Q5_1"}, {8, "Q8_0"}, {9, "Q8_1"},
-      {10, "Q2_K"}, {11, "Q3_K"}, {12, "Q4_K"}, {13, "Q5_K"}, {14, "Q6_K"}, {15, "Q8_K"}, {16, "IQ2_XXS"},
-      {17, "IQ2_XS"}, {18, "IQ3_XXS"}, {19, "IQ1_S"}, {20, "IQ4_NL"}, {21, "IQ3_S"}, {22, "IQ2_S"},
-      {23, "IQ4_XS"}, {24, "I8"}, {25, "I16"}, {26, "I32"}, {27, "I64"}, {28, "F64"}, {29, "IQ1_M"},
-      {30, "BF16"}, {34, "TQ1_0"}, {35, "TQ2_0"}};
-  const auto found = names.find(type);
-  return found != names.end() ? found->second : "type " + std::to_string(type);
-}
 
 // A bounds-checked little-endian cursor over the mapped file.
 class Cursor {
@@ -352,26 +340,37 @@ SourceModel load_gguf(const std::string& path) {
   for (const Info& info : infos) {
     const std::string name = info.name == "rope_freqs.weight" ? info.name : hf_tensor_name(info.name);
     if (name.empty()) continue;  // a tensor the runtime does not use
-    DType dtype;
-    if (info.type == kGgmlF32) dtype = DType::F32;
-    else if (info.type == kGgmlF16) dtype = DType::F16;
-    else if (info.type == kGgmlBF16) dtype = DType::BF16;
-    else
+    const GgmlType* type = ggml_type(info.type);
+    if (!type)
       fail(path, "tensor '" + info.name + "' is " + ggml_type_name(info.type) +
-                     "; only F32, F16 and BF16 GGUF files can be imported (re-convert with --outtype f16)");
+                     "; GGUF import reads F32, F16, BF16, Q8_0 and Q4_0 (re-convert with --outtype f16)");
     HostTensor tensor;
-    tensor.dtype = dtype;
     tensor.shape = info.shape;
-    uint64_t bytes = dtype_size(dtype);  // grown dimension by dimension, never past the file
-    for (int64_t extent : info.shape) {
-      if (uint64_t(extent) > file->size() / bytes)
+    if (info.shape.back() % type->block_elements != 0)
+      fail(path, "tensor '" + info.name + "' " + tensor.shape_string() + " is not in whole " + type->name + " blocks");
+    // Its bytes, grown dimension by dimension, never past the file (no overflow).
+    uint64_t bytes = uint64_t(type->block_bytes);
+    for (size_t d = 0; d < info.shape.size(); ++d) {
+      const uint64_t extent = uint64_t(info.shape[d]) / (d + 1 == info.shape.size() ? type->block_elements : 1);
+      if (extent > file->size() / bytes)
         fail(path, "truncated: tensor '" + info.name + "' " + tensor.shape_string() + " is larger than the file");
-      bytes *= uint64_t(extent);
+      bytes *= extent;
     }
     if (info.offset > file->size() || data_start > file->size() - info.offset ||
         bytes > file->size() - data_start - info.offset)
       fail(path, "truncated: tensor '" + info.name + "' ends past the end of the file");
     const uint8_t* data = file->data() + data_start + info.offset;
+    if (!type->plain) {  // dequantized, block after block, into an F32 copy
+      tensor = HostTensor::zeros(DType::F32, info.shape);
+      float* out = tensor.mutable_as<float>();
+      const int64_t blocks = tensor.numel() / type->block_elements;
+      for (int64_t b = 0; b < blocks; ++b)
+        type->dequantize_block(data + b * type->block_bytes, out + b * type->block_elements);
+      model.tensors[name] = std::move(tensor);
+      continue;
+    }
+    const DType dtype = info.type == 0 ? DType::F32 : info.type == 1 ? DType::F16 : DType::BF16;
+    tensor.dtype = dtype;
     if (reinterpret_cast<uintptr_t>(data) % dtype_size(dtype) != 0) {
       tensor = HostTensor::copy_of(dtype, info.shape, data);  // misaligned: an aligned copy
     } else {

@@ -1,9 +1,9 @@
 #pragma once
 // Loads a GGUF file (llama.cpp's format, versions 2 and 3) whose tensors are F32, F16 or
-// BF16 — what convert_hf_to_gguf.py writes with --outtype f32/f16/bf16 — for the "llama"
-// (Llama, Mistral, TinyLlama) and "qwen2" architectures. Quantized GGUF tensors (Q4_0,
-// Q4_K, ...) are refused with a line naming the tensor and its type: re-convert the source
-// with an unquantized --outtype.
+// BF16 — what convert_hf_to_gguf.py writes with --outtype f32/f16/bf16 — or Q8_0 / Q4_0
+// (dequantized to F32, models/ggml_blocks.h), for the "llama" (Llama, Mistral, TinyLlama)
+// and "qwen2" architectures. Other quantized tensors (Q4_K, Q6_K, IQ*, ...) are refused
+// with a line naming the tensor and its type: re-convert the source with --outtype f16.
 #include <string>
 
 #include "models/source_model.h"

@@ -2,7 +2,7 @@
 // stories260K.bin, so every tensor must come out bitwise equal to the llama2.c importer's
 // (both convert Meta's interleaved q/k rows to rotate-half), and gemlite-quantize of the
 // GGUF alone (tokenizer from its vocabulary) must tell the reference story. Damaged copies of the file (truncated, another
-// version, a quantized tensor, an unknown architecture) are errors naming the file.
+// version, a K-quant tensor, an unknown architecture) are errors naming the file.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -115,8 +115,8 @@ TEST(ImportGguf, DamagedFilesAreErrorsNamingTheFile) {
   expect_error(damaged_copy("version.gguf", 4, std::string(version, 4)), "GGUF version 9");
   // token_embd.weight's type field: after its name, rank (4 bytes) and two extents (16).
   const size_t type_at = offset_of("token_embd.weight") + std::strlen("token_embd.weight") + 4 + 16;
-  const char q4_0[4] = {2, 0, 0, 0};
-  expect_error(damaged_copy("quantized.gguf", type_at, std::string(q4_0, 4)), "Q4_0");
+  const char q4_k[4] = {12, 0, 0, 0};
+  expect_error(damaged_copy("quantized.gguf", type_at, std::string(q4_k, 4)), "Q4_K");
   // general.architecture's value: after the key, its type (4 bytes) and length (8).
   const size_t arch_at = offset_of("general.architecture") + std::strlen("general.architecture") + 4 + 8;
   expect_error(damaged_copy("arch.gguf", arch_at, "falco"), "architecture 'falco'");

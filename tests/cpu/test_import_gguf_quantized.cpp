@@ -1,0 +1,203 @@
+// GGUF files with Q8_0 / Q4_0 tensors, as llama.cpp's quantize writes them (blocks of 32
+// along a row: fp16 scale d, then int8 codes, or 16 bytes of nibbles with weight j < 16 in
+// the low nibble of byte j and 16 + j in its high nibble), made here from stories260K's
+// real weights by an encoder written from that description. The importer must return each
+// weight within its block's rounding of the original (|d| / 2 for Q8_0, |d| for Q4_0,
+// whose codes clamp at 15), q/k rows in rotate-half order, and the model must keep its
+// perplexity (Q8_0 within 0.5 %).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "models/import_gguf.h"
+#include "models/import_llama2c.h"
+#include "models/llama_weights.h"
+#include "runtime/dtype.h"
+#include "tests/cpu/program_runner.h"
+#include "tests/cpu/test_files.h"
+
+namespace gemlite {
+namespace {
+
+const std::string kBin = shared_file("models/stories260K/stories260K.bin");
+
+enum class Quant { Q8_0 = 8, Q4_0 = 2 };
+
+// One block of 32 weights -> its bytes, and the scale d it used.
+float encode_block(const float* x, Quant quant, std::string* out) {
+  float amax = 0, signed_max = 0;
+  for (int j = 0; j < 32; ++j)
+    if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), signed_max = x[j];
+  const float d = quant == Quant::Q8_0 ? amax / 127 : signed_max / -8;
+  const uint16_t d_bits = float_to_half(d);
+  const float stored_d = half_to_float(d_bits), inverse = stored_d != 0 ? 1 / stored_d : 0;
+  out->append(reinterpret_cast<const char*>(&d_bits), 2);
+  if (quant == Quant::Q8_0) {
+    for (int j = 0; j < 32; ++j) out->push_back(char(int8_t(std::lround(std::clamp(x[j] * inverse, -127.f, 127.f)))));
+  } else {
+    for (int j = 0; j < 16; ++j) {
+      const int low = std::min(15, int(x[j] * inverse + 8.5f)), high = std::min(15, int(x[16 + j] * inverse + 8.5f));
+      out->push_back(char(std::max(0, low) | std::max(0, high) << 4));
+    }
+  }
+  return stored_d;
+}
+
+// Meta's interleaved RoPE row order (GGUF's for llama) from rotate-half order.
+std::vector<float> rotate_half_to_interleaved(const HostTensor& t, int head_dim) {
+  const int64_t rows = t.shape[0], cols = t.shape[1], half = head_dim / 2;
+  std::vector<float> out(size_t(rows * cols));
+  for (int64_t h = 0; h < rows; h += head_dim)
+    for (int64_t i = 0; i < half; ++i) {
+      std::memcpy(&out[size_t((h + 2 * i) * cols)], t.as<float>() + (h + i) * cols, size_t(cols) * 4);
+      std::memcpy(&out[size_t((h + 2 * i + 1) * cols)], t.as<float>() + (h + half + i) * cols, size_t(cols) * 4);
+    }
+  return out;
+}
+
+struct GgufWriter {
+  std::string header, infos, data;
+  uint64_t n_values = 0, n_tensors = 0;
+  void string(std::string& to, const std::string& s) {
+    const uint64_t n = s.size();
+    to.append(reinterpret_cast<const char*>(&n), 8);
+    to += s;
+  }
+  template <typename T>
+  void raw(std::string& to, T v) { to.append(reinterpret_cast<const char*>(&v), sizeof v); }
+  void key_u32(const std::string& key, uint32_t v) { string(header, key), raw(header, uint32_t(4)), raw(header, v), ++n_values; }
+  void key_f32(const std::string& key, float v) { string(header, key), raw(header, uint32_t(6)), raw(header, v), ++n_values; }
+  void key_str(const std::string& key, const std::string& v) {
+    string(header, key), raw(header, uint32_t(8)), string(header, v), ++n_values;
+  }
+  // shape row-major [rows, cols] (or [cols]); GGUF lists it innermost first.
+  void tensor(const std::string& name, const std::vector<int64_t>& shape, uint32_t type, const std::string& bytes) {
+    string(infos, name);
+    raw(infos, uint32_t(shape.size()));
+    for (auto d = shape.rbegin(); d != shape.rend(); ++d) raw(infos, uint64_t(*d));
+    raw(infos, type);
+    while (data.size() % 32) data.push_back(0);
+    raw(infos, uint64_t(data.size()));
+    data += bytes;
+    ++n_tensors;
+  }
+  void save(const std::string& path) {
+    std::string file = "GGUF";
+    raw(file, uint32_t(3));
+    raw(file, n_tensors);
+    raw(file, n_values);
+    file += header + infos;
+    while (file.size() % 32) file.push_back(0);
+    std::ofstream(path, std::ios::binary) << file << data;
+  }
+};
+
+// stories260K as a GGUF whose 2-D weights are `quant` blocks (norms, and ffn_down whose
+// rows of 172 are no whole blocks, stay F32, as llama.cpp keeps them); the scales used,
+// per GGUF tensor name, for the error bounds.
+std::string write_quantized_gguf(Quant quant, std::map<std::string, std::vector<float>>* scales) {
+  const SourceModel source = load_llama2c(kBin);
+  const ModelConfig& c = source.config;
+  GgufWriter w;
+  w.key_str("general.architecture", "llama");
+  w.key_u32("llama.embedding_length", c.dim);
+  w.key_u32("llama.feed_forward_length", c.hidden_dim);
+  w.key_u32("llama.block_count", c.n_layers);
+  w.key_u32("llama.attention.head_count", c.n_heads);
+  w.key_u32("llama.attention.head_count_kv", c.n_kv_heads);
+  w.key_u32("llama.context_length", c.max_seq_len);
+  w.key_f32("llama.attention.layer_norm_rms_epsilon", c.norm_eps);
+  const auto add = [&](const std::string& gguf_name, const std::string& hf_name, bool interleave) {
+    const HostTensor& t = source.tensors.at(hf_name);
+    std::vector<float> values(t.as<float>(), t.as<float>() + t.numel());
+    if (interleave) values = rotate_half_to_interleaved(t, c.head_dim);
+    if (t.shape.size() == 1 || t.shape[1] % 32 != 0) {  // llama.cpp keeps those unquantized too
+      w.tensor(gguf_name, t.shape, 0, std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
+      return;
+    }
+    std::string bytes;
+    std::vector<float>& d = (*scales)[gguf_name];
+    for (size_t b = 0; b < values.size(); b += 32) d.push_back(encode_block(&values[b], quant, &bytes));
+    w.tensor(gguf_name, t.shape, uint32_t(quant), bytes);
+  };
+  add("token_embd.weight", kEmbeddingName, false);
+  add("output_norm.weight", kFinalNormName, false);
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerTensorNames l = layer_tensor_names(i);
+    const std::string b = "blk." + std::to_string(i) + ".";
+    add(b + "attn_norm.weight", l.attn_norm, false);
+    add(b + "ffn_norm.weight", l.ffn_norm, false);
+    add(b + "attn_q.weight", l.q + ".weight", true);
+    add(b + "attn_k.weight", l.k + ".weight", true);
+    add(b + "attn_v.weight", l.v + ".weight", false);
+    add(b + "attn_output.weight", l.o + ".weight", false);
+    add(b + "ffn_gate.weight", l.gate + ".weight", false);
+    add(b + "ffn_up.weight", l.up + ".weight", false);
+    add(b + "ffn_down.weight", l.down + ".weight", false);
+  }
+  const std::string path = make_temp_dir() + (quant == Quant::Q8_0 ? "/q8_0.gguf" : "/q4_0.gguf");
+  w.save(path);
+  return path;
+}
+
+void expect_weights_within_block_rounding(Quant quant) {
+  std::map<std::string, std::vector<float>> scales;
+  const SourceModel imported = load_gguf(write_quantized_gguf(quant, &scales));
+  const SourceModel original = load_llama2c(kBin);
+  const float bound = quant == Quant::Q8_0 ? 0.5f : 1.0f;  // in units of |d|
+  for (int i = 0; i < original.config.n_layers; ++i) {
+    const LayerTensorNames l = layer_tensor_names(i);
+    // q in rotate-half order again; its scales were taken on the interleaved rows, so
+    // compare block by block in that order through the importer's own row mapping.
+    for (const auto& [gguf, hf] : {std::pair{"attn_v", l.v}, std::pair{"ffn_gate", l.gate}, std::pair{"attn_q", l.q}}) {
+      const HostTensor& got = imported.tensors.at(hf + ".weight");
+      const HostTensor& want = original.tensors.at(hf + ".weight");
+      ASSERT_EQ(got.dtype, DType::F32);
+      ASSERT_EQ(got.shape, want.shape);
+      const std::vector<float>& d = scales.at("blk." + std::to_string(i) + "." + gguf + ".weight");
+      float worst = 0;
+      for (int64_t k = 0; k < want.numel(); ++k) {
+        const float err = std::fabs(got.as<float>()[k] - want.as<float>()[k]);
+        worst = std::max(worst, err);
+        // attn_q's rows moved; bound by the largest scale of the tensor there.
+        const float scale = std::string(gguf) == "attn_q" ? *std::max_element(d.begin(), d.end(), [](float a, float b) {
+          return std::fabs(a) < std::fabs(b);
+        }) : d[size_t(k / 32)];
+        ASSERT_LE(err, bound * std::fabs(scale) * 1.001f + 1e-7f) << hf << " weight " << k;
+      }
+      EXPECT_GT(worst, 0.0f) << hf << ": a quantized weight should not come back exact everywhere";
+    }
+  }
+}
+
+TEST(ImportGgufQuantized, Q8_0WeightsComeBackWithinHalfAStep) { expect_weights_within_block_rounding(Quant::Q8_0); }
+TEST(ImportGgufQuantized, Q4_0WeightsComeBackWithinAStep) { expect_weights_within_block_rounding(Quant::Q4_0); }
+
+double perplexity_of(const std::string& source, const std::string& tokenizer_flag) {
+  const std::string out = make_temp_dir() + "/model";
+  const ProgramRun quantize = run_program_for_test("gemlite-quantize", source + " " + out + " f32" + tokenizer_flag, true);
+  EXPECT_EQ(quantize.exit_code, 0) << quantize.output;
+  const ProgramRun run = run_program_for_test(
+      "gemlite-perplexity",
+      "--device cpu -m " + out + " -f " + shared_file("data/tinystories/tinystories_sample.txt") + " -c 128 --chunks 8",
+      false);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const size_t at = run.output.find("PPL = ");
+  return at == std::string::npos ? NAN : std::stod(run.output.substr(at + 6));
+}
+
+TEST(ImportGgufQuantized, Q8_0KeepsThePerplexity) {
+  std::map<std::string, std::vector<float>> scales;
+  const std::string tokenizer = " --tokenizer " + shared_file("models/stories260K/tok512.model");
+  const double f32 = perplexity_of(kBin, tokenizer);
+  const double q8_0 = perplexity_of(write_quantized_gguf(Quant::Q8_0, &scales), tokenizer);
+  const double q4_0 = perplexity_of(write_quantized_gguf(Quant::Q4_0, &scales), tokenizer);
+  EXPECT_NEAR(q8_0, f32, 0.005 * f32);
+  EXPECT_GT(q4_0, q8_0);
+  std::cout << "[gguf] stories260K PPL: f32 " << f32 << ", from Q8_0 " << q8_0 << ", from Q4_0 " << q4_0 << "\n";
+}
+
+}  // namespace
+}  // namespace gemlite
