@@ -15,19 +15,6 @@
 
 using namespace gemlite;
 
-namespace {
-
-// -log softmax(logits)[target], in double so 32000-way sums keep their precision.
-double negative_log_likelihood(const float* logits /*[vocab]*/, int vocab, int target) {
-  float max_logit = logits[0];
-  for (int i = 1; i < vocab; ++i) max_logit = std::max(max_logit, logits[i]);
-  double sum = 0;
-  for (int i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max_logit);
-  return std::log(sum) - (double(logits[target]) - max_logit);
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   return run_program("gemlite-perplexity", [&] {
     cxxopts::Options options("gemlite-perplexity", "Perplexity of a text file (llama-perplexity's protocol).");
@@ -118,7 +105,7 @@ int main(int argc, char** argv) {
       // logits at position j predict token j + 1
       for (int j = first_scored; j < n_ctx - 1; ++j) {
         const float* row = &logits[size_t(j) * vocab];
-        const double nll = negative_log_likelihood(row, vocab, ids[j + 1]);
+        const double nll = log_sum_exp(row, vocab) - double(row[ids[j + 1]]);  // -log p(next token)
         nll_sum += nll;
         nll_squared_sum += nll * nll;
         ++scored;

@@ -13,14 +13,11 @@ namespace {
 
 constexpr char kMagic[16] = "GEMLITE-KLD-v1";  // 14 characters, zero-padded to 16
 
-// log softmax(logits) [n] in double: 32000-way sums keep their precision.
+// log softmax(logits) [n] in double.
 void log_softmax(const float* logits, int n, std::vector<double>* out) {
   out->resize(size_t(n));
-  const float max_logit = *std::max_element(logits, logits + n);
-  double sum = 0;
-  for (int i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - max_logit);
-  const double log_sum = std::log(sum);
-  for (int i = 0; i < n; ++i) (*out)[size_t(i)] = double(logits[i]) - max_logit - log_sum;
+  const double log_sum = log_sum_exp(logits, n);
+  for (int i = 0; i < n; ++i) (*out)[size_t(i)] = double(logits[i]) - log_sum;
 }
 
 // Mean and its standard error.
@@ -34,6 +31,13 @@ std::pair<double, double> mean_and_error(const std::vector<double>& v) {
 }
 
 }  // namespace
+
+double log_sum_exp(const float* logits, int n) {
+  const float max_logit = *std::max_element(logits, logits + n);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - max_logit);
+  return max_logit + std::log(sum);
+}
 
 int64_t KldBaseHeader::chunk_bytes() const {
   return int64_t(n_ctx) * 4 + scored_per_chunk() * n_vocab * 2;

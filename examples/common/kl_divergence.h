@@ -20,6 +20,10 @@
 
 namespace gemlite {
 
+// ln sum_i exp(logits[i]) over logits [n], in double so 32000-way sums keep their
+// precision: log p(i) = logits[i] - log_sum_exp (perplexity and the statistics below).
+double log_sum_exp(const float* logits, int n);
+
 struct KldBaseHeader {
   int32_t n_ctx = 0, n_vocab = 0, n_chunks = 0, first_scored = 0;
   int64_t scored_per_chunk() const { return n_ctx - 1 - first_scored; }

@@ -6,7 +6,6 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/fpx/gemm_fpx.h"
-#include "kernels/group_quant.h"
 #include "kernels/qn/dequant_qn.h"
 #include "kernels/qn/gemv_qn.h"
 #include "runtime/cuda/ops.h"
