@@ -25,6 +25,10 @@
 //                   q8 759.4 vs 728.9 (+4.2 %)     f16 582.1 vs 574.8 (+1.3 %)
 // Back-to-back GEMVs (gemlite-bench --kernels, q4g64 fp16 M = 1, cold L2): 4096 x 4096
 // 7.8 -> 7.1 us, K 4096 N 11008 17.7 -> 16.9, K 11008 N 4096 15.2 -> 14.5.
+// Then the ops kernels too (embed, rmsnorm, rope_store, attention, silu_mul, argmax:
+// launch_pdl, pdl_wait before their first dependent access; rmsnorm fetches its weights
+// before the wait): llama2-7b q4g64 tg128 320.4 -> 347.4 tok/s (GEMLITE_NO_PDL=1: 330.1,
+// so PDL on the GEMVs alone had lost to none: the ops kernels' launches stayed exposed).
 // Tried and dropped: each first-wave block pulling its whole slice of W into L2 before the
 // wait (cp.async.bulk.prefetch.L2) lost to no prefetch everywhere: llama2-7b q4g64 237.4
 // vs 248.1, tinyllama fp6 656.6 vs 758.1, q8 679.6 vs 769.5 (slower than without PDL).

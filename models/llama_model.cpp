@@ -27,7 +27,7 @@ LlamaModel::LlamaModel(const PackedCheckpoint& ckpt, Backend& backend, int conte
                                               backend, rows);
     layer.o = backend.make_linear(packed.o);
     layer.gate_up = std::make_unique<FusedLinear>(std::vector<const PackedWeight*>{&packed.gate, &packed.up},
-                                                  backend, rows);
+                                                  backend, rows, StackedUse::SwiGLU);
     layer.down = backend.make_linear(packed.down);
     layers_.push_back(std::move(layer));
   }
@@ -104,8 +104,7 @@ void LlamaModel::run_ops(int T, bool all_rows) {
     layer.o->forward(attn, h);
     b.add_rmsnorm(x, h, layer.ffn_norm, c.norm_eps, h);
 
-    layer.gate_up->forward(h, gate_up);
-    b.silu_mul(gate_up, ffn);
+    layer.gate_up->forward_swiglu(h, gate_up, ffn);
     layer.down->forward(ffn, h);
     const Tensor& next_norm = l + 1 < layers_.size() ? layers_[l + 1].attn_norm : final_norm_;
     b.add_rmsnorm(x, h, next_norm, c.norm_eps, h);

@@ -61,8 +61,10 @@ class Backend {
   virtual std::unique_ptr<QuantLinear> make_linear(const PackedWeight& weight) = 0;
   // One QuantLinear over `weights` stacked along N (concat_rows): y [M, sum N_i]. Null when
   // they cannot be stacked (see concat_rows). The CPU computes over a stacked host copy;
-  // the CUDA backend uploads it and keeps only the checkpoint's views.
-  virtual std::unique_ptr<QuantLinear> make_stacked_linear(const std::vector<const PackedWeight*>& weights) {
+  // the CUDA backend uploads it and keeps only the checkpoint's views, and for
+  // StackedUse::SwiGLU lays qN weights out for its one-pass forward_swiglu.
+  virtual std::unique_ptr<QuantLinear> make_stacked_linear(const std::vector<const PackedWeight*>& weights,
+                                                           StackedUse /*use*/ = StackedUse::Concat) {
     const std::optional<PackedWeight> stacked = concat_rows(weights);
     return stacked ? make_linear(*stacked) : nullptr;
   }

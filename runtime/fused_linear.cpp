@@ -6,10 +6,13 @@
 
 namespace gemlite {
 
-FusedLinear::FusedLinear(const std::vector<const PackedWeight*>& weights, Backend& backend, int max_rows)
-    : backend_(backend), max_rows_(max_rows) {
+FusedLinear::FusedLinear(const std::vector<const PackedWeight*>& weights, Backend& backend, int max_rows,
+                         StackedUse use)
+    : backend_(backend), max_rows_(max_rows), use_(use) {
   for (const PackedWeight* w : weights) out_features_ += w->rows;
-  stacked_ = backend.make_stacked_linear(weights);
+  if (use == StackedUse::SwiGLU && (weights.size() != 2 || weights[0]->rows != weights[1]->rows))
+    throw Error("fused linear: a SwiGLU pair needs two weights of equal rows (gate, up)");
+  stacked_ = backend.make_stacked_linear(weights, use);
   if (stacked_) return;
   for (const PackedWeight* w : weights) {
     separate_.push_back(backend.make_linear(*w));
@@ -33,6 +36,13 @@ void FusedLinear::forward(const Tensor& x, Tensor& y) const {
     backend_.copy_columns(part, y, col);
     col += part.cols;
   }
+}
+
+void FusedLinear::forward_swiglu(const Tensor& x, Tensor& gate_up, Tensor& y) const {
+  if (use_ != StackedUse::SwiGLU) throw Error("fused linear: forward_swiglu of a linear not made for SwiGLU");
+  if (stacked_ && stacked_->forward_swiglu(x, y)) return;
+  forward(x, gate_up);
+  backend_.silu_mul(gate_up, y);
 }
 
 }  // namespace gemlite

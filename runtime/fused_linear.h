@@ -18,10 +18,17 @@ namespace gemlite {
 class FusedLinear {
  public:
   // `max_rows`: the largest M forward will see (sizes the scratch tensors, if any).
-  FusedLinear(const std::vector<const PackedWeight*>& weights, Backend& backend, int max_rows);
+  FusedLinear(const std::vector<const PackedWeight*>& weights, Backend& backend, int max_rows,
+              StackedUse use = StackedUse::Concat);
 
   // x [M, K] -> y [M, out_features()], M <= max_rows.
   void forward(const Tensor& x, Tensor& y) const;
+
+  // y [M, out_features() / 2] = silu(gate) * up of a [gate; up] pair made with
+  // StackedUse::SwiGLU: one pass where the stacked linear has one (QuantLinear::forward_swiglu,
+  // the CUDA qN GEMV at decode), else forward into gate_up [M, out_features()] and the
+  // backend's silu_mul.
+  void forward_swiglu(const Tensor& x, Tensor& gate_up, Tensor& y) const;
 
   int64_t out_features() const { return out_features_; }
   bool stacked() const { return stacked_ != nullptr; }  // one QuantLinear for all
@@ -29,6 +36,7 @@ class FusedLinear {
  private:
   Backend& backend_;
   int max_rows_;
+  StackedUse use_;
   int64_t out_features_ = 0;
   std::unique_ptr<QuantLinear> stacked_;
   std::vector<std::unique_ptr<QuantLinear>> separate_;  // when not stacked

@@ -9,6 +9,12 @@
 
 namespace gemlite {
 
+// What a stacked projection's output feeds (Backend::make_stacked_linear).
+enum class StackedUse {
+  Concat,  // read as it is: y [M, N_0 + N_1 + ...]
+  SwiGLU,  // [gate; up], equal halves, read only as silu(gate) * up (QuantLinear::forward_swiglu)
+};
+
 class QuantLinear {
  public:
   explicit QuantLinear(const PackedWeight& weight)
@@ -18,6 +24,11 @@ class QuantLinear {
 
   // x [M, K] -> y [M, N]; both on the owning backend in its activation dtype.
   virtual void forward(const Tensor& x, Tensor& y) const = 0;
+
+  // For a weight stacked with StackedUse::SwiGLU: y [M, N/2] = silu(gate) * up, gate and up
+  // the two halves of x · Wᵀ, in one pass. False (nothing written) where this linear has
+  // no such pass at this M: the caller then runs forward and the backend's silu_mul.
+  virtual bool forward_swiglu(const Tensor& /*x*/, Tensor& /*y*/) const { return false; }
 
   const WeightFormat& format() const { return format_; }
   int64_t out_features() const { return out_features_; }  // N

@@ -32,7 +32,8 @@ __device__ __forceinline__ __nv_bfloat16 from_float(float v, __nv_bfloat16) { re
 // suspect (not yet profiled).
 template <typename Act>
 __global__ void dequant_qn_kernel(const uint32_t* qweight, const uint32_t* scale_bias, int64_t N, int64_t K,
-                                  int64_t Kw, int bits, int group_shift, int64_t n_groups, Act* out) {
+                                  int64_t Kw, int bits, int group_shift, int64_t n_groups, int64_t paired_half,
+                                  Act* out) {
   const int codes_per_word = 32 / bits;
   const uint32_t mask = (1u << bits) - 1;
   const int64_t N16 = (N + 15) / 16 * 16;
@@ -40,12 +41,12 @@ __global__ void dequant_qn_kernel(const uint32_t* qweight, const uint32_t* scale
     const int64_t n = i / Kw, word_index = i % Kw;
     const int64_t tile = word_index / kWarpLanes, lane = word_index % kWarpLanes;
     const uint32_t word = qweight[i];
-    const int64_t pair_row = n / 16 * 16 + n % 8 * 2 + n % 16 / 8;  // see QnDeviceWeight::scale_bias
+    const int64_t v = qn_block_row(n, paired_half);
     for (int j = 0; j < codes_per_word; ++j) {
       const int64_t k = (tile * codes_per_word + j) * kWarpLanes + lane;
       if (k >= K) break;
       const int64_t group = min((k / kWarpLanes) >> group_shift, n_groups - 1);
-      const uint32_t pair = scale_bias[group * N16 + pair_row];
+      const uint32_t pair = scale_bias[qn_scale_bias_index(group, v, N16)];
       const float scale = bits_to_float(uint16_t(pair & 0xffffu), Act{});
       const float bias = bits_to_float(uint16_t(pair >> 16), Act{});
       const float q = float(word >> (32 - bits * (j + 1)) & mask);
@@ -64,11 +65,12 @@ void dequant_qn(const QnDeviceWeight& w, void* out, cudaStream_t stream) {
   const unsigned blocks = unsigned(std::min<int64_t>((words + 255) / 256, 65536));
   if (w.act == DType::BF16) {
     dequant_qn_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(w.qweight, w.scale_bias, w.N, w.K, w.Kw, w.bits,
-                                                                 w.group_shift, w.n_groups,
+                                                                 w.group_shift, w.n_groups, w.paired_half,
                                                                  static_cast<__nv_bfloat16*>(out));
   } else {
     dequant_qn_kernel<__half><<<blocks, 256, 0, stream>>>(w.qweight, w.scale_bias, w.N, w.K, w.Kw, w.bits,
-                                                          w.group_shift, w.n_groups, static_cast<__half*>(out));
+                                                          w.group_shift, w.n_groups, w.paired_half,
+                                                          static_cast<__half*>(out));
   }
   CHECK_LAST_LAUNCH("dequant_qn_kernel");
 }

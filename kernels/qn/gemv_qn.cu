@@ -93,6 +93,8 @@ struct GemvQnParams {
   int group_shift;
   int M;
   bool x_vectorized;  // K % 4 == 0 and x 8-byte aligned: B fragments are 8-byte loads
+  int64_t paired_half;  // QnDeviceWeight::paired_half: 0, or block b = gate and up rows of [8b, 8b + 8)
+  bool swiglu;          // y [M, paired_half] = silu(gate) * up instead of y [M, N]
 };
 
 // ---- bit-level helpers --------------------------------------------------------------
@@ -483,6 +485,15 @@ __device__ __forceinline__ void load_tile(const uint32_t* lane0, const uint32_t*
 }
 
 template <bool BF16>
+__device__ __forceinline__ float from_activation(uint16_t bits) {
+  if constexpr (BF16) {
+    return __bfloat162float(__ushort_as_bfloat16(bits));
+  } else {
+    return __half2float(__ushort_as_half(bits));
+  }
+}
+
+template <bool BF16>
 __device__ __forceinline__ uint16_t to_activation(float v) {
   if constexpr (BF16) {
     const __nv_bfloat16 h = __float2bfloat16_rn(v);
@@ -500,8 +511,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const GemvQnPar
   constexpr int E = kTileBlocks<BITS, SPARSE>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int gid = lane / 4, tig = lane % 4;
-  const int64_t row_base = int64_t(blockIdx.x) * kRowsPerBlock;
-  const int64_t r0 = row_base + gid, r1 = r0 + 8;
+  const int64_t row_base = int64_t(blockIdx.x) * kRowsPerBlock;  // block rows (scale_bias)
+  // The stored rows of block rows gid and gid + 8 (qn_block_row backwards).
+  const int64_t r0 = p.paired_half > 0 ? int64_t(blockIdx.x) * 8 + gid : row_base + gid;
+  const int64_t r1 = p.paired_half > 0 ? p.paired_half + r0 : r0 + 8;
   const int64_t c0 = min(r0, p.N - 1), c1 = min(r1, p.N - 1);
   const uint32_t* q0 = p.qweight + c0 * p.Kw + 4 * tig;  // the lane's words of its two rows
   const uint32_t* q1 = p.qweight + c1 * p.Kw + 4 * tig;
@@ -558,15 +571,30 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const GemvQnPar
 #pragma unroll
   for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[0][i] + acc[1][i];
   __syncthreads();
-  for (int o = threadIdx.x; o < kRowsPerBlock * p.M; o += blockDim.x) {
-    const int m = o / kRowsPerBlock, r = o % kRowsPerBlock;
-    const int64_t n = row_base + r;
-    if (n >= p.N) continue;
+  // x · Wᵀ (+ bias) of block row r (stored row n) and activation row m.
+  const auto output = [&](int r, int m, int64_t n) {
     const int i = (r >= 8 ? 2 : 0) + (m & 1), src = (r % 8) * 4 + m / 2;
     float sum = 0;
     for (int w = 0; w < warps; ++w) sum += partial[w][i][src];
     if (p.bias) sum += p.bias[n];
-    p.y[int64_t(m) * p.N + n] = to_activation<BF16>(sum);
+    return sum;
+  };
+  if (p.swiglu) {  // block rows r and r + 8: gate and up of output column 8 b + r
+    for (int o = threadIdx.x; o < 8 * p.M; o += blockDim.x) {
+      const int m = o / 8, r = o % 8;
+      const int64_t n = int64_t(blockIdx.x) * 8 + r;
+      // Rounded to the activation type first, as gemv_qn's output is before silu_mul.
+      const float gate = from_activation<BF16>(to_activation<BF16>(output(r, m, n)));
+      const float up = from_activation<BF16>(to_activation<BF16>(output(r + 8, m, p.paired_half + n)));
+      p.y[int64_t(m) * p.paired_half + n] = to_activation<BF16>(gate / (1.0f + expf(-gate)) * up);
+    }
+    return;
+  }
+  for (int o = threadIdx.x; o < kRowsPerBlock * p.M; o += blockDim.x) {
+    const int m = o / kRowsPerBlock, r = o % kRowsPerBlock;
+    const int64_t n = p.paired_half > 0 ? (r < 8 ? 0 : p.paired_half) + int64_t(blockIdx.x) * 8 + r % 8 : row_base + r;
+    if (n >= p.N) continue;
+    p.y[int64_t(m) * p.N + n] = to_activation<BF16>(output(r, m, n));
   }
 }
 
@@ -604,7 +632,7 @@ size_t QnDeviceWeight::weight_bytes() const {
   return size_t(N) * size_t(Kw) * 4 + size_t(qn_padded_rows(N)) * size_t(n_groups) * 4 + (bias ? size_t(N) * 4 : 0);
 }
 
-QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act) {
+QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired_half) {
   const std::string where = "upload_qn_weight (" + w.format.name() + ")";
   if (w.format.kind != FormatKind::QN && w.format.kind != FormatKind::S7) fail(where, "not a qN or s7 weight");
   const bool sparse = w.format.kind == FormatKind::S7;
@@ -617,6 +645,10 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act) {
   d.group = w.format.group;
   d.N = w.rows;
   d.K = w.cols;
+  if (paired_half < 0 || (paired_half > 0 && (d.N != 2 * paired_half || paired_half % 8 != 0)))
+    fail(where, "a SwiGLU pair of halves of " + std::to_string(paired_half) + " rows over " + std::to_string(d.N) +
+                    " rows (expected rows = 2 halves, a multiple of 8 each)");
+  d.paired_half = paired_half;
   if (d.K > (int64_t(1) << 31) - 1024) fail(where, "K = " + std::to_string(d.K) + " too large for the GPU kernel");
   d.Kw = sparse ? s7_words_per_row(d.K) : qn_words_per_row(d.K, d.bits);
   d.n_groups = group_count(d.group, d.K);
@@ -631,11 +663,11 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act) {
   const uint16_t* scales = w.part("scales").as<uint16_t>();  // [N, n_groups]
   const uint16_t* zeros = w.part("zeros").as<uint16_t>();    // [N, n_groups]
   if (qweight.nbytes() != size_t(d.N * d.Kw * 4)) fail(where, "qweight has shape " + qweight.shape_string());
-  // [n_groups, N16 / 16, 8, 2]: pair (g, n) at g N16 + n / 16 * 16 + n % 8 * 2 + n % 16 / 8, so
-  // that lane gid of a 16-row block loads the pairs of its rows gid and gid + 8 with one
-  // 8-byte load and a warp's load is 64 contiguous bytes. The checkpoint's [N, n_groups]
-  // put the 8 rows of a load in 8 sectors: ncu counted 31 % of all sectors as excess.
-  // Padding rows (N <= n < N16) repeat row N - 1; their outputs are never stored.
+  // [n_groups, N16 / 16, 8, 2]: pair (g, block row v) at qn_scale_bias_index, so that lane
+  // gid of a 16-row block loads the pairs of its rows gid and gid + 8 with one 8-byte load
+  // and a warp's load is 64 contiguous bytes. The checkpoint's [N, n_groups] put the 8 rows
+  // of a load in 8 sectors: ncu counted 31 % of all sectors as excess. Padding rows
+  // (N <= n < N16) repeat row N - 1; their outputs are never stored.
   const int64_t N16 = qn_padded_rows(d.N);
   std::vector<uint32_t> scale_bias(size_t(N16 * d.n_groups));
   for (int64_t n = 0; n < N16; ++n)
@@ -643,7 +675,7 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act) {
       const int64_t i = std::min(n, d.N - 1) * d.n_groups + g;  // [N, n_groups]
       const float s = half_to_float(scales[i]), z = half_to_float(zeros[i]);
       // z * s is exact in fp32 (11-bit significands), so this rounds once.
-      scale_bias[size_t(g * N16 + n / 16 * 16 + n % 8 * 2 + n % 16 / 8)] =
+      scale_bias[size_t(qn_scale_bias_index(g, qn_block_row(n, paired_half), N16))] =
           uint32_t(to_activation_bits(s, act)) | uint32_t(to_activation_bits(-z * s, act)) << 16;
     }
   try {
@@ -676,8 +708,10 @@ void free_qn_weight(QnDeviceWeight* w) {
   *w = QnDeviceWeight{};
 }
 
-void gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act,
-             cudaStream_t stream, const GemvQnConfig& config) {
+namespace {
+
+void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, bool swiglu,
+                    cudaStream_t stream, const GemvQnConfig& config) {
   if (M < 1 || M > kGemvMaxM)
     throw Error("gemv_qn: M = " + std::to_string(M) + " (expected 1.." + std::to_string(kGemvMaxM) + ")");
   if (act != w.act)
@@ -698,6 +732,8 @@ void gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act,
   p.group_shift = w.group_shift;
   p.M = M;
   p.x_vectorized = w.K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0;
+  p.paired_half = w.paired_half;
+  p.swiglu = swiglu;
 
   // Warps per block, 4 or 8: the one whose last wave of blocks is fullest, at 16 resident
   // warps per SM (128 registers a thread), 4 on a tie. The sweep on the H100 (q8, q4g64,
@@ -718,6 +754,19 @@ void gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act,
   warps = int(std::clamp<int64_t>(std::min<int64_t>(warps, tiles), 1, kMaxWarps));
   const KernelFn kernel = act == DType::BF16 ? pick_kernel<true>(w.bits, w.sparse) : pick_kernel<false>(w.bits, w.sparse);
   launch_pdl("gemv_qn_kernel", kernel, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)), 0, stream, p);
+}
+
+}  // namespace
+
+void gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
+             const GemvQnConfig& config) {
+  launch_gemv_qn(w, x, y, M, act, false, stream, config);
+}
+
+void gemv_qn_swiglu(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
+                    const GemvQnConfig& config) {
+  if (w.paired_half <= 0) throw Error("gemv_qn_swiglu: the weight was not uploaded as a SwiGLU pair");
+  launch_gemv_qn(w, x, y, M, act, true, stream, config);
 }
 
 }  // namespace gemlite

@@ -43,6 +43,11 @@ struct QnDeviceWeight {
   int64_t Kw = 0;               // words per row
   int64_t n_groups = 0;
   int group_shift = 0;          // group of k = min((k / 32) >> group_shift, n_groups - 1)
+  // > 0: a SwiGLU stack [gate; up] of N = 2 * paired_half rows (paired_half % 8 == 0). Kernel
+  // block b then takes gate rows [8b, 8b + 8) and the up rows paired_half + [8b, 8b + 8) (its
+  // block rows 16b .. 16b + 15, see qn_block_row), so gemv_qn_swiglu can finish
+  // silu(gate) * up in its epilogue. qweight keeps the stacked row order.
+  int64_t paired_half = 0;
 
   size_t weight_bytes() const;  // qweight + scale_bias (+ bias): what one GEMV reads of W
 };
@@ -50,10 +55,29 @@ struct QnDeviceWeight {
 // N rounded up to the 16 rows of a kernel block: the rows of scale_bias.
 inline int64_t qn_padded_rows(int64_t N) { return (N + 15) / 16 * 16; }
 
+#ifdef __CUDACC__
+#define GEMLITE_HOST_DEVICE __host__ __device__
+#else
+#define GEMLITE_HOST_DEVICE
+#endif
+// Where stored row n sits among the kernel's block rows (block b = rows 16b .. 16b + 15):
+// n itself, or for a SwiGLU pair (paired_half > 0) gate row n < paired_half at
+// 16 (n / 8) + n % 8 and up row paired_half + i at 16 (i / 8) + 8 + i % 8.
+GEMLITE_HOST_DEVICE inline int64_t qn_block_row(int64_t n, int64_t paired_half) {
+  if (paired_half <= 0) return n;
+  const int64_t i = n < paired_half ? n : n - paired_half;
+  return i / 8 * 16 + (n < paired_half ? 0 : 8) + i % 8;
+}
+// Pair (g, block row v) of scale_bias: rows v and v + 8 of a block side by side.
+GEMLITE_HOST_DEVICE inline int64_t qn_scale_bias_index(int64_t g, int64_t v, int64_t N16) {
+  return g * N16 + v / 16 * 16 + v % 8 * 2 + v % 16 / 8;
+}
+
 // Uploads a qN / qNgG weight (synchronously; not for use inside a graph capture).
 // Throws Error for other formats, for act other than F16/BF16, and for a group that is
-// not 32 * 2^i or per-channel.
-QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act);
+// not 32 * 2^i or per-channel. paired_half > 0 lays out a SwiGLU stack [gate; up] (see
+// QnDeviceWeight::paired_half; Error unless rows == 2 * paired_half, paired_half % 8 == 0).
+QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired_half = 0);
 void free_qn_weight(QnDeviceWeight* w);  // frees and clears; safe on an empty weight
 
 // Launch tuning; the defaults are what run_gemv_benchmarks measured best.
@@ -67,5 +91,12 @@ struct GemvQnConfig {
 // fast path for activations.
 void gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act,
              cudaStream_t stream, const GemvQnConfig& config = {});
+
+// The SwiGLU of a paired weight (w.paired_half = h > 0, else Error): y [M, h] (act) =
+// silu(gate) * up, gate and up the two halves of x · Wᵀ (+ bias) each rounded to act first,
+// so y equals gemv_qn followed by the backend's silu_mul kernel bit for bit; one launch
+// and no [M, 2h] round trip.
+void gemv_qn_swiglu(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
+                    const GemvQnConfig& config = {});
 
 }  // namespace gemlite

@@ -30,6 +30,7 @@ __device__ __forceinline__ Best better(Best a, Best b) {
 template <typename Act>
 __global__ void argmax_kernel(const Act* x, int64_t n, int* index) {
   pdl_launch_dependents();
+  pdl_wait();
   __shared__ Best per_warp[kArgmaxThreads / 32];
   Best best{-INFINITY, -1};
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -54,8 +55,8 @@ __global__ void argmax_kernel(const Act* x, int64_t n, int* index) {
 void launch_argmax(const void* x, int64_t n, int* index, DType act, cudaStream_t stream) {
   dispatch_act(act, "argmax", [&](auto tag) {
     using Act = decltype(tag);
-    argmax_kernel<Act><<<1, kArgmaxThreads, 0, stream>>>(static_cast<const Act*>(x), n, index);
-    CHECK_LAST_LAUNCH("argmax_kernel");
+    launch_pdl("argmax_kernel", argmax_kernel<Act>, dim3(1), dim3(kArgmaxThreads), 0, stream,
+               static_cast<const Act*>(x), n, index);
   });
 }
 

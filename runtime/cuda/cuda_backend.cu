@@ -112,8 +112,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<QuantLinear> make_linear(const PackedWeight& weight) override {
     return make_cuda_linear(weight, ctx_, act_);
   }
-  std::unique_ptr<QuantLinear> make_stacked_linear(const std::vector<const PackedWeight*>& weights) override {
-    return make_stacked_cuda_linear(weights, ctx_, act_);
+  std::unique_ptr<QuantLinear> make_stacked_linear(const std::vector<const PackedWeight*>& weights,
+                                                   StackedUse use) override {
+    return make_stacked_cuda_linear(weights, ctx_, act_, use);
   }
 
   std::unique_ptr<KVCache> make_kv_cache(int n_layers, int capacity, const AttentionShape& shape) override {

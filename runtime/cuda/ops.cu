@@ -27,6 +27,7 @@ unsigned grid_for(int64_t n) { return unsigned(std::max<int64_t>(1, std::min<int
 template <typename Act>
 __global__ void embed_kernel(const void* table, DType table_dtype, const int* ids, int64_t dim, Act* out) {
   pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
+  pdl_wait();
   const int64_t i = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (i >= dim) return;
   const int64_t at = int64_t(ids[blockIdx.x]) * dim + i;
@@ -47,6 +48,14 @@ template <typename Act, int PER_THREAD>
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(Act* x, const Act* y, const float* weight, float eps,
                                                                int64_t d, Act* out) {
   pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
+  // The norm's weights do not depend on the kernel before: fetched while it finishes.
+  float g[PER_THREAD];
+#pragma unroll
+  for (int j = 0; j < PER_THREAD; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * kNormThreads;
+    g[j] = i < d ? weight[i] : 0.0f;
+  }
+  pdl_wait();
   Act* row = x + blockIdx.x * d;                      // [d]
   const Act* add = y ? y + blockIdx.x * d : nullptr;  // [d] or null
   Act* dst = out + blockIdx.x * d;                    // [d]
@@ -72,7 +81,7 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(Act* x, const Act
 #pragma unroll
   for (int j = 0; j < PER_THREAD; ++j) {
     const int64_t i = threadIdx.x + int64_t(j) * kNormThreads;
-    if (i < d) dst[i] = from_float<Act>(v[j] * inv_rms * weight[i]);
+    if (i < d) dst[i] = from_float<Act>(v[j] * inv_rms * g[j]);
   }
 }
 
@@ -85,18 +94,18 @@ void launch_rmsnorm_kernel(Act* x, const Act* y, const float* weight, float eps,
                 " supported)");
   static_assert(kMaxNormDim == kNormThreads * 32, "the largest instance below must cover kMaxNormDim");
   if (d <= kNormThreads * 2)
-    rmsnorm_kernel<Act, 2><<<unsigned(T), kNormThreads, 0, stream>>>(x, y, weight, eps, d, out);
+    launch_pdl("rmsnorm_kernel", rmsnorm_kernel<Act, 2>, dim3(unsigned(T)), dim3(kNormThreads), 0, stream, x, y, weight, eps, d, out);
   else if (d <= kNormThreads * 8)
-    rmsnorm_kernel<Act, 8><<<unsigned(T), kNormThreads, 0, stream>>>(x, y, weight, eps, d, out);
+    launch_pdl("rmsnorm_kernel", rmsnorm_kernel<Act, 8>, dim3(unsigned(T)), dim3(kNormThreads), 0, stream, x, y, weight, eps, d, out);
   else
-    rmsnorm_kernel<Act, 32><<<unsigned(T), kNormThreads, 0, stream>>>(x, y, weight, eps, d, out);
-  CHECK_LAST_LAUNCH("rmsnorm_kernel");
+    launch_pdl("rmsnorm_kernel", rmsnorm_kernel<Act, 32>, dim3(unsigned(T)), dim3(kNormThreads), 0, stream, x, y, weight, eps, d, out);
 }
 
 // PRECOND: n = T * h.
 template <typename Act>
 __global__ void silu_mul_kernel(const Act* gate_up, int64_t h, int64_t n, Act* out) {
   pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / h, c = i % h;
     const float g = to_float(gate_up[t * 2 * h + c]);
@@ -107,6 +116,7 @@ __global__ void silu_mul_kernel(const Act* gate_up, int64_t h, int64_t n, Act* o
 template <typename Act>
 __global__ void add_bias_kernel(Act* y, const float* bias, int64_t n, int64_t N) {
   pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = from_float<Act>(to_float(y[i]) + bias[i % N]);
 }
@@ -114,6 +124,7 @@ __global__ void add_bias_kernel(Act* y, const float* bias, int64_t n, int64_t N)
 template <typename Act>
 __global__ void to_f32_kernel(const Act* x, float* out, int64_t n) {
   pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = to_float(x[i]);
 }
@@ -127,9 +138,8 @@ void launch_embed(const void* table, DType table_dtype, const int* ids, int T, i
                 " (expected F32, F16 or BF16)");
   dispatch_act(act, "embed", [&](auto tag) {
     using Act = decltype(tag);
-    embed_kernel<Act><<<dim3(unsigned(T), unsigned((dim + kThreads - 1) / kThreads)), kThreads, 0, stream>>>(
-        table, table_dtype, ids, dim, static_cast<Act*>(out));
-    CHECK_LAST_LAUNCH("embed_kernel");
+    launch_pdl("embed_kernel", embed_kernel<Act>, dim3(unsigned(T), unsigned((dim + kThreads - 1) / kThreads)),
+               dim3(kThreads), 0, stream, table, table_dtype, ids, dim, static_cast<Act*>(out));
   });
 }
 
@@ -155,25 +165,24 @@ void launch_add_rmsnorm(void* x, const void* y, const float* weight, float eps, 
 void launch_silu_mul(const void* gate_up, int64_t T, int64_t h, void* out, DType act, cudaStream_t stream) {
   dispatch_act(act, "silu_mul", [&](auto tag) {
     using Act = decltype(tag);
-    silu_mul_kernel<Act><<<grid_for(T * h), kThreads, 0, stream>>>(static_cast<const Act*>(gate_up), h, T * h,
-                                                                   static_cast<Act*>(out));
-    CHECK_LAST_LAUNCH("silu_mul_kernel");
+    launch_pdl("silu_mul_kernel", silu_mul_kernel<Act>, dim3(grid_for(T * h)), dim3(kThreads), 0, stream,
+               static_cast<const Act*>(gate_up), h, T * h, static_cast<Act*>(out));
   });
 }
 
 void launch_add_bias(void* y, const float* bias, int64_t M, int64_t N, DType act, cudaStream_t stream) {
   dispatch_act(act, "add_bias", [&](auto tag) {
     using Act = decltype(tag);
-    add_bias_kernel<Act><<<grid_for(M * N), kThreads, 0, stream>>>(static_cast<Act*>(y), bias, M * N, N);
-    CHECK_LAST_LAUNCH("add_bias_kernel");
+    launch_pdl("add_bias_kernel", add_bias_kernel<Act>, dim3(grid_for(M * N)), dim3(kThreads), 0, stream,
+               static_cast<Act*>(y), bias, M * N, N);
   });
 }
 
 void launch_to_f32(const void* x, float* out, int64_t n, DType act, cudaStream_t stream) {
   dispatch_act(act, "to_f32", [&](auto tag) {
     using Act = decltype(tag);
-    to_f32_kernel<Act><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const Act*>(x), out, n);
-    CHECK_LAST_LAUNCH("to_f32_kernel");
+    launch_pdl("to_f32_kernel", to_f32_kernel<Act>, dim3(grid_for(n)), dim3(kThreads), 0, stream,
+               static_cast<const Act*>(x), out, n);
   });
 }
 

@@ -66,9 +66,10 @@ AttentionSplits attention_splits_for(int capacity);
 // Causal attention of the (rotated) q in qkv over positions [0, *pos0 + t] of the caches
 // -> out [T, n_heads*hd]: one block per (head, token, split). For decode and short
 // chunks; PrefillAttention (prefill_attention.h) runs long chunks on tensor cores.
-// Precondition (checked, Error): head_dim <= kAttentionThreads, even, n_heads % n_kv_heads
-// == 0; splits.count > 1 only with T == 1.
+// Precondition (checked, Error): head_dim a multiple of 8 up to kMaxAttentionHeadDim,
+// n_heads % n_kv_heads == 0; splits.count > 1 only with T == 1.
 constexpr int kAttentionThreads = 256;
+constexpr int kMaxAttentionHeadDim = 256;
 void launch_attention(const void* key_cache, const void* value_cache, const int* pos0, const void* qkv, int64_t T,
                       int n_heads, int n_kv_heads, int head_dim, const AttentionSplits& splits, void* out, DType act,
                       cudaStream_t stream);

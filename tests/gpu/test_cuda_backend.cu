@@ -54,6 +54,7 @@
 #include "models/import_llama2c.h"
 #include "models/llama_model.h"
 #include "models/quantize_model.h"
+#include "models/synthetic_model.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "kernels/cuda_check.h"
 #include "runtime/cuda/cuda_backend.h"
@@ -148,8 +149,10 @@ BackendOptions cuda_options(DType activations, bool graphs = true) {
 
 struct BackendPair {
   explicit BackendPair(const std::string& format, DType activations = DType::F16,
-                       const std::string& model = "stories260K") {
-    checkpoint = model_as(model, format);
+                       const std::string& model = "stories260K")
+      : BackendPair(model_as(model, format), activations) {}
+  BackendPair(PackedCheckpoint packed, DType activations) {
+    checkpoint = std::move(packed);
     cpu_backend = make_cpu_backend();
     cuda_backend = make_cuda_backend(cuda_options(activations));
     cpu = std::make_unique<LlamaModel>(checkpoint, *cpu_backend);
@@ -223,6 +226,19 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, CudaBackendBf16VsCpu,
                                             ::testing::Values("f32", "f16", "bf16", "q8", "q4g64", "q3g32", "q2g64",
                                                               "fp6", "fp5", "s7")),
                          model_format_name);
+
+// The tiny real models' MLPs are 172 wide, which takes the two-pass SwiGLU (GEMV, then
+// silu_mul); halves of a multiple of 8 rows take gemv_qn's fused SwiGLU at decode and the
+// paired layout's dense copy at prefill. stories15M's shape (288 wide, MLP 768, 6 heads
+// of 48: the attention's thread groups with idle threads) with random weights, against
+// the CPU. Random logits have near ties, so only the logits' error is bounded here.
+TEST(CudaBackendVsCpuSynthetic, PairedSwigluAndHeadsOf48) {
+  for (const std::string format : {"q4g64", "s7"}) {
+    BackendPair pair(make_synthetic_checkpoint(synthetic_config("stories15m"), WeightFormat::parse(format)),
+                     DType::F16);
+    compare_prefill_and_decode("stories15m-shaped " + format, pair, kRelativeTolerance, 0.0);
+  }
+}
 
 // Decode as a replayed graph and eagerly, side by side, from the same prompt: the same
 // logits bitwise, hence the same greedy ids.

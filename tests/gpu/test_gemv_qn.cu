@@ -38,6 +38,7 @@
 #include "kernels/qn/dequant_qn.h"
 #include "kernels/qn/gemv_qn.h"
 #include "kernels/weight_format.h"
+#include "runtime/cuda/ops.h"
 #include "runtime/dtype.h"
 
 namespace gemlite {
@@ -320,6 +321,84 @@ TEST(GemvQnEdges, CapturesIntoCudaGraph) {
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaGraphDestroy(graph));
   free_qn_weight(&dw);
+}
+
+// A SwiGLU pair [gate; up] uploaded with paired_half (kernel block b = the gate and up rows
+// of [8b, 8b + 8)) computes every row exactly as the plain upload does (the same k order and
+// warps, only in another block), so: gemv_qn on it equals gemv_qn on the plain upload bit
+// for bit (the plain output is checked against the CPU by MatchesCpuReference), its
+// dequant_qn copy equals the plain one, and gemv_qn_swiglu equals the plain output followed
+// by the backend's silu_mul kernel, bit for bit. Outputs are poisoned (NaN) first, and the
+// plain results must be finite, so an output left unwritten fails. Halves of 1000 rows
+// (not a multiple of 16), 8 (one block) and 64; a bias on one case.
+TEST(GemvQnSwiglu, PairedLayoutMatchesPlainBitwise) {
+  std::mt19937_64 rng(test_seed() + 47);
+  StreamGuard stream;
+  struct Case {
+    int64_t K, half;
+    int bits, group;
+    DType act;
+    bool bias;
+  };
+  for (const Case c : {Case{4100, 1000, 4, 64, DType::F16, false}, Case{256, 8, 3, 128, DType::BF16, true},
+                       Case{11008, 64, 8, 0, DType::F16, false}}) {
+    const int64_t N = 2 * c.half, K = c.K;
+    // Scaled so that gate * up stays inside fp16's range (|x . w| reaches ~300 at K = 4100).
+    std::vector<float> w = random_weight(N, K, rng);
+    for (float& v : w) v *= 1.0f / 16;
+    PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(c.bits, c.group));
+    if (c.bias) {
+      std::vector<float> bias(static_cast<size_t>(N));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& b : bias) b = normal(rng);
+      packed.parts["bias"] = HostTensor::copy_of(DType::F32, {N}, bias.data());
+    }
+    QnDeviceWeight plain = upload_qn_weight(packed, c.act), paired = upload_qn_weight(packed, c.act, c.half);
+    const auto to_float = [&](uint16_t v) { return c.act == DType::BF16 ? bf16_to_float(v) : half_to_float(v); };
+    for (int M : {1, 3, 8}) {
+      SCOPED_TRACE(packed.format.name() + " " + dtype_name(c.act) + " K=" + std::to_string(K) + " half=" +
+                   std::to_string(c.half) + " M=" + std::to_string(M) + " seed=" + std::to_string(test_seed()));
+      std::vector<uint16_t> x_bits;
+      std::vector<float> x;
+      random_activations(M, K, c.act, rng, &x_bits, &x);
+      DeviceBuffer dx(size_t(M * K) * 2), y_plain(size_t(M * N) * 2), y_paired(size_t(M * N) * 2),
+          gated(size_t(M * c.half) * 2), fused(size_t(M * c.half) * 2);
+      CUDA_CHECK(cudaMemcpyAsync(dx.ptr, x_bits.data(), x_bits.size() * 2, cudaMemcpyHostToDevice, stream.stream));
+      for (DeviceBuffer* b : {&y_plain, &y_paired})
+        CUDA_CHECK(cudaMemsetAsync(b->ptr, 0xFF, size_t(M * N) * 2, stream.stream));
+      for (DeviceBuffer* b : {&gated, &fused})
+        CUDA_CHECK(cudaMemsetAsync(b->ptr, 0xFF, size_t(M * c.half) * 2, stream.stream));
+      gemv_qn(plain, dx.ptr, y_plain.ptr, M, c.act, stream.stream);
+      gemv_qn(paired, dx.ptr, y_paired.ptr, M, c.act, stream.stream);
+      launch_silu_mul(y_plain.ptr, M, c.half, gated.ptr, c.act, stream.stream);
+      gemv_qn_swiglu(paired, dx.ptr, fused.ptr, M, c.act, stream.stream);
+      std::vector<uint16_t> a(size_t(M * N)), b(size_t(M * N)), g(size_t(M * c.half)), f(size_t(M * c.half));
+      CUDA_CHECK(cudaMemcpyAsync(a.data(), y_plain.ptr, a.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+      CUDA_CHECK(cudaMemcpyAsync(b.data(), y_paired.ptr, b.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+      CUDA_CHECK(cudaMemcpyAsync(g.data(), gated.ptr, g.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+      CUDA_CHECK(cudaMemcpyAsync(f.data(), fused.ptr, f.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+      ASSERT_TRUE(std::all_of(a.begin(), a.end(), [&](uint16_t v) { return std::isfinite(to_float(v)); }));
+      ASSERT_TRUE(std::all_of(g.begin(), g.end(), [&](uint16_t v) { return std::isfinite(to_float(v)); }));
+      EXPECT_EQ(a, b) << "gemv_qn on the paired layout differs from the plain one";
+      EXPECT_EQ(g, f) << "gemv_qn_swiglu differs from gemv_qn + silu_mul";
+    }
+    DeviceBuffer d_plain(size_t(N * K) * 2), d_paired(size_t(N * K) * 2);
+    dequant_qn(plain, d_plain.ptr, stream.stream);
+    dequant_qn(paired, d_paired.ptr, stream.stream);
+    std::vector<uint16_t> a(size_t(N * K)), b(size_t(N * K));
+    CUDA_CHECK(cudaMemcpyAsync(a.data(), d_plain.ptr, a.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+    CUDA_CHECK(cudaMemcpyAsync(b.data(), d_paired.ptr, b.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+    EXPECT_EQ(a, b) << "dequant_qn of the paired layout differs from the plain one";
+    EXPECT_THROW(gemv_qn_swiglu(plain, nullptr, nullptr, 1, c.act, stream.stream), Error);
+    free_qn_weight(&plain);
+    free_qn_weight(&paired);
+  }
+  std::vector<float> w = random_weight(24, 64, rng);
+  const PackedWeight odd = quantize_weight(w.data(), 24, 64, qn_format(4, 64));
+  EXPECT_THROW(upload_qn_weight(odd, DType::F16, 12), Error);  // halves of 12 rows: not a multiple of 8
+  EXPECT_THROW(upload_qn_weight(odd, DType::F16, 8), Error);   // 2 x 8 != 24 rows
 }
 
 TEST(GemvQnEdges, RejectsWhatItCannotRun) {
