@@ -126,6 +126,41 @@ TEST(FusedLinear, EqualsThePartsSideBySideStackedOrNot) {
   }
 }
 
+// forward_swiglu of a [gate; up] pair made with StackedUse::SwiGLU: silu(gate) * up of the
+// parts' own outputs (the CPU backend has no one-pass form, so this is the two-pass path
+// every backend falls back to), stacked or not; misuse is an Error.
+TEST(FusedLinear, SwigluIsSiluOfGateTimesUp) {
+  std::mt19937 rng(25);
+  const int64_t K = 96, M = 3, H = 24;
+  const PackedWeight gate = random_weight(H, K, "q4g32", rng), up = random_weight(H, K, "q4g32", rng),
+                     up8 = random_weight(H, K, "q8", rng);
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  std::vector<float> x_values(size_t(M * K));
+  for (float& value : x_values) value = uniform(rng);
+  Tensor x = backend->alloc(M, K);  // [M, K]
+  std::memcpy(x.data, x_values.data(), x_values.size() * sizeof(float));
+  for (const bool mixed : {false, true}) {
+    SCOPED_TRACE(mixed ? "mixed formats" : "one format");
+    const std::vector<const PackedWeight*> parts = {&gate, mixed ? &up8 : &up};
+    const FusedLinear fused(parts, *backend, /*max_rows=*/4, StackedUse::SwiGLU);
+    Tensor gate_up = backend->alloc(M, 2 * H), y = backend->alloc(M, H);  // [M, 2H], [M, H]
+    fused.forward_swiglu(x, gate_up, y);
+    const std::vector<float> both = side_by_side(parts, x_values, M);  // [M, 2H]
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t i = 0; i < H; ++i) {
+        const float g = both[size_t(m * 2 * H + i)], u = both[size_t(m * 2 * H + H + i)];
+        EXPECT_NEAR(y.as<float>()[m * H + i], g / (1.0f + std::exp(-g)) * u, 1e-6f * (1 + std::abs(g * u)))
+            << "m " << m << " i " << i;
+      }
+  }
+  const FusedLinear concat({&gate, &up}, *backend, 4);
+  Tensor gate_up = backend->alloc(M, 2 * H), y = backend->alloc(M, H);
+  EXPECT_THROW(concat.forward_swiglu(x, gate_up, y), Error);  // not made for SwiGLU
+  const PackedWeight short_up = random_weight(H - 8, K, "q4g32", rng);
+  EXPECT_THROW(FusedLinear({&gate, &short_up}, *backend, 4, StackedUse::SwiGLU), Error);  // unequal halves
+}
+
 TEST(FusedLinear, WrongShapesAreErrorsNotOverruns) {
   std::mt19937 rng(24);
   const PackedWeight a = random_weight(16, 32, "q4g32", rng), b = random_weight(16, 32, "q8", rng);
