@@ -5,8 +5,9 @@
 // its predecessor (weights, scales) and must call pdl_wait() before it reads anything a
 // predecessor wrote or writes anything a predecessor reads: griddepcontrol.wait returns
 // when the predecessor has completed and its memory is visible. RULE: every block of a
-// kernel launched with launch_pdl executes pdl_wait() before its first such access (a
-// block that exits touching neither needs none). In a kernel launched without the
+// kernel launched with launch_pdl executes pdl_wait() before its first such access and
+// before it exits, even one that touches nothing: a grid that could finish before its
+// predecessor would let its successor's wait miss that predecessor. In a kernel launched without the
 // attribute pdl_wait() returns at once and pdl_launch_dependents() only lets a PDL
 // successor start early, so both are safe anywhere.
 //
@@ -25,7 +26,8 @@
 //                   q8 759.4 vs 728.9 (+4.2 %)     f16 582.1 vs 574.8 (+1.3 %)
 // Back-to-back GEMVs (gemlite-bench --kernels, q4g64 fp16 M = 1, cold L2): 4096 x 4096
 // 7.8 -> 7.1 us, K 4096 N 11008 17.7 -> 16.9, K 11008 N 4096 15.2 -> 14.5.
-// Then the ops kernels too (embed, rmsnorm, rope_store, attention, silu_mul, argmax:
+// Then the ops kernels too (embed, rmsnorm, rope_store, attention, silu_mul, argmax,
+// add_bias, to_f32:
 // launch_pdl, pdl_wait before their first dependent access; rmsnorm fetches its weights
 // before the wait): llama2-7b q4g64 tg128 320.4 -> 347.4 tok/s (GEMLITE_NO_PDL=1: 330.1,
 // so PDL on the GEMVs alone had lost to none: the ops kernels' launches stayed exposed).

@@ -1,6 +1,7 @@
 // Fused qN dequantize + GEMV on tensor cores. See gemv_qn.h for the contract.
 //
-// Work split. A block owns 16 rows of W (one m16n8k16 A tile); its warps split K by
+// Work split. A block owns 16 rows of W (one m16n8k16 A tile: rows 16b .. 16b + 15, or for
+// a SwiGLU pair the gate rows [8b, 8b + 8) and the up rows h + [8b, 8b + 8)); its warps split K by
 // tiles (tile t = the 32 words of a row covering 32*E codes, E = 32 / bits), warp w taking
 // t = w, w + warps, ... so the block sweeps each row front to back; the warps' fp32
 // partial sums meet in shared memory at the end.
@@ -504,8 +505,9 @@ __device__ __forceinline__ uint16_t to_activation(float v) {
   }
 }
 
-// W [N, Kw] qN codes, x [M, K] -> y [M, N]. PRECOND: blockDim.x = 32 * warps with
-// warps <= kMaxWarps, grid.x = ceil(N / 16), K < 2^31 - 64.
+// W [N, Kw] qN codes, x [M, K] -> y [M, N] (p.swiglu: y [M, N / 2] = silu(gate) * up).
+// PRECOND: blockDim.x = 32 * warps with warps <= kMaxWarps, grid.x = ceil(N / 16),
+// K < 2^31 - 64; p.paired_half = 0, or N = 2 * p.paired_half with p.paired_half % 8 == 0.
 template <int BITS, bool BF16, bool SPARSE>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const GemvQnParams p) {
   constexpr int E = kTileBlocks<BITS, SPARSE>;

@@ -30,9 +30,9 @@ struct QnDeviceWeight {
   // [n_groups, N16 / 16, 8, 2] (N16 = qn_padded_rows(N)) pairs {scale, -zero * scale}
   // rounded once to the activation type (fp16 or bf16 bits, scale in the low half): the
   // kernel dequantizes w = q * scale + that with one fma per pair of weights, and reads
-  // the same 4 bytes per group and row as the checkpoint's scales + zeros. Pair (g, n) is
-  // at g N16 + n / 16 * 16 + n % 8 * 2 + n % 16 / 8: rows n and n + 8 of a 16-row block
-  // side by side, one 8-byte load per lane (see upload_qn_weight).
+  // the same 4 bytes per group and row as the checkpoint's scales + zeros. Pair (g, stored
+  // row n) is at qn_scale_bias_index(g, qn_block_row(n, paired_half), N16): block rows v
+  // and v + 8 of a 16-row block side by side, one 8-byte load per lane (upload_qn_weight).
   const uint32_t* scale_bias = nullptr;
   const float* bias = nullptr;  // [N] or null
   DType act = DType::F16;       // F16 or BF16: the x / y type this weight was prepared for

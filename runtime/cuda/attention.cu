@@ -76,8 +76,8 @@ constexpr int kPositionsPerGroup = 4;
 // the last block of b to finish (a ticket from splits.counters) merges them into out and
 // resets the counter, so no second launch is needed and graph replays find it at zero.
 //
-// A group of `lanes` threads (hd / 8 rounded up to a power of two) takes one position at a
-// time, each thread 8 dimensions (one 16-byte load of the key and of the value row); the
+// A group of `lanes` threads (hd / 8 rounded up to a power of two) takes kPositionsPerGroup
+// positions per round, each thread 8 dimensions (one 16-byte load of the key and of the value row); the
 // group's score is a shuffle sum. Each group keeps its own online softmax (max, sum,
 // acc [8] per thread) over its positions, so the loop has no block-wide reduction; the
 // groups meet once, in shared memory, at the end. The kernel this replaced scored one
@@ -86,7 +86,10 @@ constexpr int kPositionsPerGroup = 4;
 // Llama-2-7B decode with under 10 positions (ncu, H100), 4.4 % of a token. With this one
 // (and gemv_qn_swiglu, built in the same run): llama2-7b q4g64 tg128 347.4 -> 368.4 tok/s,
 // and at depth 4096 (-d 4096) 212.6 -> 288.5 tok/s (170.3 without the split).
-// PRECOND: head_dim % 8 == 0, head_dim <= 8 * 32; q, caches 16-byte aligned rows.
+// PRECOND: head_dim % 8 == 0, head_dim <= kMaxAttentionHeadDim; q, caches 16-byte aligned
+// rows (checked by launch_attention).
+static_assert(kMaxAttentionHeadDim <= kAttentionThreads && kMaxAttentionHeadDim <= 8 * 32,
+              "threads tid < head_dim finish the output; a group of at most 32 lanes covers a row");
 template <typename Act>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_kernel(const Act* key_cache, const Act* value_cache, const Act* q, int64_t q_stride, const int* pos0,
@@ -252,6 +255,9 @@ void launch_attention(const void* key_cache, const void* value_cache, const int*
     throw Error("cuda attention: head_dim " + std::to_string(head_dim) + " with " + std::to_string(n_heads) +
                 " heads / " + std::to_string(n_kv_heads) + " kv heads (need head_dim a multiple of 8 up to " +
                 std::to_string(kMaxAttentionHeadDim) + ", and n_heads a multiple of n_kv_heads)");
+  const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!aligned16(key_cache) || !aligned16(value_cache) || !aligned16(qkv))
+    throw Error("cuda attention: the KV cache and qkv rows must be 16-byte aligned (16-byte loads)");
   const int kv_dim = n_kv_heads * head_dim;
   const int64_t qkv_stride = int64_t(n_heads + 2 * n_kv_heads) * head_dim;
   if (splits.count < 1 || splits.span < 1 || (splits.count > 1 && (T != 1 || !splits.partials || !splits.counters)))

@@ -113,11 +113,16 @@ class CudaBackend final : public Backend {
     return make_cuda_linear(weight, ctx_, act_);
   }
   std::unique_ptr<QuantLinear> make_stacked_linear(const std::vector<const PackedWeight*>& weights,
-                                                   StackedUse use) override {
+                                                   StackedUse use = StackedUse::Concat) override {
     return make_stacked_cuda_linear(weights, ctx_, act_, use);
   }
 
   std::unique_ptr<KVCache> make_kv_cache(int n_layers, int capacity, const AttentionShape& shape) override {
+    // Here, at load, rather than at the first decode step: the attention kernel's limits.
+    if (shape.head_dim % 8 != 0 || shape.head_dim > kMaxAttentionHeadDim)
+      throw Error("cuda backend: attention heads of " + std::to_string(shape.head_dim) +
+                  " dimensions (the CUDA attention takes multiples of 8 up to " +
+                  std::to_string(kMaxAttentionHeadDim) + "; --device cpu runs any)");
     return std::make_unique<CudaKVCache>(ctx_, n_layers, capacity, shape, act_);
   }
 

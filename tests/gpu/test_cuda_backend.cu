@@ -228,8 +228,8 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, CudaBackendBf16VsCpu,
                          model_format_name);
 
 // The tiny real models' MLPs are 172 wide, which takes the two-pass SwiGLU (GEMV, then
-// silu_mul); halves of a multiple of 8 rows take gemv_qn's fused SwiGLU at decode and the
-// paired layout's dense copy at prefill. stories15M's shape (288 wide, MLP 768, 6 heads
+// silu_mul); halves of a multiple of 8 rows take gemv_qn's fused SwiGLU at decode and, for
+// q4g64, the paired layout's dense copy at prefill (s7's comes from the host decoder). stories15M's shape (288 wide, MLP 768, 6 heads
 // of 48: the attention's thread groups with idle threads) with random weights, against
 // the CPU. Random logits have near ties, so only the logits' error is bounded here.
 TEST(CudaBackendVsCpuSynthetic, PairedSwigluAndHeadsOf48) {
@@ -319,6 +319,19 @@ TEST(CudaBackendMemory, TooLargeKvCacheIsAClearError) {
   // The backend stays usable.
   LlamaModel model(checkpoint, *backend);
   EXPECT_GE(backend->argmax(model.forward_last({1}, 0)), 0);
+}
+
+// Heads the CUDA attention cannot run (16-byte loads of 8 dimensions) are refused when the
+// KV cache is made, at load, naming the size, not at the first decode step.
+TEST(CudaBackendShapes, HeadDimNotAMultipleOf8IsAnErrorAtLoad) {
+  std::unique_ptr<Backend> backend = make_backend("cuda");
+  try {
+    backend->make_kv_cache(1, 16, AttentionShape{2, 2, 20});
+    FAIL() << "a KV cache for heads of 20 dimensions was made";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("heads of 20 dimensions"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(backend->make_kv_cache(1, 16, AttentionShape{2, 2, 24}));
 }
 
 // gemv_dense against float64 on fresh random data, y poisoned (NaN) before the launch.
