@@ -1,12 +1,12 @@
 #pragma once
-// The ggml tensor types a GGUF import reads: plain F32/F16/BF16, and the two simplest
-// block-quantized ones, which llama.cpp users often hold their models in:
-//   Q8_0: blocks of 32 weights = fp16 scale d, 32 int8 q;        w = d * q
-//   Q4_0: blocks of 32 weights = fp16 scale d, 16 bytes of nibbles; weight j < 16 is the
-//         low nibble of byte j, weight 16 + j its high nibble;      w = d * (q - 8)
-// A quantized GGUF is dequantized to F32 on import and quantized again by gemlite-quantize:
-// from Q8_0 to q8 that loses little (README's KL table); from Q4_0 it compounds two
-// roundings, so convert the f16 source where there is one.
+// The ggml tensor types a GGUF import reads: plain F32/F16/BF16, the blocks of 32 (Q4_0,
+// Q4_1, Q5_0, Q5_1, Q8_0: an fp16 scale, maybe an fp16 offset, then 4-, 5- or 8-bit codes)
+// and the K-quants (Q2_K .. Q6_K: super-blocks of 256 weights in sub-blocks of 16 or 32
+// with their own quantized scales, as llama.cpp's Q4_K_M and friends are made of). The
+// layouts are described beside each decoder in ggml_blocks.cpp. A quantized GGUF is
+// dequantized to F32 on import and quantized again by gemlite-quantize: from Q8_0 or Q6_K
+// that loses little (README's KL table); from 4 bits and below it compounds two
+// roundings, so convert the f16 source where there is one. IQ types (codebooks) are not read.
 #include <cstdint>
 #include <string>
 
@@ -24,5 +24,7 @@ struct GgmlType {
 const GgmlType* ggml_type(uint32_t id);
 // "Q4_K", "IQ2_XS", ... or "type N": for the error about a type it cannot read.
 std::string ggml_type_name(uint32_t id);
+// "F32, F16, Q4_0, ...": the types ggml_type knows, for that error.
+std::string ggml_readable_type_names();
 
 }  // namespace gemlite

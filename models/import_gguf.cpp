@@ -343,7 +343,7 @@ SourceModel load_gguf(const std::string& path) {
     const GgmlType* type = ggml_type(info.type);
     if (!type)
       fail(path, "tensor '" + info.name + "' is " + ggml_type_name(info.type) +
-                     "; GGUF import reads F32, F16, BF16, Q8_0 and Q4_0 (re-convert with --outtype f16)");
+                     "; GGUF import reads " + ggml_readable_type_names() + " (re-convert with --outtype f16)");
     HostTensor tensor;
     tensor.shape = info.shape;
     if (info.shape.back() % type->block_elements != 0)

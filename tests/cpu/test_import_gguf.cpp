@@ -2,7 +2,8 @@
 // stories260K.bin, so every tensor must come out bitwise equal to the llama2.c importer's
 // (both convert Meta's interleaved q/k rows to rotate-half), and gemlite-quantize of the
 // GGUF alone (tokenizer from its vocabulary) must tell the reference story. Damaged copies of the file (truncated, another
-// version, a K-quant tensor, an unknown architecture) are errors naming the file.
+// version, an IQ tensor, a K-quant tensor of rows shorter than its blocks, an unknown
+// architecture) are errors naming the file.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -115,8 +116,11 @@ TEST(ImportGguf, DamagedFilesAreErrorsNamingTheFile) {
   expect_error(damaged_copy("version.gguf", 4, std::string(version, 4)), "GGUF version 9");
   // token_embd.weight's type field: after its name, rank (4 bytes) and two extents (16).
   const size_t type_at = offset_of("token_embd.weight") + std::strlen("token_embd.weight") + 4 + 16;
+  const char iq2_xs[4] = {17, 0, 0, 0};
+  expect_error(damaged_copy("codebook.gguf", type_at, std::string(iq2_xs, 4)), "IQ2_XS");
+  // A K-quant needs rows of whole 256-weight super-blocks; token_embd's rows are 64 wide.
   const char q4_k[4] = {12, 0, 0, 0};
-  expect_error(damaged_copy("quantized.gguf", type_at, std::string(q4_k, 4)), "Q4_K");
+  expect_error(damaged_copy("quantized.gguf", type_at, std::string(q4_k, 4)), "not in whole Q4_K blocks");
   // general.architecture's value: after the key, its type (4 bytes) and length (8).
   const size_t arch_at = offset_of("general.architecture") + std::strlen("general.architecture") + 4 + 8;
   expect_error(damaged_copy("arch.gguf", arch_at, "falco"), "architecture 'falco'");

@@ -10,7 +10,12 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
 
+#include "models/ggml_blocks.h"
 #include "models/import_gguf.h"
 #include "models/import_llama2c.h"
 #include "models/llama_weights.h"
@@ -197,6 +202,110 @@ TEST(ImportGgufQuantized, Q8_0KeepsThePerplexity) {
   EXPECT_NEAR(q8_0, f32, 0.005 * f32);
   EXPECT_GT(q4_0, q8_0);
   std::cout << "[gguf] stories260K PPL: f32 " << f32 << ", from Q8_0 " << q8_0 << ", from Q4_0 " << q4_0 << "\n";
+}
+
+// A Llama of llama.cpp's K-quant mix (Q4_K projections, Q6_K ffn_down and output, as in
+// Q4_K_M; F32 norms), 256 wide so rows are whole 256-weight super-blocks, with random
+// blocks (random codes and packed scales, N(0, 0.002) fp16 super-block scales: weights of
+// at most ~2, so the activations stay finite). The import
+// must place every block where the file says (each tensor equals its blocks decoded one
+// by one, q/k aside, whose rows move), and the programs must run the model end to end.
+struct KQuantModel {
+  std::string path;
+  std::map<std::string, std::vector<float>> decoded;  // GGUF name -> its blocks decoded in file order
+};
+KQuantModel write_k_quant_gguf() {
+  constexpr int kDim = 256, kHidden = 512, kVocab = 512, kQ4K = 12, kQ6K = 14;
+  GgufWriter w;
+  w.key_str("general.architecture", "llama");
+  w.key_u32("llama.embedding_length", kDim);
+  w.key_u32("llama.feed_forward_length", kHidden);
+  w.key_u32("llama.block_count", 2);
+  w.key_u32("llama.attention.head_count", 4);
+  w.key_u32("llama.attention.head_count_kv", 2);
+  w.key_u32("llama.context_length", 256);
+  w.key_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  std::mt19937 rng(41);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::normal_distribution<float> normal(0.0f, 0.002f);
+  KQuantModel model;
+  const auto quantized = [&](const std::string& name, int64_t rows, int64_t cols, uint32_t id) {
+    const GgmlType* type = ggml_type(id);
+    std::string bytes;
+    std::vector<float>& decoded = model.decoded[name];
+    decoded.resize(size_t(rows * cols));
+    for (int64_t b = 0; b < rows * cols / type->block_elements; ++b) {
+      std::string block(size_t(type->block_bytes), '\0');
+      for (char& c : block) c = char(byte(rng));
+      // The fp16 super-block scales: d, dmin first in Q4_K, d last in Q6_K.
+      for (size_t at : id == kQ4K ? std::vector<size_t>{0, 2} : std::vector<size_t>{208}) {
+        const uint16_t bits = float_to_half(normal(rng));
+        std::memcpy(&block[at], &bits, 2);
+      }
+      type->dequantize_block(reinterpret_cast<const uint8_t*>(block.data()),
+                             &decoded[size_t(b * type->block_elements)]);
+      bytes += block;
+    }
+    w.tensor(name, {rows, cols}, id, bytes);
+  };
+  const std::vector<float> ones(kDim, 1.0f);
+  const std::string norm(reinterpret_cast<const char*>(ones.data()), ones.size() * 4);
+  quantized("token_embd.weight", kVocab, kDim, kQ4K);
+  w.tensor("output_norm.weight", {kDim}, 0, norm);
+  quantized("output.weight", kVocab, kDim, kQ6K);
+  for (int i = 0; i < 2; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    w.tensor(b + "attn_norm.weight", {kDim}, 0, norm);
+    w.tensor(b + "ffn_norm.weight", {kDim}, 0, norm);
+    quantized(b + "attn_q.weight", kDim, kDim, kQ4K);
+    quantized(b + "attn_k.weight", kDim / 2, kDim, kQ4K);
+    quantized(b + "attn_v.weight", kDim / 2, kDim, kQ4K);
+    quantized(b + "attn_output.weight", kDim, kDim, kQ4K);
+    quantized(b + "ffn_gate.weight", kHidden, kDim, kQ4K);
+    quantized(b + "ffn_up.weight", kHidden, kDim, kQ4K);
+    quantized(b + "ffn_down.weight", kDim, kHidden, kQ6K);
+  }
+  model.path = make_temp_dir() + "/k-quants.gguf";
+  w.save(model.path);
+  return model;
+}
+
+TEST(ImportGgufQuantized, KQuantTensorsLandWhereTheFileSays) {
+  const KQuantModel model = write_k_quant_gguf();
+  const SourceModel imported = load_gguf(model.path);
+  EXPECT_EQ(imported.config.dim, 256);
+  EXPECT_EQ(imported.config.hidden_dim, 512);
+  const LayerTensorNames l = layer_tensor_names(1);
+  for (const auto& [gguf, hf] : {std::pair<std::string, std::string>{"token_embd.weight", kEmbeddingName},
+                                 {"output.weight", std::string(kLmHeadModule) + ".weight"},
+                                 {"blk.1.attn_v.weight", l.v + ".weight"},
+                                 {"blk.1.ffn_up.weight", l.up + ".weight"},
+                                 {"blk.1.ffn_down.weight", l.down + ".weight"}}) {
+    SCOPED_TRACE(gguf);
+    const HostTensor& t = imported.tensors.at(hf);
+    ASSERT_EQ(t.dtype, DType::F32);
+    const std::vector<float>& want = model.decoded.at(gguf);
+    ASSERT_EQ(size_t(t.numel()), want.size());
+    EXPECT_EQ(std::vector<float>(t.as<float>(), t.as<float>() + t.numel()), want);
+  }
+}
+
+TEST(ImportGgufQuantized, KQuantModelQuantizesAndRuns) {
+  const KQuantModel model = write_k_quant_gguf();
+  const std::string out = make_temp_dir() + "/model";
+  const ProgramRun quantize = run_program_for_test(
+      "gemlite-quantize", model.path + " " + out + " q4g64 --tokenizer " + shared_file("models/stories260K/tok512.model"),
+      true);
+  ASSERT_EQ(quantize.exit_code, 0) << quantize.output;
+  const ProgramRun run = run_program_for_test(
+      "gemlite-perplexity",
+      "--device cpu -m " + out + " -f " + shared_file("data/tinystories/tinystories_sample.txt") + " -c 64 --chunks 2",
+      false);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const size_t at = run.output.find("PPL = ");
+  ASSERT_NE(at, std::string::npos) << run.output;
+  const double ppl = std::stod(run.output.substr(at + 6));
+  EXPECT_TRUE(std::isfinite(ppl) && ppl > 1) << ppl;  // random weights: finite, nothing more
 }
 
 }  // namespace
