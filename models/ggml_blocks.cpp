@@ -65,37 +65,24 @@ void k4_scale_min(const uint8_t* packed, int s, int* scale, int* min) {
 
 // Q4_K: d, dmin (fp16), scales[12], qs[128]. Sub-blocks 2p and 2p + 1 share the 32 bytes
 // qs[32p ..]: low nibbles, then high. w = d scale q - dmin min.
-void dequantize_q4_k(const uint8_t* block, float* out) {
-  const float d = half_at(block), dmin = half_at(block + 2);
-  const uint8_t* scales = block + 4;
-  const uint8_t* qs = block + 16;
-  for (int s = 0; s < 8; ++s) {
-    int scale, min;
-    k4_scale_min(scales, s, &scale, &min);
-    const float step = d * float(scale), offset = dmin * float(min);
-    const uint8_t* bytes = qs + 32 * (s / 2);
-    for (int l = 0; l < 32; ++l) out[32 * s + l] = step * float(s % 2 ? bytes[l] >> 4 : bytes[l] & 0x0F) - offset;
-  }
-}
-
 // Q5_K: d, dmin, scales[12], qh[32], qs[128]: Q4_K's nibbles plus a fifth bit, bit s of
 // qh[l] for weight l of sub-block s.
-void dequantize_q5_k(const uint8_t* block, float* out) {
+void dequantize_k4_k5(const uint8_t* block, const uint8_t* qh, const uint8_t* qs, float* out) {
   const float d = half_at(block), dmin = half_at(block + 2);
   const uint8_t* scales = block + 4;
-  const uint8_t* qh = block + 16;
-  const uint8_t* qs = block + 48;
   for (int s = 0; s < 8; ++s) {
     int scale, min;
     k4_scale_min(scales, s, &scale, &min);
     const float step = d * float(scale), offset = dmin * float(min);
     const uint8_t* bytes = qs + 32 * (s / 2);
     for (int l = 0; l < 32; ++l) {
-      const int q = (s % 2 ? bytes[l] >> 4 : bytes[l] & 0x0F) | (qh[l] >> s & 1) << 4;
+      const int q = (s % 2 ? bytes[l] >> 4 : bytes[l] & 0x0F) | (qh ? (qh[l] >> s & 1) << 4 : 0);
       out[32 * s + l] = step * float(q) - offset;
     }
   }
 }
+void dequantize_q4_k(const uint8_t* block, float* out) { dequantize_k4_k5(block, nullptr, block + 16, out); }
+void dequantize_q5_k(const uint8_t* block, float* out) { dequantize_k4_k5(block, block + 16, block + 48, out); }
 
 // Q6_K: ql[128], qh[64], int8 scales[16], d. Two halves of 128 weights; in half h, weight
 // 32 i + l (i = 0..3, l = 0..31) takes the low 4 bits from ql[64 h + l + 32 (i % 2)]

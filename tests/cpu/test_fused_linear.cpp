@@ -33,6 +33,16 @@ void add_random_bias(PackedWeight* w, std::mt19937& rng) {
   w->parts["bias"] = HostTensor::copy_of(DType::F32, {w->rows}, bias.data());
 }
 
+// x [M, K] on the CPU backend, uniform in [-1, 1); its values in `values`.
+Tensor random_input(Backend& backend, int64_t M, int64_t K, std::mt19937& rng, std::vector<float>* values) {
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  values->resize(size_t(M * K));
+  for (float& value : *values) value = uniform(rng);
+  Tensor x = backend.alloc(M, K);  // [M, K]
+  std::memcpy(x.data, values->data(), values->size() * sizeof(float));
+  return x;
+}
+
 // The parts' outputs side by side: y [M, sum N] from each part's linear_reference.
 std::vector<float> side_by_side(const std::vector<const PackedWeight*>& parts, const std::vector<float>& x,
                                 int64_t M) {
@@ -107,11 +117,8 @@ TEST(FusedLinear, EqualsThePartsSideBySideStackedOrNot) {
   const PackedWeight q = random_weight(48, K, "q4g32", rng), k = random_weight(16, K, "q4g32", rng),
                      v = random_weight(16, K, "q4g32", rng), v8 = random_weight(16, K, "q8", rng);
   std::unique_ptr<Backend> backend = make_cpu_backend();
-  std::uniform_real_distribution<float> uniform(-1, 1);
-  std::vector<float> x_values(size_t(M * K));
-  for (float& value : x_values) value = uniform(rng);
-  Tensor x = backend->alloc(M, K);  // [M, K]
-  std::memcpy(x.data, x_values.data(), x_values.size() * sizeof(float));
+  std::vector<float> x_values;
+  Tensor x = random_input(*backend, M, K, rng, &x_values);  // [M, K]
 
   for (const bool mixed : {false, true}) {
     SCOPED_TRACE(mixed ? "mixed formats" : "one format");
@@ -135,11 +142,8 @@ TEST(FusedLinear, SwigluIsSiluOfGateTimesUp) {
   const PackedWeight gate = random_weight(H, K, "q4g32", rng), up = random_weight(H, K, "q4g32", rng),
                      up8 = random_weight(H, K, "q8", rng);
   std::unique_ptr<Backend> backend = make_cpu_backend();
-  std::uniform_real_distribution<float> uniform(-1, 1);
-  std::vector<float> x_values(size_t(M * K));
-  for (float& value : x_values) value = uniform(rng);
-  Tensor x = backend->alloc(M, K);  // [M, K]
-  std::memcpy(x.data, x_values.data(), x_values.size() * sizeof(float));
+  std::vector<float> x_values;
+  Tensor x = random_input(*backend, M, K, rng, &x_values);  // [M, K]
   for (const bool mixed : {false, true}) {
     SCOPED_TRACE(mixed ? "mixed formats" : "one format");
     const std::vector<const PackedWeight*> parts = {&gate, mixed ? &up8 : &up};

@@ -180,14 +180,17 @@ void expect_weights_within_block_rounding(Quant quant) {
 TEST(ImportGgufQuantized, Q8_0WeightsComeBackWithinHalfAStep) { expect_weights_within_block_rounding(Quant::Q8_0); }
 TEST(ImportGgufQuantized, Q4_0WeightsComeBackWithinAStep) { expect_weights_within_block_rounding(Quant::Q4_0); }
 
-double perplexity_of(const std::string& source, const std::string& tokenizer_flag) {
+// gemlite-quantize `source` to `format`, then gemlite-perplexity of the TinyStories sample
+// on the CPU (NaN when either fails, with a test failure).
+double perplexity_of(const std::string& source, const std::string& tokenizer_flag, const std::string& format = "f32",
+                     const std::string& windows = "-c 128 --chunks 8") {
   const std::string out = make_temp_dir() + "/model";
-  const ProgramRun quantize = run_program_for_test("gemlite-quantize", source + " " + out + " f32" + tokenizer_flag, true);
+  const ProgramRun quantize =
+      run_program_for_test("gemlite-quantize", source + " " + out + " " + format + tokenizer_flag, true);
   EXPECT_EQ(quantize.exit_code, 0) << quantize.output;
   const ProgramRun run = run_program_for_test(
       "gemlite-perplexity",
-      "--device cpu -m " + out + " -f " + shared_file("data/tinystories/tinystories_sample.txt") + " -c 128 --chunks 8",
-      false);
+      "--device cpu -m " + out + " -f " + shared_file("data/tinystories/tinystories_sample.txt") + " " + windows, false);
   EXPECT_EQ(run.exit_code, 0) << run.output;
   const size_t at = run.output.find("PPL = ");
   return at == std::string::npos ? NAN : std::stod(run.output.substr(at + 6));
@@ -292,19 +295,8 @@ TEST(ImportGgufQuantized, KQuantTensorsLandWhereTheFileSays) {
 
 TEST(ImportGgufQuantized, KQuantModelQuantizesAndRuns) {
   const KQuantModel model = write_k_quant_gguf();
-  const std::string out = make_temp_dir() + "/model";
-  const ProgramRun quantize = run_program_for_test(
-      "gemlite-quantize", model.path + " " + out + " q4g64 --tokenizer " + shared_file("models/stories260K/tok512.model"),
-      true);
-  ASSERT_EQ(quantize.exit_code, 0) << quantize.output;
-  const ProgramRun run = run_program_for_test(
-      "gemlite-perplexity",
-      "--device cpu -m " + out + " -f " + shared_file("data/tinystories/tinystories_sample.txt") + " -c 64 --chunks 2",
-      false);
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  const size_t at = run.output.find("PPL = ");
-  ASSERT_NE(at, std::string::npos) << run.output;
-  const double ppl = std::stod(run.output.substr(at + 6));
+  const double ppl = perplexity_of(model.path, " --tokenizer " + shared_file("models/stories260K/tok512.model"),
+                                   "q4g64", "-c 64 --chunks 2");
   EXPECT_TRUE(std::isfinite(ppl) && ppl > 1) << ppl;  // random weights: finite, nothing more
 }
 
