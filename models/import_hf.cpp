@@ -55,6 +55,7 @@ SourceModel load_hf_directory(const std::string& dir) {
     add_all_tensors(SafetensorsFile::open(single_path), &model);
   else
     fail(dir, "has neither model.safetensors nor model.safetensors.index.json");
+  if (model.config.architecture == "phi3") split_fused_projections(model, dir);
   check_source_tensors(model, dir);
 
   const std::string tokenizer_path = (fs::path(dir) / "tokenizer.model").string();

@@ -15,10 +15,13 @@ struct Architecture {
   const char* model_type;
   const char* class_name;
 };
+// phi3 is Llama's computation with q/k/v and gate/up stored fused (the HF importer splits
+// them, split_fused_projections in models/source_model.h).
 constexpr Architecture kArchitectures[] = {{"llama", "LlamaForCausalLM"},
                                            {"mistral", "MistralForCausalLM"},
-                                           {"qwen2", "Qwen2ForCausalLM"}};
-constexpr const char* kSupportedArchitectures = "llama, mistral, qwen2";
+                                           {"qwen2", "Qwen2ForCausalLM"},
+                                           {"phi3", "Phi3ForCausalLM"}};
+constexpr const char* kSupportedArchitectures = "llama, mistral, qwen2, phi3";
 
 const Architecture* find_architecture(const std::string& name) {
   for (const Architecture& a : kArchitectures)
@@ -138,7 +141,7 @@ void parse_rope(const KeyReader& keys, const std::string& where, ModelConfig* co
 // The runtime attends over the whole context, which matches sliding-window attention only
 // while the context fits in the window, so the usable context ends at the window.
 int attention_window(const KeyReader& keys, const std::string& architecture) {
-  const bool windowed = architecture == "mistral" ||
+  const bool windowed = architecture == "mistral" || architecture == "phi3" ||
                         (architecture == "qwen2" && keys.optional_bool("use_sliding_window", false));
   return windowed ? keys.optional_int("sliding_window", 0) : 0;
 }
@@ -234,6 +237,8 @@ ModelConfig parse_hf_config(const json& config, const std::string& where) {
   if (c.architecture != "qwen2" && keys.optional_bool("attention_bias", false))
     keys.bad("attention_bias", "true is not supported (it adds an o_proj bias)");
   if (keys.optional_bool("mlp_bias", false)) keys.bad("mlp_bias", "true is not supported");
+  if (keys.optional_float("partial_rotary_factor", 1.0f) != 1.0f)
+    keys.bad("partial_rotary_factor", "only 1 (RoPE over the whole head) is supported");
 
   c.validate(where);
   return c;

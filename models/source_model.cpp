@@ -58,6 +58,43 @@ void interleaved_to_rotate_half_qk(SourceModel& model) {
   }
 }
 
+namespace {
+
+// Rows [first, first + count) of `t` [rows, cols]: a view sharing its owner.
+HostTensor row_view(const HostTensor& t, int64_t first, int64_t count) {
+  HostTensor view = t;
+  view.shape[0] = count;
+  view.data = t.data + size_t(first) * (t.nbytes() / size_t(t.shape[0]));
+  return view;
+}
+
+}  // namespace
+
+void split_fused_projections(SourceModel& model, const std::string& where) {
+  const ModelConfig& c = model.config;
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerTensorNames layer = layer_tensor_names(i);
+    const std::string prefix = "model.layers." + std::to_string(i) + ".";
+    const auto take = [&](const std::string& name, int64_t rows) {
+      const auto found = model.tensors.find(name);
+      if (found == model.tensors.end()) fail(where, "missing tensor '" + name + "'");
+      const HostTensor fused = found->second;
+      if (fused.shape != std::vector<int64_t>{rows, c.dim})
+        fail(where, "tensor '" + name + "' has shape " + fused.shape_string() + ", expected [" +
+                        std::to_string(rows) + ", " + std::to_string(c.dim) + "]");
+      model.tensors.erase(found);
+      return fused;
+    };
+    const HostTensor qkv = take(prefix + "self_attn.qkv_proj.weight", int64_t(c.q_dim()) + 2 * c.kv_dim());
+    model.tensors[layer.q + ".weight"] = row_view(qkv, 0, c.q_dim());
+    model.tensors[layer.k + ".weight"] = row_view(qkv, c.q_dim(), c.kv_dim());
+    model.tensors[layer.v + ".weight"] = row_view(qkv, int64_t(c.q_dim()) + c.kv_dim(), c.kv_dim());
+    const HostTensor gate_up = take(prefix + "mlp.gate_up_proj.weight", 2 * int64_t(c.hidden_dim));
+    model.tensors[layer.gate + ".weight"] = row_view(gate_up, 0, c.hidden_dim);
+    model.tensors[layer.up + ".weight"] = row_view(gate_up, c.hidden_dim, c.hidden_dim);
+  }
+}
+
 HostTensor interleaved_to_rotate_half_rows(const HostTensor& weight, int head_dim) {
   const int64_t rows = weight.shape.empty() ? 0 : weight.shape[0];
   if (rows == 0 || head_dim <= 0 || head_dim % 2 != 0 || rows % head_dim != 0)

@@ -54,4 +54,10 @@ HostTensor interleaved_to_rotate_half_rows(const HostTensor& weight, int head_di
 // llama sources).
 void interleaved_to_rotate_half_qk(SourceModel& model);
 
+// Phi-3 checkpoints hold each layer's q, k, v as one self_attn.qkv_proj.weight
+// [q + 2 kv rows, dim] and gate, up as one mlp.gate_up_proj.weight [2 hidden, dim] (gate
+// first): replaces them by views of their rows under the names above. Error naming `where`
+// for a missing or misshapen fused tensor.
+void split_fused_projections(SourceModel& model, const std::string& where);
+
 }  // namespace gemlite

@@ -61,6 +61,13 @@ MODELS = {
         hidden_size=256, intermediate_size=640, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=1024, rope_theta=1e6, rms_norm_eps=1e-6,
         use_sliding_window=False, tie_word_embeddings=True)),
+    # Phi-3: Llama's computation with q/k/v and gate/up stored fused (qkv_proj,
+    # gate_up_proj), which gemlite-quantize splits; GQA 2:1 here.
+    "phi3": ("Phi3Config", dict(
+        hidden_size=256, intermediate_size=640, num_hidden_layers=3, num_attention_heads=8,
+        num_key_value_heads=4, max_position_embeddings=1024, original_max_position_embeddings=1024,
+        rope_theta=10000.0, rope_scaling=None, sliding_window=None, rms_norm_eps=1e-5,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)),
     # TinyLlama's layer shapes (2048 wide, 32 heads of 64, 4 KV heads, 5632 hidden), two layers.
     "tinyllama-shaped": ("LlamaConfig", dict(
         hidden_size=2048, intermediate_size=5632, num_hidden_layers=2, num_attention_heads=32,

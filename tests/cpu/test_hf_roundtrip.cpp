@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -13,6 +16,7 @@
 #include "models/llama_model.h"
 #include "models/quantize_model.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/error.h"
 #include "runtime/io/safetensors.h"
 #include "tests/cpu/test_files.h"
 
@@ -24,7 +28,7 @@ using Matrix = std::vector<double>;  // row-major
 struct TinyModel {
   int dim = 32, hidden = 48, layers = 2, heads = 4, kv_heads = 2, head_dim = 8, vocab = 50;
   double theta = 10000, eps = 1e-5;
-  bool tied = true, bias = false, llama3 = false;
+  bool tied = true, bias = false, llama3 = false, phi3 = false;
   std::map<std::string, Matrix> w;
   std::map<std::string, std::vector<int64_t>> shape;
 };
@@ -69,16 +73,45 @@ TinyModel make_model(bool tied, bool bias, bool llama3, uint32_t seed) {
   return m;
 }
 
+// Phi-3 stores q, k, v as one qkv_proj and gate, up as one gate_up_proj: their rows
+// concatenated in that order.
+std::map<std::string, std::vector<std::string>> fused_phi3_tensors(const TinyModel& m) {
+  std::map<std::string, std::vector<std::string>> fused;
+  for (int l = 0; l < m.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    fused[p + "self_attn.qkv_proj.weight"] = {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                                              p + "self_attn.v_proj.weight"};
+    fused[p + "mlp.gate_up_proj.weight"] = {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"};
+  }
+  return fused;
+}
+
 void write_hf_directory(const TinyModel& m, const std::string& dir) {
   SafetensorsWriter writer;
-  for (const auto& [name, values] : m.w) {
-    std::vector<float> f(values.begin(), values.end());
-    writer.add(name, HostTensor::copy_of(DType::F32, m.shape.at(name), f.data()));
+  std::map<std::string, std::vector<float>> values_of;  // what each tensor is written from
+  for (const auto& [name, values] : m.w) values_of[name] = std::vector<float>(values.begin(), values.end());
+  std::map<std::string, std::vector<int64_t>> shapes = m.shape;
+  if (m.phi3) {
+    for (const auto& [fused, parts] : fused_phi3_tensors(m)) {
+      std::vector<float>& rows = values_of[fused];
+      int64_t n_rows = 0;
+      for (const std::string& part : parts) {
+        rows.insert(rows.end(), values_of.at(part).begin(), values_of.at(part).end());
+        n_rows += m.shape.at(part)[0];
+        values_of.erase(part);
+        shapes.erase(part);
+      }
+      shapes[fused] = {n_rows, m.dim};
+    }
   }
+  for (const auto& [name, values] : values_of)
+    writer.add(name, HostTensor::copy_of(DType::F32, shapes.at(name), values.data()));
   writer.write(dir + "/model.safetensors");
+  const char* type = m.phi3 ? "phi3" : m.bias ? "qwen2" : "llama";
+  const char* class_name = m.phi3 ? "Phi3ForCausalLM" : m.bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
   nlohmann::json config = {
-      {"architectures", {m.bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", m.bias ? "qwen2" : "llama"},
+      {"architectures", {class_name}},
+      {"model_type", type},
       {"hidden_size", m.dim}, {"intermediate_size", m.hidden}, {"num_hidden_layers", m.layers},
       {"num_attention_heads", m.heads}, {"num_key_value_heads", m.kv_heads}, {"head_dim", m.head_dim},
       {"vocab_size", m.vocab}, {"max_position_embeddings", 64}, {"rms_norm_eps", m.eps},
@@ -184,13 +217,14 @@ Matrix reference_logits(const TinyModel& m, const std::vector<int>& ids) {
   return linear(head, "lm_head", x, T);
 }
 
-struct Case { bool tied, bias, llama3; };
+struct Case { bool tied, bias, llama3, phi3 = false; };
 
 class HfRoundTrip : public ::testing::TestWithParam<Case> {};
 
 TEST_P(HfRoundTrip, CpuForwardMatchesFloat64Reference) {
   const Case c = GetParam();
-  const TinyModel m = make_model(c.tied, c.bias, c.llama3, 7 + c.tied + 2 * c.bias);
+  TinyModel m = make_model(c.tied, c.bias, c.llama3, 7 + c.tied + 2 * c.bias);
+  m.phi3 = c.phi3;
   const std::string dir = make_temp_dir();
   write_hf_directory(m, dir);
 
@@ -217,7 +251,61 @@ TEST_P(HfRoundTrip, CpuForwardMatchesFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(Configs, HfRoundTrip,
                          ::testing::Values(Case{true, false, false},    // Llama, GQA, tied
                                            Case{false, false, true},    // Llama-3 rope scaling
-                                           Case{false, true, false}));  // Qwen2 q/k/v bias
+                                           Case{false, true, false},    // Qwen2 q/k/v bias
+                                           Case{false, false, false, true}));  // Phi-3: fused q/k/v, gate/up
+
+// A Phi-3 directory imports to exactly the tensors of the same model stored Llama's way
+// (the fused rows split back, as views); a fused tensor of the wrong shape is an error
+// naming it, and so is Phi-3's long-context rope scaling.
+TEST(HfImport, Phi3FusedProjectionsSplitIntoLlamaTensors) {
+  TinyModel m = make_model(false, false, false, 11);
+  const std::string llama_dir = make_temp_dir(), phi3_dir = make_temp_dir();
+  write_hf_directory(m, llama_dir);
+  m.phi3 = true;
+  write_hf_directory(m, phi3_dir);
+  const SourceModel llama = load_hf_directory(llama_dir), phi3 = load_hf_directory(phi3_dir);
+  EXPECT_EQ(phi3.config.architecture, "phi3");
+  ASSERT_EQ(phi3.tensors.size(), llama.tensors.size());
+  for (const auto& [name, want] : llama.tensors) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(phi3.tensors.count(name));
+    const HostTensor& got = phi3.tensors.at(name);
+    ASSERT_EQ(got.shape, want.shape);
+    EXPECT_EQ(0, std::memcmp(got.data, want.data, want.nbytes()));
+  }
+
+  // gate_up_proj of layer 1 written one row short.
+  const std::string bad_dir = make_temp_dir();
+  {
+    SafetensorsWriter writer;
+    for (const auto& [name, t] : phi3.tensors) {
+      if (name.find(".q_proj") != std::string::npos || name.find(".k_proj") != std::string::npos ||
+          name.find(".v_proj") != std::string::npos || name.find(".gate_proj") != std::string::npos ||
+          name.find(".up_proj") != std::string::npos)
+        continue;
+      writer.add(name, t);
+    }
+    for (const auto& [fused, parts] : fused_phi3_tensors(m)) {
+      std::vector<float> rows;
+      for (const std::string& part : parts) rows.insert(rows.end(), m.w.at(part).begin(), m.w.at(part).end());
+      const int64_t n_rows = int64_t(rows.size()) / m.dim - (fused == "model.layers.1.mlp.gate_up_proj.weight");
+      writer.add(fused, HostTensor::copy_of(DType::F32, {n_rows, m.dim}, rows.data()));
+    }
+    writer.write(bad_dir + "/model.safetensors");
+    std::filesystem::copy_file(phi3_dir + "/config.json", bad_dir + "/config.json");
+  }
+  try {
+    load_hf_directory(bad_dir);
+    ADD_FAILURE() << "a short gate_up_proj loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.mlp.gate_up_proj.weight"), std::string::npos) << e.what();
+  }
+
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(phi3_dir + "/config.json"));
+  config["rope_scaling"] = {{"type", "longrope"}, {"long_factor", {1.0}}, {"short_factor", {1.0}}};
+  std::ofstream(phi3_dir + "/config.json") << config.dump();
+  EXPECT_THROW(load_hf_directory(phi3_dir), Error);
+}
 
 }  // namespace
 }  // namespace gemlite
