@@ -180,8 +180,9 @@ struct Metadata {
 };
 
 // GGUF tensor name -> Hugging Face name (see models/source_model.h); "" for tensors the
-// runtime does not use.
-std::string hf_tensor_name(const std::string& gguf_name) {
+// runtime does not use. phi3 keeps q/k/v fused (attn_qkv) and gate/up fused (its ffn_up
+// holds [gate; up]), named as in Phi-3's Hugging Face checkpoints, split after loading.
+std::string hf_tensor_name(const std::string& gguf_name, const std::string& arch) {
   if (gguf_name == "token_embd.weight") return kEmbeddingName;
   if (gguf_name == "output_norm.weight") return kFinalNormName;
   if (gguf_name == "output.weight") return std::string(kLmHeadModule) + ".weight";
@@ -195,6 +196,11 @@ std::string hf_tensor_name(const std::string& gguf_name) {
   const std::string rest = gguf_name.substr(dot + 1);  // e.g. "attn_q.weight"
   if (rest == "attn_norm.weight") return layer.attn_norm;
   if (rest == "ffn_norm.weight") return layer.ffn_norm;
+  if (arch == "phi3") {
+    const std::string prefix = "model.layers." + layer_text + ".";
+    if (rest == "attn_qkv.weight") return prefix + "self_attn.qkv_proj.weight";
+    if (rest == "ffn_up.weight") return prefix + "mlp.gate_up_proj.weight";
+  }
   const std::map<std::string, std::string> linears = {
       {"attn_q", layer.q}, {"attn_k", layer.k}, {"attn_v", layer.v}, {"attn_output", layer.o},
       {"ffn_gate", layer.gate}, {"ffn_up", layer.up}, {"ffn_down", layer.down}};
@@ -211,8 +217,8 @@ std::string hf_tensor_name(const std::string& gguf_name) {
 ModelConfig config_from_metadata(const Metadata& meta, const std::map<std::string, HostTensor>& tensors) {
   ModelConfig c;
   const std::string arch = meta.text("general.architecture");
-  if (arch != "llama" && arch != "qwen2")
-    fail(meta.path, "architecture '" + arch + "' is not supported (llama, qwen2)");
+  if (arch != "llama" && arch != "qwen2" && arch != "phi3")
+    fail(meta.path, "architecture '" + arch + "' is not supported (llama, qwen2, phi3)");
   c.architecture = arch;
   const std::string p = arch + ".";
   c.dim = meta.count(p + "embedding_length");
@@ -223,10 +229,17 @@ ModelConfig config_from_metadata(const Metadata& meta, const std::map<std::strin
   if (c.n_heads < 1) fail(meta.path, "attention.head_count " + std::to_string(c.n_heads));
   c.head_dim = meta.count(p + "attention.key_length", c.dim / c.n_heads);
   c.max_seq_len = meta.count(p + "context_length");
+  // Phi-3's sliding window: the runtime attends over everything, so the context ends there.
+  const int window = meta.count(p + "attention.sliding_window", 0);
+  if (window > 0 && window < c.max_seq_len) c.max_seq_len = window;
+  if (meta.count(p + "rope.dimension_count", c.head_dim) != c.head_dim)
+    fail(meta.path, "rope over part of a head (" + p + "rope.dimension_count) is not supported");
   c.rope_theta = float(meta.real(p + "rope.freq_base", 10000.0));
   c.norm_eps = float(meta.real(p + "attention.layer_norm_rms_epsilon", 1e-5));
   if (const Value* scaling = meta.find(p + "rope.scaling.type"); scaling && meta.text(p + "rope.scaling.type") != "none")
     fail(meta.path, "rope scaling '" + scaling->text + "' is not supported");
+  if (tensors.count("rope_factors_long.weight") || tensors.count("rope_factors_short.weight"))
+    fail(meta.path, "Phi-3's long-context rope scaling (rope_factors_long/short) is not supported");
   if (tensors.count("rope_freqs.weight"))
     fail(meta.path, "Llama-3 rope scaling (rope_freqs.weight) is not supported from GGUF; convert the Hugging Face "
                     "directory instead");
@@ -337,8 +350,13 @@ SourceModel load_gguf(const std::string& path) {
   const uint64_t data_start = (cursor.at() + alignment - 1) / alignment * alignment;
 
   SourceModel model;
+  const std::string arch = meta.text("general.architecture");
+  // Rope factor tensors are kept only so that config_from_metadata can refuse them.
+  const auto rope_factors = [](const std::string& name) {
+    return name == "rope_freqs.weight" || name == "rope_factors_long.weight" || name == "rope_factors_short.weight";
+  };
   for (const Info& info : infos) {
-    const std::string name = info.name == "rope_freqs.weight" ? info.name : hf_tensor_name(info.name);
+    const std::string name = rope_factors(info.name) ? info.name : hf_tensor_name(info.name, arch);
     if (name.empty()) continue;  // a tensor the runtime does not use
     const GgmlType* type = ggml_type(info.type);
     if (!type)
@@ -382,10 +400,12 @@ SourceModel load_gguf(const std::string& path) {
   model.config = config_from_metadata(meta, model.tensors);
   read_vocabulary(meta, model.config.vocab_size, &model);
   model.tensors.erase("rope_freqs.weight");
+  if (model.config.architecture == "phi3") split_fused_projections(model, path);
   check_source_tensors(model, path);
 
   // GGUF's llama tensors rotate interleaved pairs (llama.cpp's "normal" RoPE, like Meta's
-  // and llama2.c's checkpoints); the runtime rotates halves. qwen2 is stored rotate-half.
+  // and llama2.c's checkpoints); the runtime rotates halves. qwen2 and phi3 are stored
+  // rotate-half.
   if (model.config.architecture == "llama") interleaved_to_rotate_half_qk(model);
   return model;
 }

@@ -20,6 +20,7 @@
 #include "models/import_llama2c.h"
 #include "models/llama_weights.h"
 #include "runtime/dtype.h"
+#include "runtime/error.h"
 #include "tests/cpu/program_runner.h"
 #include "tests/cpu/test_files.h"
 
@@ -205,6 +206,83 @@ TEST(ImportGgufQuantized, Q8_0KeepsThePerplexity) {
   EXPECT_NEAR(q8_0, f32, 0.005 * f32);
   EXPECT_GT(q4_0, q8_0);
   std::cout << "[gguf] stories260K PPL: f32 " << f32 << ", from Q8_0 " << q8_0 << ", from Q4_0 " << q4_0 << "\n";
+}
+
+// stories260K as llama.cpp's convert_hf_to_gguf.py writes a Phi-3 (arch "phi3"): q/k/v in
+// one attn_qkv and [gate; up] in one ffn_up, rows in Hugging Face's rotate-half order, F32.
+// `extra` adds a tensor (e.g. rope factors); `window` > 0 writes phi3.attention.sliding_window.
+std::string write_phi3_gguf(const std::string& extra = "", int window = 0) {
+  const SourceModel source = load_llama2c(kBin);
+  const ModelConfig& c = source.config;
+  GgufWriter w;
+  w.key_str("general.architecture", "phi3");
+  w.key_u32("phi3.embedding_length", c.dim);
+  w.key_u32("phi3.feed_forward_length", c.hidden_dim);
+  w.key_u32("phi3.block_count", c.n_layers);
+  w.key_u32("phi3.attention.head_count", c.n_heads);
+  w.key_u32("phi3.attention.head_count_kv", c.n_kv_heads);
+  w.key_u32("phi3.context_length", c.max_seq_len);
+  w.key_u32("phi3.rope.dimension_count", c.head_dim);
+  w.key_f32("phi3.attention.layer_norm_rms_epsilon", c.norm_eps);
+  if (window > 0) w.key_u32("phi3.attention.sliding_window", uint32_t(window));
+  const auto bytes_of = [&](const std::vector<std::string>& names) {
+    std::string bytes;
+    for (const std::string& name : names) {
+      const HostTensor& t = source.tensors.at(name);
+      bytes.append(reinterpret_cast<const char*>(t.data), t.nbytes());
+    }
+    return bytes;
+  };
+  const auto add = [&](const std::string& gguf_name, const std::vector<std::string>& hf_names) {
+    int64_t rows = 0;
+    for (const std::string& name : hf_names) rows += source.tensors.at(name).shape[0];
+    std::vector<int64_t> shape = source.tensors.at(hf_names[0]).shape;
+    shape[0] = rows;
+    w.tensor(gguf_name, shape, 0, bytes_of(hf_names));
+  };
+  add("token_embd.weight", {kEmbeddingName});
+  add("output_norm.weight", {kFinalNormName});
+  if (source.tensors.count(std::string(kLmHeadModule) + ".weight"))
+    add("output.weight", {std::string(kLmHeadModule) + ".weight"});
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerTensorNames l = layer_tensor_names(i);
+    const std::string b = "blk." + std::to_string(i) + ".";
+    add(b + "attn_norm.weight", {l.attn_norm});
+    add(b + "ffn_norm.weight", {l.ffn_norm});
+    add(b + "attn_qkv.weight", {l.q + ".weight", l.k + ".weight", l.v + ".weight"});
+    add(b + "attn_output.weight", {l.o + ".weight"});
+    add(b + "ffn_up.weight", {l.gate + ".weight", l.up + ".weight"});
+    add(b + "ffn_down.weight", {l.down + ".weight"});
+  }
+  if (!extra.empty()) {
+    const std::vector<float> ones(size_t(c.head_dim / 2), 1.0f);
+    w.tensor(extra, {c.head_dim / 2}, 0, std::string(reinterpret_cast<const char*>(ones.data()), ones.size() * 4));
+  }
+  const std::string path = make_temp_dir() + "/phi3.gguf";
+  w.save(path);
+  return path;
+}
+
+TEST(ImportGgufPhi3, FusedTensorsSplitIntoTheSameModel) {
+  const SourceModel phi3 = load_gguf(write_phi3_gguf()), original = load_llama2c(kBin);
+  EXPECT_EQ(phi3.config.architecture, "phi3");
+  EXPECT_EQ(phi3.config.max_seq_len, original.config.max_seq_len);
+  ASSERT_EQ(phi3.tensors.size(), original.tensors.size());
+  for (const auto& [name, want] : original.tensors) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(phi3.tensors.count(name));
+    const HostTensor& got = phi3.tensors.at(name);
+    ASSERT_EQ(got.shape, want.shape);
+    ASSERT_EQ(got.dtype, want.dtype);
+    EXPECT_EQ(0, std::memcmp(got.data, want.data, want.nbytes()));
+  }
+  EXPECT_EQ(load_gguf(write_phi3_gguf("", 100)).config.max_seq_len, 100);  // the sliding window
+  try {
+    load_gguf(write_phi3_gguf("rope_factors_long.weight"));
+    ADD_FAILURE() << "Phi-3 long-context rope factors were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_factors"), std::string::npos) << e.what();
+  }
 }
 
 // A Llama of llama.cpp's K-quant mix (Q4_K projections, Q6_K ffn_down and output, as in
