@@ -14,40 +14,52 @@ float half_at(const uint8_t* p) {
   return half_to_float(bits);
 }
 
-// ---- blocks of 32: an fp16 scale d (and offset m), then the codes ---------------------
+// ---- affine blocks: w = scale * q + offset per group of 32, unsigned codes q -----------
+// Each fills codes [elements] and scale, offset [elements / 32]. The products and sums are
+// those of ggml's formulas, exact in fp32 up to its one rounding (d (q - 8) = d q - 8 d
+// exactly for 4-bit codes and an 11-bit d), so the decoded floats equal ggml's.
 
-void dequantize_q8_0(const uint8_t* block, float* out) {  // d, int8 q[32]
-  const float d = half_at(block);
-  for (int j = 0; j < 32; ++j) out[j] = d * float(int8_t(block[2 + j]));
-}
-
-// Nibble codes of 32 weights in 16 bytes: weight j < 16 is the low nibble of byte j,
+// Blocks of 32 hold nibble codes in 16 bytes: weight j < 16 is the low nibble of byte j,
 // weight 16 + j its high nibble. Q5_0/Q5_1 add a fifth bit: bit j of the 32-bit qh.
-int low_nibble_code(const uint8_t* nibbles, int j) { return j < 16 ? nibbles[j] & 0x0F : nibbles[j - 16] >> 4; }
-int fifth_bit(const uint8_t* qh, int j) {
+void nibble_codes(const uint8_t* nibbles, uint8_t* codes) {
+  for (int j = 0; j < 16; ++j) {
+    codes[j] = nibbles[j] & 0x0F;
+    codes[16 + j] = nibbles[j] >> 4;
+  }
+}
+void add_fifth_bits(const uint8_t* qh, uint8_t* codes) {
   uint32_t bits;
   std::memcpy(&bits, qh, 4);
-  return int(bits >> j & 1u) << 4;
+  for (int j = 0; j < 32; ++j) codes[j] |= uint8_t((bits >> j & 1u) << 4);
 }
 
-void dequantize_q4_0(const uint8_t* block, float* out) {  // d, nibbles[16]; w = d (q - 8)
-  const float d = half_at(block);
-  for (int j = 0; j < 32; ++j) out[j] = d * float(low_nibble_code(block + 2, j) - 8);
+void groups_q4_0(const uint8_t* block, uint8_t* codes, float* scale, float* offset) {  // d, nibbles[16]
+  nibble_codes(block + 2, codes);
+  scale[0] = half_at(block);
+  offset[0] = -8 * scale[0];  // w = d (q - 8)
 }
-void dequantize_q4_1(const uint8_t* block, float* out) {  // d, m, nibbles[16]; w = d q + m
-  const float d = half_at(block), m = half_at(block + 2);
-  for (int j = 0; j < 32; ++j) out[j] = d * float(low_nibble_code(block + 4, j)) + m;
+void groups_q4_1(const uint8_t* block, uint8_t* codes, float* scale, float* offset) {  // d, m, nibbles[16]
+  nibble_codes(block + 4, codes);
+  scale[0] = half_at(block);
+  offset[0] = half_at(block + 2);  // w = d q + m
 }
-void dequantize_q5_0(const uint8_t* block, float* out) {  // d, qh[4], nibbles[16]; w = d (q - 16)
-  const float d = half_at(block);
-  for (int j = 0; j < 32; ++j) out[j] = d * float((low_nibble_code(block + 6, j) | fifth_bit(block + 2, j)) - 16);
+void groups_q5_0(const uint8_t* block, uint8_t* codes, float* scale, float* offset) {  // d, qh[4], nibbles[16]
+  nibble_codes(block + 6, codes);
+  add_fifth_bits(block + 2, codes);
+  scale[0] = half_at(block);
+  offset[0] = -16 * scale[0];  // w = d (q - 16)
 }
-void dequantize_q5_1(const uint8_t* block, float* out) {  // d, m, qh[4], nibbles[16]; w = d q + m
-  const float d = half_at(block), m = half_at(block + 2);
-  for (int j = 0; j < 32; ++j) out[j] = d * float(low_nibble_code(block + 8, j) | fifth_bit(block + 4, j)) + m;
+void groups_q5_1(const uint8_t* block, uint8_t* codes, float* scale, float* offset) {  // d, m, qh[4], nibbles[16]
+  nibble_codes(block + 8, codes);
+  add_fifth_bits(block + 4, codes);
+  scale[0] = half_at(block);
+  offset[0] = half_at(block + 2);
 }
-
-// ---- K-quants: super-blocks of 256 weights in sub-blocks with their own scales ---------
+void groups_q8_0(const uint8_t* block, uint8_t* codes, float* scale, float* offset) {  // d, int8 q[32]
+  for (int j = 0; j < 32; ++j) codes[j] = uint8_t(int(int8_t(block[2 + j])) + 128);
+  scale[0] = half_at(block);
+  offset[0] = -128 * scale[0];  // w = d (q + 128 - 128)
+}
 
 // Q4_K / Q5_K: 8 sub-blocks of 32 with a 6-bit scale and a 6-bit min each, packed in 12
 // bytes: for s < 4 the low 6 bits of bytes s (scale) and s + 4 (min); for s >= 4 the
@@ -67,22 +79,35 @@ void k4_scale_min(const uint8_t* packed, int s, int* scale, int* min) {
 // qs[32p ..]: low nibbles, then high. w = d scale q - dmin min.
 // Q5_K: d, dmin, scales[12], qh[32], qs[128]: Q4_K's nibbles plus a fifth bit, bit s of
 // qh[l] for weight l of sub-block s.
-void dequantize_k4_k5(const uint8_t* block, const uint8_t* qh, const uint8_t* qs, float* out) {
+void groups_k4_k5(const uint8_t* block, const uint8_t* qh, const uint8_t* qs, uint8_t* codes, float* scale,
+                  float* offset) {
   const float d = half_at(block), dmin = half_at(block + 2);
-  const uint8_t* scales = block + 4;
   for (int s = 0; s < 8; ++s) {
-    int scale, min;
-    k4_scale_min(scales, s, &scale, &min);
-    const float step = d * float(scale), offset = dmin * float(min);
+    int sub_scale, sub_min;
+    k4_scale_min(block + 4, s, &sub_scale, &sub_min);
+    scale[s] = d * float(sub_scale);
+    offset[s] = -(dmin * float(sub_min));
     const uint8_t* bytes = qs + 32 * (s / 2);
-    for (int l = 0; l < 32; ++l) {
-      const int q = (s % 2 ? bytes[l] >> 4 : bytes[l] & 0x0F) | (qh ? (qh[l] >> s & 1) << 4 : 0);
-      out[32 * s + l] = step * float(q) - offset;
-    }
+    for (int l = 0; l < 32; ++l)
+      codes[32 * s + l] = uint8_t((s % 2 ? bytes[l] >> 4 : bytes[l] & 0x0F) | (qh ? (qh[l] >> s & 1) << 4 : 0));
   }
 }
-void dequantize_q4_k(const uint8_t* block, float* out) { dequantize_k4_k5(block, nullptr, block + 16, out); }
-void dequantize_q5_k(const uint8_t* block, float* out) { dequantize_k4_k5(block, block + 16, block + 48, out); }
+void groups_q4_k(const uint8_t* block, uint8_t* codes, float* scale, float* offset) {
+  groups_k4_k5(block, nullptr, block + 16, codes, scale, offset);
+}
+void groups_q5_k(const uint8_t* block, uint8_t* codes, float* scale, float* offset) {
+  groups_k4_k5(block, block + 16, block + 48, codes, scale, offset);
+}
+
+template <AffineGroups Groups, int kElements>
+void dequantize_affine(const uint8_t* block, float* out) {
+  uint8_t codes[kElements];
+  float scale[kElements / 32], offset[kElements / 32];
+  Groups(block, codes, scale, offset);
+  for (int e = 0; e < kElements; ++e) out[e] = scale[e / 32] * float(codes[e]) + offset[e / 32];
+}
+
+// ---- K-quants with sub-blocks of 16 (no qNg32 counterpart) -----------------------------
 
 // Q6_K: ql[128], qh[64], int8 scales[16], d. Two halves of 128 weights; in half h, weight
 // 32 i + l (i = 0..3, l = 0..31) takes the low 4 bits from ql[64 h + l + 32 (i % 2)]
@@ -147,15 +172,15 @@ const std::map<uint32_t, GgmlType>& readable_types() {
       {0, {"F32", 1, 4, true, nullptr}},
       {1, {"F16", 1, 2, true, nullptr}},
       {30, {"BF16", 1, 2, true, nullptr}},
-      {2, {"Q4_0", 32, 18, false, dequantize_q4_0}},
-      {3, {"Q4_1", 32, 20, false, dequantize_q4_1}},
-      {6, {"Q5_0", 32, 22, false, dequantize_q5_0}},
-      {7, {"Q5_1", 32, 24, false, dequantize_q5_1}},
-      {8, {"Q8_0", 32, 34, false, dequantize_q8_0}},
+      {2, {"Q4_0", 32, 18, false, dequantize_affine<groups_q4_0, 32>, groups_q4_0, 4}},
+      {3, {"Q4_1", 32, 20, false, dequantize_affine<groups_q4_1, 32>, groups_q4_1, 4}},
+      {6, {"Q5_0", 32, 22, false, dequantize_affine<groups_q5_0, 32>, groups_q5_0, 5}},
+      {7, {"Q5_1", 32, 24, false, dequantize_affine<groups_q5_1, 32>, groups_q5_1, 5}},
+      {8, {"Q8_0", 32, 34, false, dequantize_affine<groups_q8_0, 32>, groups_q8_0, 8}},
       {10, {"Q2_K", 256, 84, false, dequantize_q2_k}},
       {11, {"Q3_K", 256, 110, false, dequantize_q3_k}},
-      {12, {"Q4_K", 256, 144, false, dequantize_q4_k}},
-      {13, {"Q5_K", 256, 176, false, dequantize_q5_k}},
+      {12, {"Q4_K", 256, 144, false, dequantize_affine<groups_q4_k, 256>, groups_q4_k, 4}},
+      {13, {"Q5_K", 256, 176, false, dequantize_affine<groups_q5_k, 256>, groups_q5_k, 5}},
       {14, {"Q6_K", 256, 210, false, dequantize_q6_k}},
   };
   return types;

@@ -12,12 +12,20 @@
 
 namespace gemlite {
 
+// Blocks whose weights are w = scale * q + offset per group of 32 consecutive weights,
+// with unsigned codes q: codes [block_elements], scale and offset [block_elements / 32].
+// That is what a qNg32 weight stores, so the quantizer packs such tensors from the file's
+// own codes instead of quantizing twice (models/quantize_model.cpp).
+using AffineGroups = void (*)(const uint8_t* block, uint8_t* codes, float* scale, float* offset);
+
 struct GgmlType {
   const char* name;
   int block_elements;  // weights per block along the innermost dimension
   int block_bytes;
   bool plain;          // F32/F16/BF16: read as they are; else dequantize_block
   void (*dequantize_block)(const uint8_t* block, float* out);  // out [block_elements]
+  AffineGroups affine_groups = nullptr;  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K
+  int affine_bits = 0;                   // bits of their codes
 };
 
 // The type with ggml id `id`, or nullptr when the import cannot read it.
