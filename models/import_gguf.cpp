@@ -384,6 +384,14 @@ SourceModel load_gguf(const std::string& path) {
       const int64_t blocks = tensor.numel() / type->block_elements;
       for (int64_t b = 0; b < blocks; ++b)
         type->dequantize_block(data + b * type->block_bytes, out + b * type->block_elements);
+      if (type->affine_groups && info.shape.size() == 2) {  // and the blocks themselves, for qNg32
+        BlockSource& source = model.block_sources[name];
+        source.ggml_type = info.type;
+        source.blocks.dtype = DType::U8;
+        source.blocks.shape = {info.shape[0], info.shape[1] / type->block_elements * type->block_bytes};
+        source.blocks.data = data;
+        source.blocks.owner = file;
+      }
       model.tensors[name] = std::move(tensor);
       continue;
     }

@@ -1,6 +1,9 @@
 #include "models/quantize_model.h"
 
+#include <optional>
+
 #include "models/llama_weights.h"
+#include "models/pack_ggml_codes.h"
 #include "runtime/error.h"
 
 namespace gemlite {
@@ -76,12 +79,20 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
 
   int done = 0;
   auto quantize = [&](const std::string& module) {
-    const HostTensor& matrix = c.tied_embeddings && module == kLmHeadModule
-                                   ? source_tensor(source, kEmbeddingName)
-                                   : source_tensor(source, module + ".weight");
-    const std::vector<float> values = matrix.to_float();  // [N, K], one matrix at a time
-    PackedWeight w = quantize_weight(values.data(), matrix.shape[0], matrix.shape[1],
-                                     format_for_module(spec, module));
+    const std::string name = c.tied_embeddings && module == kLmHeadModule ? kEmbeddingName : module + ".weight";
+    const HostTensor& matrix = source_tensor(source, name);
+    const WeightFormat format = format_for_module(spec, module);
+    // A GGUF's affine blocks become a qNg32 weight code for code (models/pack_ggml_codes.h).
+    const auto blocks = source.block_sources.find(name);
+    std::optional<PackedWeight> from_codes =
+        blocks == source.block_sources.end() ? std::nullopt : pack_qn_from_ggml_codes(blocks->second, format);
+    PackedWeight w;
+    if (from_codes) {
+      w = std::move(*from_codes);
+    } else {
+      const std::vector<float> values = matrix.to_float();  // [N, K], one matrix at a time
+      w = quantize_weight(values.data(), matrix.shape[0], matrix.shape[1], format);
+    }
     auto bias = source.tensors.find(module + ".bias");
     if (bias != source.tensors.end()) w.parts["bias"] = to_dense(bias->second, DType::F32);
     if (progress) progress(++done, int(modules.size()), module);

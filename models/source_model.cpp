@@ -54,6 +54,9 @@ void interleaved_to_rotate_half_qk(SourceModel& model) {
     for (const std::string& projection : {layer.q, layer.k}) {
       HostTensor& weight = model.tensors.at(projection + ".weight");
       weight = interleaved_to_rotate_half_rows(weight, model.config.head_dim);
+      const auto blocks = model.block_sources.find(projection + ".weight");
+      if (blocks != model.block_sources.end())
+        blocks->second.blocks = interleaved_to_rotate_half_rows(blocks->second.blocks, model.config.head_dim);
     }
   }
 }
@@ -75,7 +78,10 @@ void split_fused_projections(SourceModel& model, const std::string& where) {
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerTensorNames layer = layer_tensor_names(i);
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
-    const auto take = [&](const std::string& name, int64_t rows) {
+    // The fused tensor `name` [sum of rows, dim] -> the parts (name, rows), its block source too.
+    const auto split = [&](const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts) {
+      int64_t rows = 0;
+      for (const auto& part : parts) rows += part.second;
       const auto found = model.tensors.find(name);
       if (found == model.tensors.end()) fail(where, "missing tensor '" + name + "'");
       const HostTensor fused = found->second;
@@ -83,15 +89,19 @@ void split_fused_projections(SourceModel& model, const std::string& where) {
         fail(where, "tensor '" + name + "' has shape " + fused.shape_string() + ", expected [" +
                         std::to_string(rows) + ", " + std::to_string(c.dim) + "]");
       model.tensors.erase(found);
-      return fused;
+      const auto blocks = model.block_sources.find(name);
+      int64_t first = 0;
+      for (const auto& [part, part_rows] : parts) {
+        model.tensors[part] = row_view(fused, first, part_rows);
+        if (blocks != model.block_sources.end())
+          model.block_sources[part] = {blocks->second.ggml_type, row_view(blocks->second.blocks, first, part_rows)};
+        first += part_rows;
+      }
+      if (blocks != model.block_sources.end()) model.block_sources.erase(name);
     };
-    const HostTensor qkv = take(prefix + "self_attn.qkv_proj.weight", int64_t(c.q_dim()) + 2 * c.kv_dim());
-    model.tensors[layer.q + ".weight"] = row_view(qkv, 0, c.q_dim());
-    model.tensors[layer.k + ".weight"] = row_view(qkv, c.q_dim(), c.kv_dim());
-    model.tensors[layer.v + ".weight"] = row_view(qkv, int64_t(c.q_dim()) + c.kv_dim(), c.kv_dim());
-    const HostTensor gate_up = take(prefix + "mlp.gate_up_proj.weight", 2 * int64_t(c.hidden_dim));
-    model.tensors[layer.gate + ".weight"] = row_view(gate_up, 0, c.hidden_dim);
-    model.tensors[layer.up + ".weight"] = row_view(gate_up, c.hidden_dim, c.hidden_dim);
+    split(prefix + "self_attn.qkv_proj.weight",
+          {{layer.q + ".weight", c.q_dim()}, {layer.k + ".weight", c.kv_dim()}, {layer.v + ".weight", c.kv_dim()}});
+    split(prefix + "mlp.gate_up_proj.weight", {{layer.gate + ".weight", c.hidden_dim}, {layer.up + ".weight", c.hidden_dim}});
   }
 }
 

@@ -24,9 +24,20 @@
 
 namespace gemlite {
 
+// A tensor's ggml blocks as a GGUF stored them, for the types whose groups of 32 are affine
+// (ggml_blocks.h: AffineGroups): row r of `blocks` [rows, row bytes] U8 holds row r of the
+// tensor, so row moves apply to both alike.
+struct BlockSource {
+  uint32_t ggml_type = 0;
+  HostTensor blocks;
+};
+
 struct SourceModel {
   ModelConfig config;
   std::map<std::string, HostTensor> tensors;
+  // GGUF tensors stored as affine blocks, beside their F32 values in `tensors`: the
+  // quantizer packs qNg32 weights from these codes (models/pack_ggml_codes.h).
+  std::map<std::string, BlockSource> block_sources;
   std::string tokenizer_path;  // sentencepiece model; "" when the source has none
   // The vocabulary a source carries without a sentencepiece model (a GGUF's llama-style
   // tokenizer.ggml.*), for spm_bpe_model_proto; empty when it has none usable.

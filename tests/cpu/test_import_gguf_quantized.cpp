@@ -19,6 +19,7 @@
 #include "models/import_gguf.h"
 #include "models/import_llama2c.h"
 #include "models/llama_weights.h"
+#include "models/quantize_model.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "tests/cpu/program_runner.h"
@@ -208,6 +209,60 @@ TEST(ImportGgufQuantized, Q8_0KeepsThePerplexity) {
   std::cout << "[gguf] stories260K PPL: f32 " << f32 << ", from Q8_0 " << q8_0 << ", from Q4_0 " << q4_0 << "\n";
 }
 
+// qNg32 packs a GGUF's affine blocks code for code (models/pack_ggml_codes.h): from Q4_0
+// and Q8_0 the fp16 scale is d itself and the zero 8 or 128, so q4g32 / q8g32 decode to
+// exactly the GGUF's weights (q/k rows moved to rotate-half order with their codes); a
+// group size that is not the file's (q4g64) quantizes the decoded floats again instead.
+void expect_packed_equals_imported(const PackedCheckpoint& packed, const SourceModel& imported, bool exact) {
+  for (int i = 0; i < imported.config.n_layers; ++i) {
+    const LayerTensorNames l = layer_tensor_names(i);
+    const PackedLayer& layer = packed.layers[size_t(i)];
+    const std::vector<std::pair<std::string, const PackedWeight*>> modules = {{l.q, &layer.q}, {l.v, &layer.v},
+                                                                              {l.gate, &layer.gate}};
+    for (const auto& [name, weight] : modules) {
+      const HostTensor& want = imported.tensors.at(name + ".weight");
+      std::vector<float> row(static_cast<size_t>(weight->cols));
+      int64_t differ = 0;
+      for (int64_t n = 0; n < weight->rows; ++n) {
+        dequantize_row(*weight, n, row.data());
+        const float* w = want.as<float>() + n * weight->cols;
+        for (int64_t k = 0; k < weight->cols; ++k) differ += row[size_t(k)] != w[k];
+      }
+      if (exact)
+        EXPECT_EQ(differ, 0) << name << " (" << weight->format.name() << ")";
+      else
+        EXPECT_GT(differ, 0) << name << " (" << weight->format.name() << "): expected a second rounding";
+    }
+  }
+}
+
+TEST(ImportGgufQuantized, Q4_0AndQ8_0PackAsQ4g32AndQ8g32CodeForCode) {
+  std::map<std::string, std::vector<float>> scales;
+  for (const auto& [quant, format] : {std::pair{Quant::Q4_0, "q4g32"}, std::pair{Quant::Q8_0, "q8g32"}}) {
+    SCOPED_TRACE(format);
+    const SourceModel imported = load_gguf(write_quantized_gguf(quant, &scales));
+    EXPECT_FALSE(imported.block_sources.empty());
+    QuantizeSpec spec;
+    spec.format = WeightFormat::parse(format);
+    expect_packed_equals_imported(quantize_model(imported, spec), imported, true);
+    spec.format = WeightFormat::parse(quant == Quant::Q4_0 ? "q4g64" : "q8g64");
+    expect_packed_equals_imported(quantize_model(imported, spec), imported, false);
+  }
+  // The same model through the programs: q4g32 from the Q4_0 codes keeps the Q4_0 file's
+  // perplexity (its f32 conversion; ffn_down, whose rows of 172 are no whole blocks and
+  // stayed F32 in the file, kept f32 here too, and the embedding stored as fp16); q4g64
+  // quantizes a second time.
+  const std::string tokenizer = " --tokenizer " + shared_file("models/stories260K/tok512.model");
+  const std::string gguf = write_quantized_gguf(Quant::Q4_0, &scales);
+  const double as_f32 = perplexity_of(gguf, tokenizer),
+               as_q4g32 = perplexity_of(gguf, tokenizer, "q4g32 --override mlp.down_proj=f32"),
+               as_q4g64 = perplexity_of(gguf, tokenizer, "q4g64 --override mlp.down_proj=f32");
+  EXPECT_NEAR(as_q4g32, as_f32, 1e-3 * as_f32);
+  EXPECT_GT(as_q4g64, as_q4g32);
+  std::cout << "[gguf] stories260K from Q4_0: PPL as f32 " << as_f32 << ", q4g32 from the codes " << as_q4g32
+            << ", q4g64 requantized " << as_q4g64 << "\n";
+}
+
 // stories260K as llama.cpp's convert_hf_to_gguf.py writes a Phi-3 (arch "phi3"): q/k/v in
 // one attn_qkv and [gate; up] in one ffn_up, rows in Hugging Face's rotate-half order, F32.
 // `extra` adds a tensor (e.g. rope factors); `window` > 0 writes phi3.attention.sliding_window.
@@ -369,6 +424,41 @@ TEST(ImportGgufQuantized, KQuantTensorsLandWhereTheFileSays) {
     ASSERT_EQ(size_t(t.numel()), want.size());
     EXPECT_EQ(std::vector<float>(t.as<float>(), t.as<float>() + t.numel()), want);
   }
+}
+
+// Q4_K's groups of 32 (scale s = d * sc, offset o = -dmin * m) packed as q4g32: s and the
+// zero -o / s round to fp16 (d * sc has up to 17 significant bits), so a weight moves by at
+// most 2^-11 (|q s| + |o|) <= 2^-11 (15 |s| + |o|), where quantizing the floats again
+// would be off by up to half a step, 1/30 of the group's range; Q6_K tensors (groups of
+// 16) take that path.
+TEST(ImportGgufQuantized, Q4KPacksAsQ4g32WithinFp16Rounding) {
+  const KQuantModel model = write_k_quant_gguf();
+  const SourceModel imported = load_gguf(model.path);
+  QuantizeSpec spec;
+  spec.format = WeightFormat::parse("q4g32");
+  const PackedCheckpoint packed = quantize_model(imported, spec);
+  const LayerTensorNames l = layer_tensor_names(1);
+  const std::vector<float>& want = model.decoded.at("blk.1.ffn_up.weight");  // [512, 256], Q4_K
+  const PackedWeight& up = packed.layers[1].up;
+  const BlockSource& blocks = imported.block_sources.at(l.up + ".weight");  // [512 rows, 144 bytes]
+  ASSERT_EQ(blocks.blocks.shape, (std::vector<int64_t>{512, 144}));
+  std::vector<float> row(static_cast<size_t>(up.cols));
+  uint8_t codes[256];
+  float scale[8], offset[8];
+  double worst = 0;
+  for (int64_t n = 0; n < up.rows; ++n) {
+    dequantize_row(up, n, row.data());
+    ggml_type(12)->affine_groups(blocks.blocks.data + n * 144, codes, scale, offset);
+    for (int64_t k = 0; k < up.cols; ++k) {
+      const double bound = std::ldexp(1.0, -11) * (15 * std::fabs(scale[k / 32]) + std::fabs(offset[k / 32]));
+      const double err = std::fabs(row[size_t(k)] - want[size_t(n * up.cols + k)]);
+      worst = std::max(worst, err / bound);
+      ASSERT_LE(err, 1.01 * bound + 1e-12) << "row " << n << " weight " << k;
+    }
+  }
+  std::cout << "[gguf] Q4_K -> q4g32: worst error " << worst << " of the fp16 bound\n";
+  EXPECT_GT(imported.block_sources.count(l.up + ".weight"), 0u);
+  EXPECT_EQ(imported.block_sources.count(l.down + ".weight"), 0u);  // Q6_K: no groups of 32
 }
 
 TEST(ImportGgufQuantized, KQuantModelQuantizesAndRuns) {
