@@ -16,8 +16,9 @@ float half_at(const uint8_t* p) {
 
 // ---- affine blocks: w = scale * q + offset per group of 32, unsigned codes q -----------
 // Each fills codes [elements] and scale, offset [elements / 32]. The products and sums are
-// those of ggml's formulas, exact in fp32 up to its one rounding (d (q - 8) = d q - 8 d
-// exactly for 4-bit codes and an 11-bit d), so the decoded floats equal ggml's.
+// exact in fp32 up to ggml's one rounding (d (q - 8) = d q - 8 d exactly for 4-bit codes
+// and an 11-bit d), so the decoded floats equal ggml's, except that a zero weight of a
+// negative d comes out +0 where ggml's d (q - 8) gives -0.
 
 // Blocks of 32 hold nibble codes in 16 bytes: weight j < 16 is the low nibble of byte j,
 // weight 16 + j its high nibble. Q5_0/Q5_1 add a fifth bit: bit j of the 32-bit qh.

@@ -4,9 +4,10 @@
 // and the K-quants (Q2_K .. Q6_K: super-blocks of 256 weights in sub-blocks of 16 or 32
 // with their own quantized scales, as llama.cpp's Q4_K_M and friends are made of). The
 // layouts are described beside each decoder in ggml_blocks.cpp. A quantized GGUF is
-// dequantized to F32 on import and quantized again by gemlite-quantize: from Q8_0 or Q6_K
-// that loses little (README's KL table); from 4 bits and below it compounds two
-// roundings, so convert the f16 source where there is one. IQ types (codebooks) are not read.
+// dequantized to F32 on import and, unless its codes can be packed as they are
+// (AffineGroups below, models/pack_ggml_codes.h), quantized again by gemlite-quantize,
+// which compounds two roundings: convert the f16 source where there is one. IQ types
+// (codebooks) are not read.
 #include <cstdint>
 #include <string>
 

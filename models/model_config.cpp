@@ -125,6 +125,9 @@ void parse_rope(const KeyReader& keys, const std::string& where, ModelConfig* co
   const KeyReader rope(keys.object(group), where, std::string(group) + ".");
 
   config->rope_theta = rope.optional_float("rope_theta", config->rope_theta);
+  // transformers 5 keeps Phi-3's partial_rotary_factor here (and writes 1.0 when unset).
+  if (rope.optional_float("partial_rotary_factor", 1.0f) != 1.0f)
+    rope.bad("partial_rotary_factor", "only 1 (RoPE over the whole head) is supported");
   // transformers before 4.43 spelled rope_type as "type".
   const std::string type = rope.optional_string("rope_type", rope.optional_string("type", "default"));
   if (type == "default") return;

@@ -89,6 +89,9 @@ void split_fused_projections(SourceModel& model, const std::string& where) {
         fail(where, "tensor '" + name + "' has shape " + fused.shape_string() + ", expected [" +
                         std::to_string(rows) + ", " + std::to_string(c.dim) + "]");
       model.tensors.erase(found);
+      for (const auto& part : parts)
+        if (model.tensors.count(part.first))
+          fail(where, "holds both the fused '" + name + "' and its part '" + part.first + "'");
       const auto blocks = model.block_sources.find(name);
       int64_t first = 0;
       for (const auto& [part, part_rows] : parts) {

@@ -6,6 +6,7 @@
 // available to test against; the layouts follow ggml's block structs (sizes checked here).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -52,6 +53,11 @@ std::vector<float> walk_q4_0(const Block& b) {
   }
   return w;
 }
+std::vector<float> walk_q8_0(const Block& b) {
+  std::vector<float> w(32);
+  for (int j = 0; j < 32; ++j) w[size_t(j)] = half_at(b, 0) * float(int8_t(b[2 + size_t(j)]));
+  return w;
+}
 std::vector<float> walk_q4_1(const Block& b) {
   std::vector<float> w(32);
   const float d = half_at(b, 0), m = half_at(b, 2);
@@ -76,18 +82,19 @@ std::vector<float> walk_q5(const Block& b, bool with_min) {
   return w;
 }
 
-// Q4_K / Q5_K: the 6-bit scale and min of sub-block s, each read bit by bit from the 12
-// packed bytes: scale bits 0-3 (s >= 4) or 0-5 (s < 4) ...
-int bits_of(const Block& b, size_t byte, int first, int count) { return b[byte] >> first & ((1 << count) - 1); }
-void k4_scale_min(const Block& b, size_t at, int s, int* scale, int* min) {
-  if (s < 4) {
-    *scale = bits_of(b, at + size_t(s), 0, 6);
-    *min = bits_of(b, at + size_t(s) + 4, 0, 6);
-  } else {
-    *scale = bits_of(b, at + size_t(s) + 4, 0, 4) + 16 * bits_of(b, at + size_t(s) - 4, 6, 2);
-    *min = bits_of(b, at + size_t(s) + 4, 4, 4) + 16 * bits_of(b, at + size_t(s), 6, 2);
+// Q4_K / Q5_K's eight 6-bit scales and mins, read byte by byte by role: bytes 0-3 give
+// scales 0-3 (low 6 bits) and the top bits of scales 4-7; bytes 4-7 the same for mins;
+// bytes 8-11 the low 4 bits of scale 4 + i (low nibble) and min 4 + i (high nibble).
+void k4_scales_mins(const Block& b, size_t at, int (&scale)[8], int (&min)[8]) {
+  for (int i = 0; i < 4; ++i) {
+    const uint8_t s_byte = b[at + size_t(i)], m_byte = b[at + 4 + size_t(i)], low = b[at + 8 + size_t(i)];
+    scale[i] = s_byte & 0x3F;
+    min[i] = m_byte & 0x3F;
+    scale[4 + i] = (low & 0x0F) | (s_byte >> 6) << 4;
+    min[4 + i] = (low >> 4) | (m_byte >> 6) << 4;
   }
 }
+int bits_of(const Block& b, size_t byte, int first, int count) { return b[byte] >> first & ((1 << count) - 1); }
 // Element e of the super-block: sub-block s = e / 32; byte 32 (s / 2) + e % 32 of qs,
 // its low nibble for even s; Q5_K's fifth bit is bit s of qh[e % 32].
 std::vector<float> element_q45_k(const Block& b, bool five) {
@@ -96,8 +103,9 @@ std::vector<float> element_q45_k(const Block& b, bool five) {
   const size_t qs_at = five ? 48 : 16;
   for (int e = 0; e < 256; ++e) {
     const int s = e / 32;
-    int scale, min;
-    k4_scale_min(b, 4, s, &scale, &min);
+    int scales[8], mins[8];
+    k4_scales_mins(b, 4, scales, mins);
+    const int scale = scales[s], min = mins[s];
     const uint8_t byte = b[qs_at + size_t(32 * (s / 2) + e % 32)];
     int q = s % 2 == 0 ? byte & 15 : byte >> 4;
     if (five) q += 16 * bits_of(b, 16 + size_t(e % 32), s, 1);
@@ -145,15 +153,20 @@ std::vector<float> walk_q2_k(const Block& b) {
       }
   return w;
 }
-// Q3_K's 16 scales unpacked as 32-bit words (its 12 bytes: 4 words of low nibbles, then
-// the high bits two per scale), minus 32.
+// Q3_K's 16 scales read as ggml stores them: three little-endian 32-bit words A, B, C (the
+// 12 bytes); scales 0-3 are the low nibbles of A's bytes, 4-7 of B's, 8-11 A's high
+// nibbles, 12-15 B's; each gets two high bits from C: bits 0-1 of C's bytes for scales
+// 0-3, bits 2-3 for 4-7, 4-5 for 8-11, 6-7 for 12-15. Minus 32.
 std::vector<int> q3_k_scales(const Block& b) {
+  uint32_t word[3];
+  std::memcpy(word, &b[96], 12);
+  const uint32_t nibbles = 0x0F0F0F0Fu, pairs = 0x03030303u;
+  const uint32_t unpacked[4] = {(word[0] & nibbles) | (word[2] & pairs) << 4,
+                                (word[1] & nibbles) | (word[2] >> 2 & pairs) << 4,
+                                (word[0] >> 4 & nibbles) | (word[2] >> 4 & pairs) << 4,
+                                (word[1] >> 4 & nibbles) | (word[2] >> 6 & pairs) << 4};
   std::vector<int> scales(16);
-  for (int s = 0; s < 16; ++s) {
-    const int nibble_byte = s % 8, nibble_shift = s < 8 ? 0 : 4;
-    const int high_byte = 8 + s % 4, high_shift = 2 * (s / 4);
-    scales[size_t(s)] = ((b[96 + size_t(nibble_byte)] >> nibble_shift & 15) | (b[96 + size_t(high_byte)] >> high_shift & 3) << 4) - 32;
-  }
+  for (int s = 0; s < 16; ++s) scales[size_t(s)] = int(unpacked[s / 4] >> (8 * (s % 4)) & 0xFF) - 32;
   return scales;
 }
 std::vector<float> walk_q3_k(const Block& b) {
@@ -186,6 +199,7 @@ struct Case {
 TEST(GgmlBlocks, EveryReadableTypeDecodesAsItsLayout) {
   std::mt19937 rng(31);
   const Case cases[] = {
+      {8, "Q8_0", 32, 34, {0}, walk_q8_0},
       {2, "Q4_0", 32, 18, {0}, walk_q4_0},
       {3, "Q4_1", 32, 20, {0, 2}, walk_q4_1},
       {6, "Q5_0", 32, 22, {0}, [](const Block& b) { return walk_q5(b, false); }},
@@ -210,8 +224,8 @@ TEST(GgmlBlocks, EveryReadableTypeDecodesAsItsLayout) {
       ASSERT_EQ(want.size(), size_t(c.elements));
       std::vector<float> got(static_cast<size_t>(c.elements), NAN);
       type->dequantize_block(block.data(), got.data());
-      // Bit for bit: both compute ggml's products and sums, exact in fp32 up to the same
-      // final rounding.
+      // Equal (== also takes -0 for +0, which a negative d's zero weights give ggml): both
+      // compute ggml's products and sums, exact in fp32 up to the same final rounding.
       for (int e = 0; e < c.elements; ++e)
         ASSERT_EQ(got[size_t(e)], want[size_t(e)]) << "element " << e << " of trial " << trial;
     }

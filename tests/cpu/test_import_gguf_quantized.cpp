@@ -265,8 +265,9 @@ TEST(ImportGgufQuantized, Q4_0AndQ8_0PackAsQ4g32AndQ8g32CodeForCode) {
 
 // stories260K as llama.cpp's convert_hf_to_gguf.py writes a Phi-3 (arch "phi3"): q/k/v in
 // one attn_qkv and [gate; up] in one ffn_up, rows in Hugging Face's rotate-half order, F32.
-// `extra` adds a tensor (e.g. rope factors); `window` > 0 writes phi3.attention.sliding_window.
-std::string write_phi3_gguf(const std::string& extra = "", int window = 0) {
+// `extra` adds a tensor (e.g. rope factors); `window` > 0 writes phi3.attention.sliding_window;
+// `rope_dims` > 0 replaces head_dim as phi3.rope.dimension_count.
+std::string write_phi3_gguf(const std::string& extra = "", int window = 0, int rope_dims = 0) {
   const SourceModel source = load_llama2c(kBin);
   const ModelConfig& c = source.config;
   GgufWriter w;
@@ -277,7 +278,7 @@ std::string write_phi3_gguf(const std::string& extra = "", int window = 0) {
   w.key_u32("phi3.attention.head_count", c.n_heads);
   w.key_u32("phi3.attention.head_count_kv", c.n_kv_heads);
   w.key_u32("phi3.context_length", c.max_seq_len);
-  w.key_u32("phi3.rope.dimension_count", c.head_dim);
+  w.key_u32("phi3.rope.dimension_count", rope_dims > 0 ? rope_dims : c.head_dim);
   w.key_f32("phi3.attention.layer_norm_rms_epsilon", c.norm_eps);
   if (window > 0) w.key_u32("phi3.attention.sliding_window", uint32_t(window));
   const auto bytes_of = [&](const std::vector<std::string>& names) {
@@ -332,11 +333,19 @@ TEST(ImportGgufPhi3, FusedTensorsSplitIntoTheSameModel) {
     EXPECT_EQ(0, std::memcmp(got.data, want.data, want.nbytes()));
   }
   EXPECT_EQ(load_gguf(write_phi3_gguf("", 100)).config.max_seq_len, 100);  // the sliding window
+  for (const char* factors : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+    try {
+      load_gguf(write_phi3_gguf(factors));
+      ADD_FAILURE() << "Phi-3 long-context rope factors were accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rope_factors"), std::string::npos) << e.what();
+    }
+  }
   try {
-    load_gguf(write_phi3_gguf("rope_factors_long.weight"));
-    ADD_FAILURE() << "Phi-3 long-context rope factors were accepted";
+    load_gguf(write_phi3_gguf("", 0, 4));  // RoPE over 4 of 8 dimensions
+    ADD_FAILURE() << "partial RoPE was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rope_factors"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rope.dimension_count"), std::string::npos) << e.what();
   }
 }
 

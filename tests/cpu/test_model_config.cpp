@@ -194,6 +194,30 @@ TEST(ModelConfig, RejectsUnknownArchitectures) {
   expect_config_error(config, {"unknown architecture 'GPT2LMHeadModel'"});
 }
 
+// Phi-3: the Llama computation (fused tensors are split by the importers); its sliding
+// window caps the context; RoPE over part of a head (partial_rotary_factor, at the top
+// level in transformers 4, in rope_parameters in 5) and longrope scaling are refused.
+TEST(ModelConfig, Phi3SlidingWindowAndRefusedRopeVariants) {
+  json config = llama31_transformers4();
+  config["model_type"] = "phi3";
+  config.erase("rope_scaling");
+  config["sliding_window"] = 2047;
+  const ModelConfig c = parse_hf_config(config, kWhere);
+  EXPECT_EQ(c.architecture, "phi3");
+  EXPECT_EQ(c.max_seq_len, 2047);
+  json partial = config;
+  partial["partial_rotary_factor"] = 0.75;
+  expect_config_error(partial, {"partial_rotary_factor", "only 1"});
+  partial = config;
+  partial["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}};
+  expect_config_error(partial, {"rope_parameters.partial_rotary_factor"});
+  partial["rope_parameters"]["partial_rotary_factor"] = 1.0;  // what transformers 5 writes for Phi-3
+  EXPECT_EQ(parse_hf_config(partial, kWhere).architecture, "phi3");
+  json longrope = config;
+  longrope["rope_scaling"] = {{"type", "longrope"}, {"long_factor", {1.0}}, {"short_factor", {1.0}}};
+  expect_config_error(longrope, {"'longrope' is not supported"});
+}
+
 TEST(ModelConfig, RejectsMissingOrMistypedKeys) {
   json config = llama31_transformers4();
   config.erase("hidden_size");
