@@ -47,6 +47,16 @@ RowDecoder make_row_decoder(const PackedWeight& w) {
   throw Error("unknown weight format kind");
 }
 
+PackedWeight allocate_packed_weight(const WeightFormat& format, int64_t rows, int64_t cols) {
+  PackedWeight packed;
+  packed.format = format;
+  packed.rows = rows;
+  packed.cols = cols;
+  for (const PartSpec& spec : expected_parts(format, rows, cols))
+    packed.parts[spec.name] = HostTensor::zeros(spec.dtype, spec.shape);
+  return packed;
+}
+
 PackedWeight quantize_weight(const float* w, int64_t N, int64_t K, const WeightFormat& format) {
   const std::string where = "quantize_weight (" + format.name() + ")";
   if (N < 1 || K < 1)
@@ -54,12 +64,7 @@ PackedWeight quantize_weight(const float* w, int64_t N, int64_t K, const WeightF
   for (int64_t i = 0; i < N * K; ++i)
     if (!std::isfinite(w[i]))
       fail(where, "weight [" + std::to_string(i / K) + ", " + std::to_string(i % K) + "] is not finite");
-  PackedWeight packed;
-  packed.format = format;
-  packed.rows = N;
-  packed.cols = K;
-  for (const PartSpec& spec : expected_parts(format, N, K))
-    packed.parts[spec.name] = HostTensor::zeros(spec.dtype, spec.shape);
+  PackedWeight packed = allocate_packed_weight(format, N, K);
   switch (format.kind) {
     case FormatKind::Dense: dense_quantize(w, &packed); break;
     case FormatKind::QN: qn_quantize(w, &packed); break;

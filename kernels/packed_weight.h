@@ -60,6 +60,8 @@ RowDecoder make_row_decoder(const PackedWeight& w);
 
 // Quantizes a float weight w [N, K] (row-major) into `format`.
 PackedWeight quantize_weight(const float* w, int64_t N, int64_t K, const WeightFormat& format);
+// A [rows, cols] weight of `format` with its parts allocated and zeroed, for a packer to fill.
+PackedWeight allocate_packed_weight(const WeightFormat& format, int64_t rows, int64_t cols);
 
 // CPU reference: row n of the dequantized weight, out [K].
 void dequantize_row(const PackedWeight& w, int64_t n, float* out);

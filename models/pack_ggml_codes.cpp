@@ -17,12 +17,7 @@ std::optional<PackedWeight> pack_qn_from_ggml_codes(const BlockSource& source, c
   const int64_t N = source.blocks.shape[0], row_bytes = source.blocks.shape[1];
   const int64_t blocks_per_row = row_bytes / type->block_bytes, K = blocks_per_row * type->block_elements;
   const int64_t n_groups = K / 32, Kw = qn_words_per_row(K, format.bits);
-  PackedWeight packed;
-  packed.format = format;
-  packed.rows = N;
-  packed.cols = K;
-  for (const PartSpec& spec : expected_parts(format, N, K))
-    packed.parts[spec.name] = HostTensor::zeros(spec.dtype, spec.shape);
+  PackedWeight packed = allocate_packed_weight(format, N, K);
   int32_t* qweight = packed.parts.at("qweight").mutable_as<int32_t>();  // [N, Kw]
   uint16_t* scales = packed.parts.at("scales").mutable_as<uint16_t>();  // [N, n_groups]
   uint16_t* zeros = packed.parts.at("zeros").mutable_as<uint16_t>();    // [N, n_groups]
