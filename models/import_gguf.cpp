@@ -214,7 +214,7 @@ std::string hf_tensor_name(const std::string& gguf_name, const std::string& arch
   return module->second + part;
 }
 
-ModelConfig config_from_metadata(const Metadata& meta, const std::map<std::string, HostTensor>& tensors) {
+ModelConfig config_from_metadata(const Metadata& meta, const SourceModel& model) {
   ModelConfig c;
   const std::string arch = meta.text("general.architecture");
   if (arch != "llama" && arch != "qwen2" && arch != "phi3")
@@ -238,16 +238,15 @@ ModelConfig config_from_metadata(const Metadata& meta, const std::map<std::strin
   c.norm_eps = float(meta.real(p + "attention.layer_norm_rms_epsilon", 1e-5));
   if (const Value* scaling = meta.find(p + "rope.scaling.type"); scaling && meta.text(p + "rope.scaling.type") != "none")
     fail(meta.path, "rope scaling '" + scaling->text + "' is not supported");
-  if (tensors.count("rope_factors_long.weight") || tensors.count("rope_factors_short.weight"))
+  if (model.has("rope_factors_long.weight") || model.has("rope_factors_short.weight"))
     fail(meta.path, "Phi-3's long-context rope scaling (rope_factors_long/short) is not supported");
-  if (tensors.count("rope_freqs.weight"))
+  if (model.has("rope_freqs.weight"))
     fail(meta.path, "Llama-3 rope scaling (rope_freqs.weight) is not supported from GGUF; convert the Hugging Face "
                     "directory instead");
-  const auto embedding = tensors.find(kEmbeddingName);
-  if (embedding == tensors.end()) fail(meta.path, "tensor 'token_embd.weight' is missing");
-  c.vocab_size = meta.count(p + "vocab_size", embedding->second.shape[0]);
-  c.tied_embeddings = tensors.count(std::string(kLmHeadModule) + ".weight") == 0;
-  c.qkv_bias = tensors.count(layer_tensor_names(0).q + ".bias") > 0;
+  if (!model.has(kEmbeddingName)) fail(meta.path, "tensor 'token_embd.weight' is missing");
+  c.vocab_size = meta.count(p + "vocab_size", model.shape_of(kEmbeddingName)[0]);
+  c.tied_embeddings = !model.has(std::string(kLmHeadModule) + ".weight");
+  c.qkv_bias = model.has(layer_tensor_names(0).q + ".bias");
   c.bos_id = meta.count("tokenizer.ggml.bos_token_id", 1);
   c.eos_id = meta.count("tokenizer.ggml.eos_token_id", 2);
   c.validate(meta.path);
@@ -378,21 +377,21 @@ SourceModel load_gguf(const std::string& path) {
         bytes > file->size() - data_start - info.offset)
       fail(path, "truncated: tensor '" + info.name + "' ends past the end of the file");
     const uint8_t* data = file->data() + data_start + info.offset;
-    if (!type->plain) {  // dequantized, block after block, into an F32 copy
-      tensor = HostTensor::zeros(DType::F32, info.shape);
-      float* out = tensor.mutable_as<float>();
-      const int64_t blocks = tensor.numel() / type->block_elements;
-      for (int64_t b = 0; b < blocks; ++b)
-        type->dequantize_block(data + b * type->block_bytes, out + b * type->block_elements);
-      if (type->affine_groups && info.shape.size() == 2) {  // and the blocks themselves, for qNg32
-        BlockSource& source = model.block_sources[name];
-        source.ggml_type = info.type;
-        source.blocks.dtype = DType::U8;
-        source.blocks.shape = {info.shape[0], info.shape[1] / type->block_elements * type->block_bytes};
-        source.blocks.data = data;
-        source.blocks.owner = file;
+    if (!type->plain) {
+      BlockSource source;  // the file's blocks, decoded when the quantizer asks (SourceModel::tensor)
+      source.type_id = info.type;
+      source.blocks.dtype = DType::U8;
+      const int64_t rows = info.shape.size() == 2 ? info.shape[0] : 1;
+      source.blocks.shape = {rows, info.shape.back() / type->block_elements * type->block_bytes};
+      source.blocks.data = data;
+      source.blocks.owner = file;
+      if (info.shape.size() == 2) {
+        model.block_sources[name] = std::move(source);
+      } else {  // rare: a quantized 1-D tensor, decoded now
+        HostTensor values = source.dequantize();
+        values.shape = info.shape;
+        model.tensors[name] = std::move(values);
       }
-      model.tensors[name] = std::move(tensor);
       continue;
     }
     const DType dtype = info.type == 0 ? DType::F32 : info.type == 1 ? DType::F16 : DType::BF16;
@@ -405,9 +404,10 @@ SourceModel load_gguf(const std::string& path) {
     }
     model.tensors[name] = std::move(tensor);
   }
-  model.config = config_from_metadata(meta, model.tensors);
+  model.config = config_from_metadata(meta, model);
   read_vocabulary(meta, model.config.vocab_size, &model);
   model.tensors.erase("rope_freqs.weight");
+  model.block_sources.erase("rope_freqs.weight");
   if (model.config.architecture == "phi3") split_fused_projections(model, path);
   check_source_tensors(model, path);
 

@@ -10,7 +10,7 @@
 namespace gemlite {
 
 std::optional<PackedWeight> pack_qn_from_ggml_codes(const BlockSource& source, const WeightFormat& format) {
-  const GgmlType* type = ggml_type(source.ggml_type);
+  const GgmlType* type = ggml_type(source.type_id);
   if (!type || !type->affine_groups || format.kind != FormatKind::QN || format.group != 32 ||
       format.bits != type->affine_bits || source.blocks.shape.size() != 2)
     return std::nullopt;

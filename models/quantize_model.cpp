@@ -23,12 +23,6 @@ HostTensor to_dense(const HostTensor& source, DType dtype) {
   return out;
 }
 
-const HostTensor& source_tensor(const SourceModel& source, const std::string& name) {
-  auto it = source.tensors.find(name);
-  if (it == source.tensors.end()) throw Error("source model has no tensor '" + name + "'");
-  return it->second;
-}
-
 }  // namespace
 
 std::pair<std::string, WeightFormat> parse_override(const std::string& text) {
@@ -74,13 +68,12 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
   ckpt.default_format = spec.format.name();
   ckpt.chat_template = spec.chat_template;
   ckpt.tokenizer_path = source.tokenizer_path;
-  ckpt.embedding = to_dense(source_tensor(source, kEmbeddingName), embedding_dtype_for(spec.format));
-  ckpt.final_norm = to_dense(source_tensor(source, kFinalNormName), DType::F32);
+  ckpt.embedding = to_dense(source.tensor(kEmbeddingName), embedding_dtype_for(spec.format));
+  ckpt.final_norm = to_dense(source.tensor(kFinalNormName), DType::F32);
 
   int done = 0;
   auto quantize = [&](const std::string& module) {
     const std::string name = c.tied_embeddings && module == kLmHeadModule ? kEmbeddingName : module + ".weight";
-    const HostTensor& matrix = source_tensor(source, name);
     const WeightFormat format = format_for_module(spec, module);
     // A GGUF's affine blocks become a qNg32 weight code for code (models/pack_ggml_codes.h).
     const auto blocks = source.block_sources.find(name);
@@ -90,11 +83,11 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
     if (from_codes) {
       w = std::move(*from_codes);
     } else {
-      const std::vector<float> values = matrix.to_float();  // [N, K], one matrix at a time
+      const HostTensor matrix = source.tensor(name);        // a GGUF's blocks decoded here, one at a time
+      const std::vector<float> values = matrix.to_float();  // [N, K]
       w = quantize_weight(values.data(), matrix.shape[0], matrix.shape[1], format);
     }
-    auto bias = source.tensors.find(module + ".bias");
-    if (bias != source.tensors.end()) w.parts["bias"] = to_dense(bias->second, DType::F32);
+    if (source.has(module + ".bias")) w.parts["bias"] = to_dense(source.tensor(module + ".bias"), DType::F32);
     if (progress) progress(++done, int(modules.size()), module);
     return w;
   };
@@ -102,8 +95,8 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerTensorNames names = layer_tensor_names(i);
     PackedLayer layer;
-    layer.attn_norm = to_dense(source_tensor(source, names.attn_norm), DType::F32);
-    layer.ffn_norm = to_dense(source_tensor(source, names.ffn_norm), DType::F32);
+    layer.attn_norm = to_dense(source.tensor(names.attn_norm), DType::F32);
+    layer.ffn_norm = to_dense(source.tensor(names.ffn_norm), DType::F32);
     const std::vector<std::string> modules_of_layer = names.linears();
     const std::vector<PackedWeight*> slots = layer.linear_slots();
     for (size_t j = 0; j < slots.size(); ++j) *slots[j] = quantize(modules_of_layer[j]);

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "models/ggml_blocks.h"
 #include "models/llama_weights.h"
 #include "runtime/error.h"
 
@@ -32,18 +33,51 @@ std::vector<TensorSpec> required_source_tensors(const ModelConfig& c) {
   return specs;
 }
 
+std::vector<int64_t> BlockSource::shape() const {
+  const GgmlType* type = ggml_type(type_id);
+  return {blocks.shape[0], blocks.shape[1] / type->block_bytes * type->block_elements};
+}
+
+HostTensor BlockSource::dequantize() const {
+  const GgmlType* type = ggml_type(type_id);
+  HostTensor out = HostTensor::zeros(DType::F32, shape());
+  float* values = out.mutable_as<float>();
+  const int64_t n_blocks = blocks.shape[0] * (blocks.shape[1] / type->block_bytes);
+  for (int64_t b = 0; b < n_blocks; ++b)
+    type->dequantize_block(blocks.data + b * type->block_bytes, values + b * type->block_elements);
+  return out;
+}
+
+bool SourceModel::has(const std::string& name) const { return tensors.count(name) || block_sources.count(name); }
+
+std::vector<int64_t> SourceModel::shape_of(const std::string& name) const {
+  if (const auto t = tensors.find(name); t != tensors.end()) return t->second.shape;
+  if (const auto b = block_sources.find(name); b != block_sources.end()) return b->second.shape();
+  throw Error("source model has no tensor '" + name + "'");
+}
+
+HostTensor SourceModel::tensor(const std::string& name) const {
+  if (const auto t = tensors.find(name); t != tensors.end()) return t->second;
+  if (const auto b = block_sources.find(name); b != block_sources.end()) return b->second.dequantize();
+  throw Error("source model has no tensor '" + name + "'");
+}
+
 void check_source_tensors(const SourceModel& model, const std::string& where) {
   for (const TensorSpec& spec : required_source_tensors(model.config)) {
-    auto found = model.tensors.find(spec.name);
-    if (found == model.tensors.end()) fail(where, "missing tensor '" + spec.name + "'");
-    const HostTensor& t = found->second;
+    if (!model.has(spec.name)) fail(where, "missing tensor '" + spec.name + "'");
     HostTensor expected;
     expected.shape = spec.shape;
-    if (t.shape != spec.shape)
-      fail(where, "tensor '" + spec.name + "' has shape " + t.shape_string() + ", expected " +
+    const std::vector<int64_t> shape = model.shape_of(spec.name);
+    if (shape != spec.shape) {
+      HostTensor got;
+      got.shape = shape;
+      fail(where, "tensor '" + spec.name + "' has shape " + got.shape_string() + ", expected " +
                       expected.shape_string());
-    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
-      fail(where, "tensor '" + spec.name + "' has dtype " + dtype_name(t.dtype) +
+    }
+    const auto t = model.tensors.find(spec.name);
+    if (t != model.tensors.end() && t->second.dtype != DType::F32 && t->second.dtype != DType::F16 &&
+        t->second.dtype != DType::BF16)
+      fail(where, "tensor '" + spec.name + "' has dtype " + dtype_name(t->second.dtype) +
                       ", expected F32, F16 or BF16");
   }
 }
@@ -52,11 +86,11 @@ void interleaved_to_rotate_half_qk(SourceModel& model) {
   for (int i = 0; i < model.config.n_layers; ++i) {
     const LayerTensorNames layer = layer_tensor_names(i);
     for (const std::string& projection : {layer.q, layer.k}) {
-      HostTensor& weight = model.tensors.at(projection + ".weight");
-      weight = interleaved_to_rotate_half_rows(weight, model.config.head_dim);
+      // Rows of floats or of blocks alike.
       const auto blocks = model.block_sources.find(projection + ".weight");
-      if (blocks != model.block_sources.end())
-        blocks->second.blocks = interleaved_to_rotate_half_rows(blocks->second.blocks, model.config.head_dim);
+      HostTensor& rows = blocks != model.block_sources.end() ? blocks->second.blocks
+                                                              : model.tensors.at(projection + ".weight");
+      rows = interleaved_to_rotate_half_rows(rows, model.config.head_dim);
     }
   }
 }
@@ -78,29 +112,32 @@ void split_fused_projections(SourceModel& model, const std::string& where) {
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerTensorNames layer = layer_tensor_names(i);
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
-    // The fused tensor `name` [sum of rows, dim] -> the parts (name, rows), its block source too.
+    // The fused tensor `name` [sum of rows, dim] -> the parts (name, rows): views of its rows,
+    // floats or blocks.
     const auto split = [&](const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts) {
       int64_t rows = 0;
       for (const auto& part : parts) rows += part.second;
-      const auto found = model.tensors.find(name);
-      if (found == model.tensors.end()) fail(where, "missing tensor '" + name + "'");
-      const HostTensor fused = found->second;
-      if (fused.shape != std::vector<int64_t>{rows, c.dim})
-        fail(where, "tensor '" + name + "' has shape " + fused.shape_string() + ", expected [" +
+      if (!model.has(name)) fail(where, "missing tensor '" + name + "'");
+      const std::vector<int64_t> shape = model.shape_of(name);
+      if (shape != std::vector<int64_t>{rows, c.dim}) {
+        HostTensor got;
+        got.shape = shape;
+        fail(where, "tensor '" + name + "' has shape " + got.shape_string() + ", expected [" +
                         std::to_string(rows) + ", " + std::to_string(c.dim) + "]");
-      model.tensors.erase(found);
+      }
       for (const auto& part : parts)
-        if (model.tensors.count(part.first))
-          fail(where, "holds both the fused '" + name + "' and its part '" + part.first + "'");
+        if (model.has(part.first)) fail(where, "holds both the fused '" + name + "' and its part '" + part.first + "'");
       const auto blocks = model.block_sources.find(name);
       int64_t first = 0;
       for (const auto& [part, part_rows] : parts) {
-        model.tensors[part] = row_view(fused, first, part_rows);
         if (blocks != model.block_sources.end())
-          model.block_sources[part] = {blocks->second.ggml_type, row_view(blocks->second.blocks, first, part_rows)};
+          model.block_sources[part] = {blocks->second.type_id, row_view(blocks->second.blocks, first, part_rows)};
+        else
+          model.tensors[part] = row_view(model.tensors.at(name), first, part_rows);
         first += part_rows;
       }
-      if (blocks != model.block_sources.end()) model.block_sources.erase(name);
+      model.tensors.erase(name);
+      model.block_sources.erase(name);
     };
     split(prefix + "self_attn.qkv_proj.weight",
           {{layer.q + ".weight", c.q_dim()}, {layer.k + ".weight", c.kv_dim()}, {layer.v + ".weight", c.kv_dim()}});

@@ -24,20 +24,30 @@
 
 namespace gemlite {
 
-// A tensor's ggml blocks as a GGUF stored them, for the types whose groups of 32 are affine
-// (ggml_blocks.h: AffineGroups): row r of `blocks` [rows, row bytes] U8 holds row r of the
-// tensor, so row moves apply to both alike.
+// A 2-D tensor in ggml blocks as a GGUF stored them (models/ggml_blocks.h): row r of
+// `blocks` [rows, row bytes] U8 holds row r of the tensor, so row moves act on it as on
+// any tensor.
 struct BlockSource {
-  uint32_t ggml_type = 0;
+  uint32_t type_id = 0;  // ggml type id (ggml_blocks.h)
   HostTensor blocks;
+
+  std::vector<int64_t> shape() const;  // [rows, weights per row]
+  HostTensor dequantize() const;       // F32 [rows, cols], owned
 };
 
 struct SourceModel {
   ModelConfig config;
   std::map<std::string, HostTensor> tensors;
-  // GGUF tensors stored as affine blocks, beside their F32 values in `tensors`: the
-  // quantizer packs qNg32 weights from these codes (models/pack_ggml_codes.h).
+  // A GGUF's block-quantized tensors, kept as the file's bytes and decoded one at a time
+  // when asked for (tensor()): converting a 7B Q4_K GGUF holds its ~4 GB, not 27 GB of
+  // floats; the quantizer also packs affine blocks as they are (models/pack_ggml_codes.h).
+  // A name is in `tensors` or here, not both.
   std::map<std::string, BlockSource> block_sources;
+
+  bool has(const std::string& name) const;
+  std::vector<int64_t> shape_of(const std::string& name) const;  // Error when absent
+  // The tensor: a view from `tensors`, or a block source decoded to F32. Error when absent.
+  HostTensor tensor(const std::string& name) const;
   std::string tokenizer_path;  // sentencepiece model; "" when the source has none
   // The vocabulary a source carries without a sentencepiece model (a GGUF's llama-style
   // tokenizer.ggml.*), for spm_bpe_model_proto; empty when it has none usable.

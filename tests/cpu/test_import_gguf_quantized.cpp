@@ -19,6 +19,7 @@
 #include "models/import_gguf.h"
 #include "models/import_llama2c.h"
 #include "models/llama_weights.h"
+#include "models/pack_ggml_codes.h"
 #include "models/quantize_model.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
@@ -159,7 +160,7 @@ void expect_weights_within_block_rounding(Quant quant) {
     // q in rotate-half order again; its scales were taken on the interleaved rows, so
     // compare block by block in that order through the importer's own row mapping.
     for (const auto& [gguf, hf] : {std::pair{"attn_v", l.v}, std::pair{"ffn_gate", l.gate}, std::pair{"attn_q", l.q}}) {
-      const HostTensor& got = imported.tensors.at(hf + ".weight");
+      const HostTensor got = imported.tensor(hf + ".weight");
       const HostTensor& want = original.tensors.at(hf + ".weight");
       ASSERT_EQ(got.dtype, DType::F32);
       ASSERT_EQ(got.shape, want.shape);
@@ -220,7 +221,7 @@ void expect_packed_equals_imported(const PackedCheckpoint& packed, const SourceM
     const std::vector<std::pair<std::string, const PackedWeight*>> modules = {{l.q, &layer.q}, {l.v, &layer.v},
                                                                               {l.gate, &layer.gate}};
     for (const auto& [name, weight] : modules) {
-      const HostTensor& want = imported.tensors.at(name + ".weight");
+      const HostTensor want = imported.tensor(name + ".weight");
       std::vector<float> row(static_cast<size_t>(weight->cols));
       int64_t differ = 0;
       for (int64_t n = 0; n < weight->rows; ++n) {
@@ -418,6 +419,12 @@ KQuantModel write_k_quant_gguf() {
 TEST(ImportGgufQuantized, KQuantTensorsLandWhereTheFileSays) {
   const KQuantModel model = write_k_quant_gguf();
   const SourceModel imported = load_gguf(model.path);
+  // The blocks stay the file's bytes (decoded on demand), not a float copy of the model.
+  const std::string up = layer_tensor_names(0).up + ".weight";
+  EXPECT_EQ(imported.tensors.count(up), 0u);
+  ASSERT_EQ(imported.block_sources.count(up), 1u);
+  EXPECT_EQ(imported.block_sources.at(up).blocks.shape, (std::vector<int64_t>{512, 144}));
+  EXPECT_EQ(imported.shape_of(up), (std::vector<int64_t>{512, 256}));
   EXPECT_EQ(imported.config.dim, 256);
   EXPECT_EQ(imported.config.hidden_dim, 512);
   const LayerTensorNames l = layer_tensor_names(1);
@@ -427,7 +434,7 @@ TEST(ImportGgufQuantized, KQuantTensorsLandWhereTheFileSays) {
                                  {"blk.1.ffn_up.weight", l.up + ".weight"},
                                  {"blk.1.ffn_down.weight", l.down + ".weight"}}) {
     SCOPED_TRACE(gguf);
-    const HostTensor& t = imported.tensors.at(hf);
+    const HostTensor t = imported.tensor(hf);
     ASSERT_EQ(t.dtype, DType::F32);
     const std::vector<float>& want = model.decoded.at(gguf);
     ASSERT_EQ(size_t(t.numel()), want.size());
@@ -466,8 +473,8 @@ TEST(ImportGgufQuantized, Q4KPacksAsQ4g32WithinFp16Rounding) {
     }
   }
   std::cout << "[gguf] Q4_K -> q4g32: worst error " << worst << " of the fp16 bound\n";
-  EXPECT_GT(imported.block_sources.count(l.up + ".weight"), 0u);
-  EXPECT_EQ(imported.block_sources.count(l.down + ".weight"), 0u);  // Q6_K: no groups of 32
+  // Q6_K's groups of 16 have no qNg32 counterpart: its floats are quantized again.
+  EXPECT_FALSE(pack_qn_from_ggml_codes(imported.block_sources.at(l.down + ".weight"), spec.format).has_value());
 }
 
 TEST(ImportGgufQuantized, KQuantModelQuantizesAndRuns) {
