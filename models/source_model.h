@@ -39,8 +39,8 @@ struct SourceModel {
   ModelConfig config;
   std::map<std::string, HostTensor> tensors;
   // A GGUF's block-quantized tensors, kept as the file's bytes and decoded one at a time
-  // when asked for (tensor()): converting a 7B Q4_K GGUF holds its ~4 GB, not 27 GB of
-  // floats; the quantizer also packs affine blocks as they are (models/pack_ggml_codes.h).
+  // when asked for (tensor()): converting a 7B GGUF never holds 27 GB of floats; the
+  // quantizer also packs affine blocks as they are (models/pack_ggml_codes.h).
   // A name is in `tensors` or here, not both.
   std::map<std::string, BlockSource> block_sources;
 
