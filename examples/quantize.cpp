@@ -144,10 +144,20 @@ int main(int argc, char** argv) {
                  source_path.c_str(), c.architecture.c_str(), c.n_layers, c.dim, c.n_heads,
                  c.n_kv_heads, c.vocab_size, spec.format.name().c_str());
     const double start = now_seconds();
-    const PackedCheckpoint packed = quantize_model(source, spec, show_progress);
+    int from_codes = 0, modules = 0;
+    const PackedCheckpoint packed =
+        quantize_model(source, spec, [&](int done, int total, const std::string& module, PackedFrom how) {
+          show_progress(done, total, module);
+          from_codes += how == PackedFrom::SourceCodes;
+          modules = total;
+        });
     save_packed_checkpoint(packed, output);
     std::fprintf(stderr, "wrote %s: %.2f MiB of weights in %.1f s\n", output.c_str(),
                  packed.weight_bytes() / 1048576.0, now_seconds() - start);
+    if (!source.block_sources.empty())  // a quantized GGUF: say which modules kept its codes
+      std::fprintf(stderr, "%d of %d linear modules packed from %s's own codes, the others quantized again%s\n",
+                   from_codes, modules, source_path.c_str(),
+                   from_codes < modules ? " (qNg32 of the same bits keeps Q4_0/Q4_1/Q4_K/Q5_*/Q8_0 codes)" : "");
     return 0;
   });
 }

@@ -79,6 +79,7 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
     const auto blocks = source.block_sources.find(name);
     std::optional<PackedWeight> from_codes =
         blocks == source.block_sources.end() ? std::nullopt : pack_qn_from_ggml_codes(blocks->second, format);
+    const PackedFrom how = from_codes ? PackedFrom::SourceCodes : PackedFrom::Floats;
     PackedWeight w;
     if (from_codes) {
       w = std::move(*from_codes);
@@ -88,7 +89,7 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
       w = quantize_weight(values.data(), matrix.shape[0], matrix.shape[1], format);
     }
     if (source.has(module + ".bias")) w.parts["bias"] = to_dense(source.tensor(module + ".bias"), DType::F32);
-    if (progress) progress(++done, int(modules.size()), module);
+    if (progress) progress(++done, int(modules.size()), module, how);
     return w;
   };
 
@@ -109,7 +110,7 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
       head_format.dense_dtype == ckpt.embedding.dtype) {
     ckpt.lm_head_tied = true;
     ckpt.lm_head = tied_lm_head(ckpt.embedding);
-    if (progress) progress(++done, int(modules.size()), kLmHeadModule);
+    if (progress) progress(++done, int(modules.size()), kLmHeadModule, PackedFrom::Tied);
   } else {
     ckpt.lm_head = quantize(kLmHeadModule);
   }

@@ -25,8 +25,14 @@ WeightFormat format_for_module(const QuantizeSpec& spec, const std::string& modu
 // Throws Error for an override pattern that matches no linear module of `config`.
 void check_overrides_match(const QuantizeSpec& spec, const ModelConfig& config);
 
-// Called after each linear module with (modules done, modules in all, module name).
-using QuantizeProgress = std::function<void(int, int, const std::string&)>;
+// How one linear module was packed.
+enum class PackedFrom {
+  Floats,       // quantized from the source's values
+  SourceCodes,  // a GGUF's own codes, unchanged (models/pack_ggml_codes.h)
+  Tied,         // the embedding, stored once for both
+};
+// Called after each linear module with (modules done, modules in all, module name, how).
+using QuantizeProgress = std::function<void(int, int, const std::string&, PackedFrom)>;
 
 PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& spec,
                                 const QuantizeProgress& progress = nullptr);

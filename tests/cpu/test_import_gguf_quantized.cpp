@@ -259,6 +259,12 @@ TEST(ImportGgufQuantized, Q4_0AndQ8_0PackAsQ4g32AndQ8g32CodeForCode) {
                as_q4g32 = perplexity_of(gguf, tokenizer, "q4g32 --override mlp.down_proj=f32"),
                as_q4g64 = perplexity_of(gguf, tokenizer, "q4g64 --override mlp.down_proj=f32");
   EXPECT_NEAR(as_q4g32, as_f32, 1e-3 * as_f32);
+  // gemlite-quantize says which modules kept the file's codes: all 36 linear modules but
+  // the 5 ffn_down, which the file holds as F32.
+  const ProgramRun quantize =
+      run_program_for_test("gemlite-quantize", gguf + " " + make_temp_dir() + "/model q4g32" + tokenizer, true);
+  ASSERT_EQ(quantize.exit_code, 0) << quantize.output;
+  EXPECT_NE(quantize.output.find("31 of 36 linear modules packed from"), std::string::npos) << quantize.output;
   EXPECT_GT(as_q4g64, as_q4g32);
   std::cout << "[gguf] stories260K from Q4_0: PPL as f32 " << as_f32 << ", q4g32 from the codes " << as_q4g32
             << ", q4g64 requantized " << as_q4g64 << "\n";
