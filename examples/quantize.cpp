@@ -12,6 +12,7 @@
 #include "models/import_gguf.h"
 #include "models/import_hf.h"
 #include "models/import_llama2c.h"
+#include "models/pack_ggml_codes.h"
 #include "models/quantize_model.h"
 #include "runtime/error.h"
 #include "tokenizer/chat_template.h"
@@ -85,7 +86,8 @@ int main(int argc, char** argv) {
     options.add_options()
         ("source", "HF directory, .gguf file or llama2.c .bin", cxxopts::value<std::string>())
         ("output", "Packed checkpoint directory to write", cxxopts::value<std::string>())
-        ("format", "Weight format of every linear layer", cxxopts::value<std::string>())
+        ("format", "Weight format of every linear layer; 'gguf': each quantized GGUF tensor in the "
+                   "format nearest its type", cxxopts::value<std::string>())
         ("override", "PATTERN=FORMAT for matching modules, e.g. lm_head=q8 (repeatable)",
          cxxopts::value<std::vector<std::string>>())
         ("tokenizer", "sentencepiece tokenizer.model or llama2.c tokenizer.bin (llama2.c sources need one; GGUF "
@@ -101,16 +103,27 @@ int main(int argc, char** argv) {
 
     const std::string output = args["output"].as<std::string>();
     check_can_save_packed_checkpoint(output);
+    // FORMAT gguf: each block-quantized tensor of a GGUF in the gemlite format nearest its
+    // type (pack_ggml_codes.h), unquantized ones f16; --override still applies after it.
+    // Any other name is checked before the source is read.
+    const std::string format = args["format"].as<std::string>();
+    const bool keep_gguf_types = format == "gguf";
     QuantizeSpec spec;
-    spec.format = WeightFormat::parse(args["format"].as<std::string>());
+    if (!keep_gguf_types) spec.format = WeightFormat::parse(format);
+    const std::string source_path = args["source"].as<std::string>();
+    SourceModel source = load_source(source_path);
+    if (keep_gguf_types) {
+      if (source.block_sources.empty())
+        fail(source_path, "FORMAT gguf keeps a quantized GGUF's types, but this source has no quantized tensors");
+      spec.format = WeightFormat::parse("f16");
+      spec.overrides = formats_nearest_ggml_blocks(source);
+    }
     if (args.count("override"))
       for (const auto& text : args["override"].as<std::vector<std::string>>())
         spec.overrides.push_back(parse_override(text));
     if (args.count("chat-template"))
       spec.chat_template = chat_template_name(parse_chat_template(args["chat-template"].as<std::string>()));
 
-    const std::string source_path = args["source"].as<std::string>();
-    SourceModel source = load_source(source_path);
     check_overrides_match(spec, source.config);
     // The tokenizer: a sentencepiece model (the HF directory's, or --tokenizer), else one
     // built from a llama2.c tokenizer.bin given as --tokenizer or from the GGUF's vocabulary.
@@ -142,7 +155,7 @@ int main(int argc, char** argv) {
     const ModelConfig& c = source.config;
     std::fprintf(stderr, "%s: %s, %d layers, dim %d, %d heads (%d kv), vocab %d -> %s\n",
                  source_path.c_str(), c.architecture.c_str(), c.n_layers, c.dim, c.n_heads,
-                 c.n_kv_heads, c.vocab_size, spec.format.name().c_str());
+                 c.n_kv_heads, c.vocab_size, keep_gguf_types ? "the GGUF's types" : spec.format.name().c_str());
     const double start = now_seconds();
     int from_codes = 0, modules = 0;
     const PackedCheckpoint packed =

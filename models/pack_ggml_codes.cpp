@@ -5,6 +5,7 @@
 
 #include "kernels/qn/qn_format.h"
 #include "models/ggml_blocks.h"
+#include "models/llama_weights.h"
 #include "runtime/dtype.h"
 
 namespace gemlite {
@@ -43,6 +44,22 @@ std::optional<PackedWeight> pack_qn_from_ggml_codes(const BlockSource& source, c
     qn_pack_row(codes.data(), K, format.bits, qweight + n * Kw);
   }
   return packed;
+}
+
+std::vector<std::pair<std::string, WeightFormat>> formats_nearest_ggml_blocks(const SourceModel& source) {
+  std::vector<std::pair<std::string, WeightFormat>> formats;
+  for (const std::string& module : linear_module_names(source.config.n_layers)) {
+    const std::string name =
+        source.config.tied_embeddings && module == kLmHeadModule ? kEmbeddingName : module + ".weight";
+    const auto blocks = source.block_sources.find(name);
+    if (blocks == source.block_sources.end()) continue;
+    const GgmlType* type = ggml_type(blocks->second.type_id);
+    const std::string type_name = type->name;
+    // Bits of the codes: the affine types' own, else K-quant's name digit (Q2_K .. Q6_K).
+    const int bits = type->affine_groups ? type->affine_bits : type_name[1] - '0';
+    formats.emplace_back(module, WeightFormat::parse("q" + std::to_string(bits) + "g32"));
+  }
+  return formats;
 }
 
 }  // namespace gemlite

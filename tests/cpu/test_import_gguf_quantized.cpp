@@ -20,6 +20,7 @@
 #include "models/import_llama2c.h"
 #include "models/llama_weights.h"
 #include "models/pack_ggml_codes.h"
+#include "models/packed_checkpoint.h"
 #include "models/quantize_model.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
@@ -481,6 +482,30 @@ TEST(ImportGgufQuantized, Q4KPacksAsQ4g32WithinFp16Rounding) {
   std::cout << "[gguf] Q4_K -> q4g32: worst error " << worst << " of the fp16 bound\n";
   // Q6_K's groups of 16 have no qNg32 counterpart: its floats are quantized again.
   EXPECT_FALSE(pack_qn_from_ggml_codes(imported.block_sources.at(l.down + ".weight"), spec.format).has_value());
+}
+
+// FORMAT gguf keeps a K-quant mix: the Q4_K tensors become q4g32 from their codes, the
+// Q6_K ones (ffn_down, output) q6g32; a source without quantized tensors is refused.
+TEST(ImportGgufQuantized, FormatGgufKeepsTheFilesMix) {
+  const KQuantModel model = write_k_quant_gguf();
+  const std::string out = make_temp_dir() + "/model";
+  const std::string tokenizer = " --tokenizer " + shared_file("models/stories260K/tok512.model");
+  const ProgramRun quantize = run_program_for_test("gemlite-quantize", model.path + " " + out + " gguf" + tokenizer, true);
+  ASSERT_EQ(quantize.exit_code, 0) << quantize.output;
+  // 2 layers x 7 + lm_head; q, k, v, o, gate, up of each layer are Q4_K.
+  EXPECT_NE(quantize.output.find("12 of 15 linear modules packed from"), std::string::npos) << quantize.output;
+  const PackedCheckpoint packed = load_packed_checkpoint(out);
+  for (const PackedLayer& layer : packed.layers) {
+    EXPECT_EQ(layer.q.format.name(), "q4g32");
+    EXPECT_EQ(layer.up.format.name(), "q4g32");
+    EXPECT_EQ(layer.down.format.name(), "q6g32");
+  }
+  EXPECT_EQ(packed.lm_head.format.name(), "q6g32");
+
+  const ProgramRun refused = run_program_for_test(
+      "gemlite-quantize", kBin + " " + make_temp_dir() + "/model gguf" + tokenizer, true);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.output.find("no quantized tensors"), std::string::npos) << refused.output;
 }
 
 TEST(ImportGgufQuantized, KQuantModelQuantizesAndRuns) {
