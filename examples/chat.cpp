@@ -116,13 +116,15 @@ void feed_timed(Generation& generation, const std::vector<int>& ids, Speed& spee
   speed.prompt_seconds = now_seconds() - speed.prompt_started_at;
 }
 
+// `model_eos`: the model config's end-of-sequence id, which may differ from the tokenizer's
+// (Phi-3: 32000 <|endoftext|> beside sentencepiece's </s>); generation stops at either.
 int complete_once(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer,
-                  const std::string& prompt, int n_predict) {
+                  const std::string& prompt, int n_predict, int model_eos) {
   std::vector<int> ids = tokenizer.encode(prompt, /*add_bos=*/true);
   Speed speed;
   feed_timed(generation, ids, speed);
   std::fputs(prompt.c_str(), stdout);
-  generate_answer(generation, sampler, tokenizer, StopCondition{}, n_predict, speed);
+  generate_answer(generation, sampler, tokenizer, StopCondition{{model_eos}, {}}, n_predict, speed);
   std::fputs("\n", stdout);
   speed.print();
   speed.print_perf();
@@ -158,9 +160,10 @@ void make_room(Generation& generation, std::deque<Exchange>& history, int needed
 }
 
 int chat(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer, ChatTemplate chat_template,
-         const std::string& system, int n_predict) {
+         const std::string& system, int n_predict, int model_eos) {
   const bool terminal = isatty(STDIN_FILENO);
-  const StopCondition stop = stop_condition(chat_template, tokenizer);
+  StopCondition stop = stop_condition(chat_template, tokenizer);
+  stop.token_ids.push_back(model_eos);  // as in complete_once
   std::deque<Exchange> history;
   bool first_turn = true;
   std::string line;
@@ -255,7 +258,8 @@ int main(int argc, char** argv) {
     const int n_predict = args["n-predict"].as<int>();
     if (args.count("prompt") || args.count("file"))
       return complete_once(generation, sampler, *loaded.tokenizer,
-                           args.count("prompt") ? args["prompt"].as<std::string>() : file_prompt, n_predict);
+                           args.count("prompt") ? args["prompt"].as<std::string>() : file_prompt, n_predict,
+                           loaded.checkpoint.config.eos_id);
 
     const ChatTemplate chat_template =
         args.count("chat-template") ? parse_chat_template(args["chat-template"].as<std::string>())
@@ -264,6 +268,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "chat template: %s; end with Ctrl-D (EOF), stop an answer with Ctrl-C\n",
                  chat_template_name(chat_template));
     return chat(generation, sampler, *loaded.tokenizer, chat_template,
-                args["system-prompt"].as<std::string>(), n_predict);
+                args["system-prompt"].as<std::string>(), n_predict, loaded.checkpoint.config.eos_id);
   });
 }

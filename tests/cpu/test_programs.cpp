@@ -5,7 +5,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/cpu/program_runner.h"
+#include "tokenizer/tokenizer.h"
 
 namespace gemlite {
 namespace {
@@ -160,6 +163,24 @@ TEST(Programs, OneShotGreedyCompletionIsTheReferenceStory) {
   EXPECT_EQ(run.exit_code, 0);
   EXPECT_EQ(run.output.rfind("Once upon a time, there was a little girl named Lily. She loved to play outside", 0), 0u)
       << run.output;
+}
+
+// Generation stops at the model config's end-of-sequence id as well as the tokenizer's
+// (they differ for Phi-3): with the config's eos made the "," that greedy decoding writes
+// right after "Once upon a time", the completion ends there.
+TEST(Programs, CompletionStopsAtTheConfigsEos) {
+  const std::string dir = make_temp_dir() + "/stories-eos";
+  fs::copy(stories_dir(), dir, fs::copy_options::recursive);
+  const Tokenizer tokenizer = Tokenizer::load(dir + "/tokenizer.model");
+  const std::vector<int> with_comma = tokenizer.encode("Once upon a time,", false),
+                         without = tokenizer.encode("Once upon a time", false);
+  ASSERT_EQ(with_comma.size(), without.size() + 1);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  config["eos_token_id"] = with_comma.back();
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  const ProgramRun run = run_program_for_test("gemlite-chat", "-m " + dir + " -p 'Once upon a time' -n 24 --temp 0", false);
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_EQ(run.output, "Once upon a time\n") << run.output;
 }
 
 TEST(Programs, ChatReadsTurnsFromStdinAndEndsCleanlyOnEof) {
