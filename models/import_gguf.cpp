@@ -265,10 +265,11 @@ void read_vocabulary(const Metadata& meta, int vocab_size, SourceModel* model) {
     model->vocabulary_problem = "has a '" + kind->text + "' vocabulary (only 'llama', sentencepiece-style, is read)";
     return;
   }
-  const int bos = int(meta.integer("tokenizer.ggml.bos_token_id", 1)), eos = int(meta.integer("tokenizer.ggml.eos_token_id", 2));
-  if (bos != 1 || eos != 2) {
-    model->vocabulary_problem = "has bos/eos ids " + std::to_string(bos) + "/" + std::to_string(eos) +
-                                " (a built tokenizer needs 1/2)";
+  // The built model's <s> is piece 1; its </s> is piece 2, and an eos elsewhere (Phi-3's
+  // 32000) is the model config's, at which generation stops as well (gemlite-chat).
+  const int bos = int(meta.integer("tokenizer.ggml.bos_token_id", 1));
+  if (bos != 1) {
+    model->vocabulary_problem = "has bos id " + std::to_string(bos) + " (a built tokenizer needs 1)";
     return;
   }
   if (const Value* prefix = meta.find("tokenizer.ggml.add_space_prefix"); prefix && prefix->integer == 0) {

@@ -108,6 +108,20 @@ void expect_error(const std::string& path, const std::string& expected) {
   }
 }
 
+// An eos id other than </s> (Phi-3 GGUFs say 32000) keeps the vocabulary usable: the
+// config carries it (gemlite-chat stops there too); a bos other than <s> does not.
+TEST(ImportGguf, VocabularyWithAnotherEosIsStillRead) {
+  const size_t eos_at = offset_of("tokenizer.ggml.eos_token_id") + std::strlen("tokenizer.ggml.eos_token_id") + 4;
+  const char three[4] = {3, 0, 0, 0};
+  const SourceModel other_eos = load_gguf(damaged_copy("eos3.gguf", eos_at, std::string(three, 4)));
+  EXPECT_EQ(other_eos.config.eos_id, 3);
+  EXPECT_FALSE(other_eos.vocabulary.empty()) << other_eos.vocabulary_problem;
+  const size_t bos_at = offset_of("tokenizer.ggml.bos_token_id") + std::strlen("tokenizer.ggml.bos_token_id") + 4;
+  const SourceModel other_bos = load_gguf(damaged_copy("bos3.gguf", bos_at, std::string(three, 4)));
+  EXPECT_TRUE(other_bos.vocabulary.empty());
+  EXPECT_NE(other_bos.vocabulary_problem.find("bos id 3"), std::string::npos) << other_bos.vocabulary_problem;
+}
+
 TEST(ImportGguf, DamagedFilesAreErrorsNamingTheFile) {
   const size_t size = fs::file_size(kGguf);
   expect_error(damaged_copy("cut-in-metadata.gguf", 0, "", 200), "truncated");
