@@ -1,4 +1,4 @@
-// gemlite-quantize: a Hugging Face directory, a GGUF file (F32/F16/BF16/Q8_0/Q4_0) or a
+// gemlite-quantize: a Hugging Face directory, a GGUF file (plain or block-quantized) or a
 // llama2.c .bin -> packed checkpoint.
 //   gemlite-quantize SOURCE OUTPUT_DIR FORMAT [--override lm_head=q8 ...] [--tokenizer T]
 #include <sys/stat.h>
@@ -79,9 +79,9 @@ class BuiltTokenizer {
 int main(int argc, char** argv) {
   return run_program("gemlite-quantize", [&] {
     cxxopts::Options options("gemlite-quantize",
-        "Convert a Hugging Face model directory, a GGUF file (F32/F16/BF16/Q8_0/Q4_0) or a llama2.c .bin checkpoint "
-        "into a gemlite packed checkpoint.\nFormats: qN or qNgG (N = 1..8 bits, G = 32/64/128), s7, s7gG, "
-        "fp6, fp5, f16, bf16, f32.");
+        "Convert a Hugging Face model directory, a GGUF file (F32/F16/BF16, Q4_0..Q8_0, Q2_K..Q6_K) or a llama2.c "
+        ".bin checkpoint into a gemlite packed checkpoint.\nFormats: qN or qNgG (N = 1..8 bits, G = 32/64/128), "
+        "s7, s7gG, fp6, fp5, f16, bf16, f32; gguf: each quantized GGUF tensor in the format nearest its type.");
     options.positional_help("SOURCE OUTPUT_DIR FORMAT");
     options.add_options()
         ("source", "HF directory, .gguf file or llama2.c .bin", cxxopts::value<std::string>())
@@ -110,6 +110,12 @@ int main(int argc, char** argv) {
     const bool keep_gguf_types = format == "gguf";
     QuantizeSpec spec;
     if (!keep_gguf_types) spec.format = WeightFormat::parse(format);
+    std::vector<std::pair<std::string, WeightFormat>> user_overrides;
+    if (args.count("override"))
+      for (const auto& text : args["override"].as<std::vector<std::string>>())
+        user_overrides.push_back(parse_override(text));
+    if (args.count("chat-template"))
+      spec.chat_template = chat_template_name(parse_chat_template(args["chat-template"].as<std::string>()));
     const std::string source_path = args["source"].as<std::string>();
     SourceModel source = load_source(source_path);
     if (keep_gguf_types) {
@@ -118,11 +124,7 @@ int main(int argc, char** argv) {
       spec.format = WeightFormat::parse("f16");
       spec.overrides = formats_nearest_ggml_blocks(source);
     }
-    if (args.count("override"))
-      for (const auto& text : args["override"].as<std::vector<std::string>>())
-        spec.overrides.push_back(parse_override(text));
-    if (args.count("chat-template"))
-      spec.chat_template = chat_template_name(parse_chat_template(args["chat-template"].as<std::string>()));
+    spec.overrides.insert(spec.overrides.end(), user_overrides.begin(), user_overrides.end());  // the user's win
 
     check_overrides_match(spec, source.config);
     // The tokenizer: a sentencepiece model (the HF directory's, or --tokenizer), else one
@@ -168,9 +170,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "wrote %s: %.2f MiB of weights in %.1f s\n", output.c_str(),
                  packed.weight_bytes() / 1048576.0, now_seconds() - start);
     if (!source.block_sources.empty())  // a quantized GGUF: say which modules kept its codes
-      std::fprintf(stderr, "%d of %d linear modules packed from %s's own codes, the others quantized again%s\n",
-                   from_codes, modules, source_path.c_str(),
-                   from_codes < modules ? " (qNg32 of the same bits keeps Q4_0/Q4_1/Q4_K/Q5_*/Q8_0 codes)" : "");
+      std::fprintf(stderr, "%d of %d linear modules packed from %s's own codes%s\n", from_codes, modules,
+                   source_path.c_str(),
+                   keep_gguf_types || from_codes == modules
+                       ? ""
+                       : " (FORMAT gguf, or qNg32 of a tensor's bits, keeps the codes of Q4_*, Q5_* and Q8_0 tensors)");
     return 0;
   });
 }

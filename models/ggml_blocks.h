@@ -25,8 +25,8 @@ struct GgmlType {
   int block_bytes;
   bool plain;          // F32/F16/BF16: read as they are; else dequantize_block
   void (*dequantize_block)(const uint8_t* block, float* out);  // out [block_elements]
+  int code_bits = 0;                     // bits of a block type's codes (0 for F32/F16/BF16)
   AffineGroups affine_groups = nullptr;  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K
-  int affine_bits = 0;                   // bits of their codes
 };
 
 // The type with ggml id `id`, or nullptr when the import cannot read it.

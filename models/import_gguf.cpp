@@ -358,6 +358,8 @@ SourceModel load_gguf(const std::string& path) {
   for (const Info& info : infos) {
     const std::string name = rope_factors(info.name) ? info.name : hf_tensor_name(info.name, arch);
     if (name.empty()) continue;  // a tensor the runtime does not use
+    if (model.tensors.count(name) || model.block_sources.count(name))
+      fail(path, "tensor '" + info.name + "' appears twice");
     const GgmlType* type = ggml_type(info.type);
     if (!type)
       fail(path, "tensor '" + info.name + "' is " + ggml_type_name(info.type) +
@@ -382,13 +384,14 @@ SourceModel load_gguf(const std::string& path) {
       BlockSource source;  // the file's blocks, decoded when the quantizer asks (SourceModel::tensor)
       source.type_id = info.type;
       source.blocks.dtype = DType::U8;
-      const int64_t rows = info.shape.size() == 2 ? info.shape[0] : 1;
+      int64_t rows = 1;  // all leading dimensions
+      for (size_t d = 0; d + 1 < info.shape.size(); ++d) rows *= info.shape[d];
       source.blocks.shape = {rows, info.shape.back() / type->block_elements * type->block_bytes};
       source.blocks.data = data;
       source.blocks.owner = file;
       if (info.shape.size() == 2) {
         model.block_sources[name] = std::move(source);
-      } else {  // rare: a quantized 1-D tensor, decoded now
+      } else {  // rare: a quantized tensor that is not a matrix, decoded now
         HostTensor values = source.dequantize();
         values.shape = info.shape;
         model.tensors[name] = std::move(values);
@@ -407,8 +410,6 @@ SourceModel load_gguf(const std::string& path) {
   }
   model.config = config_from_metadata(meta, model);
   read_vocabulary(meta, model.config.vocab_size, &model);
-  model.tensors.erase("rope_freqs.weight");
-  model.block_sources.erase("rope_freqs.weight");
   if (model.config.architecture == "phi3") split_fused_projections(model, path);
   check_source_tensors(model, path);
 

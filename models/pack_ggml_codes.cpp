@@ -13,7 +13,7 @@ namespace gemlite {
 std::optional<PackedWeight> pack_qn_from_ggml_codes(const BlockSource& source, const WeightFormat& format) {
   const GgmlType* type = ggml_type(source.type_id);
   if (!type || !type->affine_groups || format.kind != FormatKind::QN || format.group != 32 ||
-      format.bits != type->affine_bits || source.blocks.shape.size() != 2)
+      format.bits != type->code_bits || source.blocks.shape.size() != 2)
     return std::nullopt;
   const int64_t N = source.blocks.shape[0], row_bytes = source.blocks.shape[1];
   const int64_t blocks_per_row = row_bytes / type->block_bytes, K = blocks_per_row * type->block_elements;
@@ -53,10 +53,7 @@ std::vector<std::pair<std::string, WeightFormat>> formats_nearest_ggml_blocks(co
         source.config.tied_embeddings && module == kLmHeadModule ? kEmbeddingName : module + ".weight";
     const auto blocks = source.block_sources.find(name);
     if (blocks == source.block_sources.end()) continue;
-    const GgmlType* type = ggml_type(blocks->second.type_id);
-    const std::string type_name = type->name;
-    // Bits of the codes: the affine types' own, else K-quant's name digit (Q2_K .. Q6_K).
-    const int bits = type->affine_groups ? type->affine_bits : type_name[1] - '0';
+    const int bits = ggml_type(blocks->second.type_id)->code_bits;
     formats.emplace_back(module, WeightFormat::parse("q" + std::to_string(bits) + "g32"));
   }
   return formats;

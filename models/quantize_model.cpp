@@ -9,10 +9,18 @@
 namespace gemlite {
 namespace {
 
+// F32 values of `t`: its own (no copy) when it holds F32, else converted into `storage`.
+const float* as_floats(const HostTensor& t, std::vector<float>& storage) {
+  if (t.dtype == DType::F32) return t.as<float>();
+  storage = t.to_float();
+  return storage.data();
+}
+
 HostTensor to_dense(const HostTensor& source, DType dtype) {
-  const std::vector<float> values = source.to_float();
+  std::vector<float> storage;
+  const float* values = as_floats(source, storage);
   HostTensor out = HostTensor::zeros(dtype, source.shape);
-  for (size_t i = 0; i < values.size(); ++i) {
+  for (int64_t i = 0; i < source.numel(); ++i) {
     switch (dtype) {
       case DType::F32: out.mutable_as<float>()[i] = values[i]; break;
       case DType::F16: out.mutable_as<uint16_t>()[i] = float_to_half(values[i]); break;
@@ -84,9 +92,9 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
     if (from_codes) {
       w = std::move(*from_codes);
     } else {
-      const HostTensor matrix = source.tensor(name);        // a GGUF's blocks decoded here, one at a time
-      const std::vector<float> values = matrix.to_float();  // [N, K]
-      w = quantize_weight(values.data(), matrix.shape[0], matrix.shape[1], format);
+      const HostTensor matrix = source.tensor(name);  // a GGUF's blocks decoded here, one at a time
+      std::vector<float> storage;
+      w = quantize_weight(as_floats(matrix, storage), matrix.shape[0], matrix.shape[1], format);  // [N, K]
     }
     if (source.has(module + ".bias")) w.parts["bias"] = to_dense(source.tensor(module + ".bias"), DType::F32);
     if (progress) progress(++done, int(modules.size()), module, how);
