@@ -48,11 +48,8 @@ namespace {
 
 void expect_tensor(const HostTensor& t, const std::string& where, const std::string& name,
                    std::vector<int64_t> shape) {
-  HostTensor expected;
-  expected.shape = shape;
   if (t.shape != shape)
-    fail(where, "tensor '" + name + "' has shape " + t.shape_string() + ", expected " +
-                    expected.shape_string());
+    fail(where, "tensor '" + name + "' has shape " + t.shape_string() + ", expected " + shape_string(shape));
 }
 
 // A directory whose config.json says quant_method "gemlite".

@@ -65,15 +65,10 @@ HostTensor SourceModel::tensor(const std::string& name) const {
 void check_source_tensors(const SourceModel& model, const std::string& where) {
   for (const TensorSpec& spec : required_source_tensors(model.config)) {
     if (!model.has(spec.name)) fail(where, "missing tensor '" + spec.name + "'");
-    HostTensor expected;
-    expected.shape = spec.shape;
     const std::vector<int64_t> shape = model.shape_of(spec.name);
-    if (shape != spec.shape) {
-      HostTensor got;
-      got.shape = shape;
-      fail(where, "tensor '" + spec.name + "' has shape " + got.shape_string() + ", expected " +
-                      expected.shape_string());
-    }
+    if (shape != spec.shape)
+      fail(where, "tensor '" + spec.name + "' has shape " + shape_string(shape) + ", expected " +
+                      shape_string(spec.shape));
     const auto t = model.tensors.find(spec.name);
     if (t != model.tensors.end() && t->second.dtype != DType::F32 && t->second.dtype != DType::F16 &&
         t->second.dtype != DType::BF16)
@@ -119,12 +114,9 @@ void split_fused_projections(SourceModel& model, const std::string& where) {
       for (const auto& part : parts) rows += part.second;
       if (!model.has(name)) fail(where, "missing tensor '" + name + "'");
       const std::vector<int64_t> shape = model.shape_of(name);
-      if (shape != std::vector<int64_t>{rows, c.dim}) {
-        HostTensor got;
-        got.shape = shape;
-        fail(where, "tensor '" + name + "' has shape " + got.shape_string() + ", expected [" +
-                        std::to_string(rows) + ", " + std::to_string(c.dim) + "]");
-      }
+      if (shape != std::vector<int64_t>{rows, c.dim})
+        fail(where, "tensor '" + name + "' has shape " + shape_string(shape) + ", expected " +
+                        shape_string({rows, c.dim}));
       for (const auto& part : parts)
         if (model.has(part.first)) fail(where, "holds both the fused '" + name + "' and its part '" + part.first + "'");
       const auto blocks = model.block_sources.find(name);

@@ -47,10 +47,12 @@ std::vector<float> HostTensor::to_float() const {
   return out;
 }
 
-std::string HostTensor::shape_string() const {
+std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
 }
+
+std::string HostTensor::shape_string() const { return gemlite::shape_string(shape); }
 
 }  // namespace gemlite

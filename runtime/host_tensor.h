@@ -11,6 +11,9 @@
 
 namespace gemlite {
 
+// "[4096, 11008]": a shape as errors name it.
+std::string shape_string(const std::vector<int64_t>& shape);
+
 struct HostTensor {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
