@@ -111,11 +111,11 @@ QnDeviceWeight random_qn_weight(const WeightFormat& format, int64_t K, int64_t N
   while ((int64_t(32) << shift) < group_size(format.group, K)) ++shift;
   w.group_shift = w.n_groups == 1 ? 30 : shift;
   uint32_t *q = nullptr, *sb = nullptr;
-  CUDA_CHECK(cudaMalloc(&q, size_t(N * w.Kw) * 4));
+  CUDA_CHECK(cudaMalloc(&q, size_t(qn_padded_rows(N) * w.Kw) * 4));  // random tiles, padding rows too
   CUDA_CHECK(cudaMalloc(&sb, size_t(qn_padded_rows(N) * w.n_groups) * 4));
   w.qweight = q;
   w.scale_bias = sb;
-  fill_words(q, N * w.Kw, seed, stream);
+  fill_words(q, qn_padded_rows(N) * w.Kw, seed, stream);
   // scale ~2^-5..2^-1, -zero*scale of either sign: each a random 16-bit value
   fill_values(reinterpret_cast<uint16_t*>(sb), 2 * qn_padded_rows(N) * w.n_groups, act, seed + 7, stream);
   return w;

@@ -40,8 +40,8 @@ __global__ void dequant_qn_kernel(const uint32_t* qweight, const uint32_t* scale
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < N * Kw; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t n = i / Kw, word_index = i % Kw;
     const int64_t tile = word_index / kWarpLanes, lane = word_index % kWarpLanes;
-    const uint32_t word = qweight[i];
     const int64_t v = qn_block_row(n, paired_half);
+    const uint32_t word = qweight[qn_tile_word_index(v, word_index, Kw / kWarpLanes)];
     for (int j = 0; j < codes_per_word; ++j) {
       const int64_t k = (tile * codes_per_word + j) * kWarpLanes + lane;
       if (k >= K) break;

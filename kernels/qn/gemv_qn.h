@@ -26,7 +26,9 @@ constexpr int kGemvMaxM = 8;
 // A qN weight in device memory, prepared for one activation type. Owns its buffers
 // (free with free_qn_weight).
 struct QnDeviceWeight {
-  const uint32_t* qweight = nullptr;  // [N, Kw] packed codes, unchanged from the checkpoint
+  // [N16 / 16, Kw / 32, 512] packed codes of the checkpoint, each tile (16 block rows x 32
+  // words) contiguous: word kw of stored row n at qn_tile_word_index (rows N .. N16 - 1 zero).
+  const uint32_t* qweight = nullptr;
   // [n_groups, N16 / 16, 8, 2] (N16 = qn_padded_rows(N)) pairs {scale, -zero * scale}
   // rounded once to the activation type (fp16 or bf16 bits, scale in the low half): the
   // kernel dequantizes w = q * scale + that with one fma per pair of weights, and reads
@@ -67,6 +69,15 @@ GEMLITE_HOST_DEVICE inline int64_t qn_block_row(int64_t n, int64_t paired_half) 
   if (paired_half <= 0) return n;
   const int64_t i = n < paired_half ? n : n - paired_half;
   return i / 8 * 16 + (n < paired_half ? 0 : 8) + i % 8;
+}
+// Word kw of block row v in the device's qweight (QnDeviceWeight::qweight): tiles of 16 block
+// rows x 32 words, each 2 KB contiguous, tiles_per_row = Kw / 32 of them per row block. In a
+// tile, part (c, h) = (kw % 32 / 16, v % 16 / 8) is 512 contiguous bytes that lane
+// 4 (v % 8) + (kw % 16) / 4 of a warp loads 16 of: one load instruction reads 512 bytes in a
+// row. The checkpoint's [N, Kw] rows put those 16-byte pieces 8 row strides apart.
+GEMLITE_HOST_DEVICE inline int64_t qn_tile_word_index(int64_t v, int64_t kw, int64_t tiles_per_row) {
+  const int64_t tile = v / 16 * tiles_per_row + kw / 32, part = kw % 32 / 16 * 2 + v % 16 / 8;
+  return tile * 512 + part * 128 + v % 8 * 16 + kw % 16;
 }
 // Pair (g, block row v) of scale_bias: rows v and v + 8 of a block side by side.
 GEMLITE_HOST_DEVICE inline int64_t qn_scale_bias_index(int64_t g, int64_t v, int64_t N16) {
