@@ -7,19 +7,20 @@
 // partial sums meet in shared memory at the end.
 //
 // Inside a warp, lane = 4 * gid + tig. For rows gid and gid + 8 of the block, lane loads
-// the words 16c + 4tig + u (u = 0..3) of tile t for both chunks c = 0, 1: two 16-byte
-// loads per row and tile, a warp-wide load covering 8 rows x 64 contiguous bytes.
-// Word u holds, at code j, the weight of k = 32 (t E + j) + 16c + 4tig + u. So for
-// one (c, j) the thread's four weights of a row sit at four consecutive k, and the
-// 16 k of all four tig are consecutive: one mma per (c, j), with
+// the words 8tig + 4c + u (u = 0..3) of tile t for both chunks c = 0, 1: two 16-byte
+// loads per row and tile (each warp load 512 contiguous bytes of the device's tile layout,
+// qn_tile_word_index). Word 8tig + 4c + u holds, at code j, the weight of
+// k = 32 (t E + j) + 8tig + 4c + u. The mma's k order is ours to choose as long as A and B
+// agree, so one mma per (c, j) takes mma-k 2tig, 2tig + 1 from u0, u1 and 2tig + 8,
+// 2tig + 9 from u2, u3:
 //   A (16 x 16)  a0 = row gid    {u0, u1}   a2 = row gid    {u2, u3}
 //                a1 = row gid+8  {u0, u1}   a3 = row gid+8  {u2, u3}
-//   B (16 x 8)   b0 = x[gid][k+0, k+1],     b1 = x[gid][k+2, k+3]   (one 8-byte load;
+//   B (16 x 8)   b0 = x[gid][k+0, k+1],     b1 = x[gid][k+2, k+3]   (k = 32 (t E + j) + 8tig + 4c;
 //                lanes gid >= M load row 0: their columns are never stored),
 //   C = y for the 16 rows x 8 activation rows, fp32.
 // Pairing the same code j of two neighbouring words keeps both halves of an A register
-// in one group (one broadcast scale) and makes x a plain 8-byte load: no shared-memory
-// staging or permutation of x is needed.
+// in one group (one broadcast scale), and the 8 k of a lane for both chunks are
+// consecutive: one 16-byte load of x per 32-k block, no shared-memory staging of x.
 //
 // Dequantization of a pair, for fp16 (bf16 in brackets): the same code of two
 // neighbouring words sits in the two 16-bit halves of one register (two shared permutes
@@ -31,8 +32,8 @@
 // kernel with SPARSE: a pair byte's 7-bit value, masked into one of two 32-k blocks.
 //
 // Per chunk of 2 k blocks a lane loads one 8-byte {scale, bias} pair per block (rows gid
-// and gid + 8 side by side: the device layout of scale_bias, see gemv_qn.h) and two 8-byte
-// x fragments per block; the next chunk's (or next tile's first chunk's) loads are issued
+// and gid + 8 side by side: the device layout of scale_bias, see gemv_qn.h) and one
+// 16-byte x fragment per block; the next chunk's (or next tile's first chunk's) loads are issued
 // before this chunk's dequantization and mmas.
 //
 // Where it stands on the H100 (fp16, M = 1, cold L2, % of a ~2.99 TB/s copy measured in
@@ -44,18 +45,32 @@
 //                  q3g64 58.9 -> 63.9   q2g64 42.3 -> 50.6
 //   8192 x 8192    q8 80.0 -> 78.3   q4g64 58.4 -> 60.4 (21.7 -> 20.9 us)   q2g64 34.6 -> 39.4
 //   4096-K shapes  q4g64 43-56 -> 48-61 %, q2g64 24-33 -> 28-37 %.
+// Then (2026-11-23) the tile layout of qweight (upload_qn_weight has the numbers): q4g64
+// 8192 x 57344 78.9 -> 85.7 %, q8 93.8 -> 100.5 %.
 // Below the targets (docs/PERF.md) at 2-6 bits. What limits it (ncu --clock-control none,
 // q4g64 8192 x 57344): 16 warps per SM (128 registers a thread), issue 2.2 of 4 per cycle,
 // ~4 instructions per weight, and the largest stall is long scoreboard (~37 % of samples:
 // L1/L2 loads of x and scale/bias in the dequantization chain), then fixed-latency waits
-// (15 %). Tried and measured: a register ring two tiles deep (q4g64 74 -> 64 %, spills),
+// (15 %). The SASS of the q4 fp16 loop (tile layout) issues ~470 instructions per tile per
+// warp, 3.7 per weight: 208 dequantize + mma (a lop3 and two fma2 per pair, 16 mma), 32
+// permutes and shifts, the rest loads, their addresses, the per-chunk K checks and the loop.
+// Tried and measured: a register ring two tiles deep (q4g64 74 -> 64 %, spills),
 // shared half permutes alone (no change: the loop was not permute-bound), 32-bit address
-// arithmetic alone (instructions 61.3 M -> 60.5 M, no change). What helped: the scale/bias
-// layout (the checkpoint's [N, n_groups] put a warp's 16 rows in 8 sectors, 31 % of all L1
-// sectors were excess) and prefetching the scale lines of all 16 rows (only rows 0 and 8
-// were). Not done: split-K or stream-K for shapes with < 2 waves of blocks (N = 4096 ..
-// 14336), which is what the 15-50 MB class needs next; fewer instructions per weight
-// (the fma2 pair per two weights is half of them).
+// arithmetic alone (instructions 61.3 M -> 60.5 M, no change), one 16-byte x load per block
+// instead of two 8-byte ones (the k order of the lanes' words, kept: no measurable change).
+// Tried on the tile layout and dropped, each A/B in one device session (fp16, M = 1, % of
+// copy, then llama2-7b q4g64 tg128):
+//   - a ring of 4 (6) tiles per warp in shared memory filled by cp.async.bulk (TMA) copies
+//     with an mbarrier per slot: 8192 x 57344 q4g64 84.1 -> 78.8 (62.7), 4096 x 22016
+//     64.4 -> 55.6 (49.8); tg128 385.4 -> 340.9. More bytes in flight do not help: the
+//     loop is bound by issue and latency, not by memory parallelism.
+//   - stream-K over warps (one wave of warps, each a run of consecutive tiles across row
+//     blocks; row blocks split between warps summed in a fixed order by the last one, after
+//     a __threadfence and an atomic ticket): 4096 x 4096 q4g64 45.8 -> 27.1, 8192 x 57344
+//     84.7 -> 79.3, 4096 x 22016 64.8 -> 64.0; tg128 388.9 -> 347.9. The fence and the
+//     last warp's sum cost more than the block starts and drains they remove.
+// Not done: fewer instructions per weight (the fma2 pair per two weights is half of them;
+// int8 activations with integer mma would remove them at a cost in accuracy).
 #include "kernels/qn/gemv_qn.h"
 
 #include <cuda_bf16.h>
@@ -93,7 +108,7 @@ struct GemvQnParams {
   uint32_t sb_group_stride;  // N16 / 2: uint2 pairs of scale_bias per group
   int group_shift;
   int M;
-  bool x_vectorized;  // K % 4 == 0 and x 8-byte aligned: B fragments are 8-byte loads
+  bool x_vectorized;  // K % 8 == 0 and x 16-byte aligned: a block's B fragments are one 16-byte load
   int64_t paired_half;  // QnDeviceWeight::paired_half: 0, or block b = gate and up rows of [8b, 8b + 8)
   bool swiglu;          // y [M, paired_half] = silu(gate) * up instead of y [M, N]
 };
@@ -299,7 +314,7 @@ __device__ __forceinline__ void static_for(F&& f) {
 // garbage only in outputs that are never stored, and need no masking.
 struct LaneInputs {
   const uint16_t* x_row;   // [K]
-  const uint16_t* x_lane;  // x_row + 4 tig: the lane's first activation of each 16-k chunk
+  const uint16_t* x_lane;  // x_row + 8 tig: the lane's first activation of each 32-k block
   const uint2* sb_lane;  // group 0's {row gid, row gid + 8} pair; group g at + g * sb_group_stride
   uint32_t magic;  // CodeLayout::magic(), opaque to the compiler so that it stays in one register
 };
@@ -323,7 +338,7 @@ __device__ __forceinline__ void load_chunk_inputs(const GemvQnParams& p, const L
   auto& sb = ci.sb;
   auto& xb = ci.xb;
   // Addresses as a 32-bit index times a pointer (one IMAD.WIDE.U32 each).
-  const uint16_t* x = in.x_lane + uint32_t(b0) * 32u;  // + 32 j + 16 c + i: k
+  const uint16_t* x = in.x_lane + uint32_t(b0) * 32u;  // + 32 j + 4 c + i: k
   if ((b0 + JC) * 32 <= p.K) {
 #pragma unroll
     for (int j = 0; j < JC; ++j) {
@@ -334,15 +349,17 @@ __device__ __forceinline__ void load_chunk_inputs(const GemvQnParams& p, const L
     }
     if (p.x_vectorized) {
 #pragma unroll
-      for (int j = 0; j < JC; ++j)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) xb[j][c] = __ldg(reinterpret_cast<const uint2*>(x + 32 * j + 16 * c));
+      for (int j = 0; j < JC; ++j) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + 32 * j));
+        xb[j][0] = make_uint2(v.x, v.y);
+        xb[j][1] = make_uint2(v.z, v.w);
+      }
     } else {
 #pragma unroll
       for (int j = 0; j < JC; ++j)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const uint16_t* e = x + 32 * j + 16 * c;
+          const uint16_t* e = x + 32 * j + 4 * c;
           xb[j][c] = make_uint2(__ldg(e) | uint32_t(__ldg(e + 1)) << 16, __ldg(e + 2) | uint32_t(__ldg(e + 3)) << 16);
         }
     }
@@ -354,12 +371,12 @@ __device__ __forceinline__ void load_chunk_inputs(const GemvQnParams& p, const L
       sb[j][0] = v.x;
       sb[j][1] = v.y;
     }
-    const int k0 = b0 * 32 + 4 * (threadIdx.x % 4);
+    const int k0 = b0 * 32 + 8 * (threadIdx.x % 4);
 #pragma unroll
     for (int j = 0; j < JC; ++j) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const int k = k0 + 32 * j + 16 * c;
+        const int k = k0 + 32 * j + 4 * c;
         uint32_t e[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -516,7 +533,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const GemvQnPar
   const uint32_t* block_words = p.qweight + row_base * p.Kw + 4 * lane;  // the block's tiles, + lane
   LaneInputs in;
   in.x_row = p.x + (gid < p.M ? int64_t(gid) * p.K : 0);
-  in.x_lane = in.x_row + 4 * tig;
+  in.x_lane = in.x_row + 8 * tig;
   in.sb_lane = reinterpret_cast<const uint2*>(p.scale_bias + row_base) + gid;
   asm volatile("mov.b32 %0, %1;" : "=r"(in.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
   const int tiles = int(p.Kw / 32);
@@ -524,10 +541,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const GemvQnPar
   // The next tile's four 16-byte loads stay in flight while this one is dequantized.
   // Deeper pipelines did not pay: a cp.async ring per warp of 2..5 tiles in shared memory
   // ran 5-8 % slower at 2 stages and slower still with more (less L1 left for the scale
-  // and x lines), L2 prefetches of later tiles cost 5-15 %, and a register ring two tiles
-  // deep (unrolled, no moves) ran 13 % slower at q4g64 8192 x 57344 (74.1 -> 64.0 % of
-  // copy; it spills at 128 registers): the loop is bound by its instructions and their
-  // latencies, not by bytes in flight.
+  // and x lines), so did a ring of bulk (TMA) copies on the tile layout (see the top), L2
+  // prefetches of later tiles cost 5-15 %, and a register ring two tiles deep (unrolled,
+  // no moves) ran 13 % slower at q4g64 8192 x 57344 (74.1 -> 64.0 % of copy; it spills at
+  // 128 registers): the loop is bound by its instructions and their latencies, not by
+  // bytes in flight.
   float acc[2][4] = {};  // two chains (c = 0, 1) halve the mma dependency chain
   uint4 cur[2][2];
   ChunkInputs<kChunkBlocks> inputs_a, inputs_b;
@@ -685,8 +703,8 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired
   std::vector<uint32_t> tiles(size_t(N16 * d.Kw), 0u);
   for (int64_t n = 0; n < d.N; ++n) {
     const int64_t v = qn_block_row(n, paired_half);
-    for (int64_t kw = 0; kw < d.Kw; kw += 16)  // 16 words stay together
-      std::memcpy(&tiles[size_t(qn_tile_word_index(v, kw, d.Kw / 32))], &words[n * d.Kw + kw], 64);
+    for (int64_t kw = 0; kw < d.Kw; kw += 4)  // 4 words stay together
+      std::memcpy(&tiles[size_t(qn_tile_word_index(v, kw, d.Kw / 32))], &words[n * d.Kw + kw], 16);
   }
   try {
     uint32_t* q = nullptr;
@@ -741,7 +759,7 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   p.sb_group_stride = uint32_t(qn_padded_rows(w.N) / 2);
   p.group_shift = w.group_shift;
   p.M = M;
-  p.x_vectorized = w.K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0;
+  p.x_vectorized = w.K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   p.paired_half = w.paired_half;
   p.swiglu = swiglu;
 

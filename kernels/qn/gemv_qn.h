@@ -71,13 +71,14 @@ GEMLITE_HOST_DEVICE inline int64_t qn_block_row(int64_t n, int64_t paired_half) 
   return i / 8 * 16 + (n < paired_half ? 0 : 8) + i % 8;
 }
 // Word kw of block row v in the device's qweight (QnDeviceWeight::qweight): tiles of 16 block
-// rows x 32 words, each 2 KB contiguous, tiles_per_row = Kw / 32 of them per row block. In a
-// tile, part (c, h) = (kw % 32 / 16, v % 16 / 8) is 512 contiguous bytes that lane
-// 4 (v % 8) + (kw % 16) / 4 of a warp loads 16 of: one load instruction reads 512 bytes in a
-// row. The checkpoint's [N, Kw] rows put those 16-byte pieces 8 row strides apart.
+// rows x 32 words, each 2 KB contiguous, tiles_per_row = Kw / 32 of them per row block. With
+// w = kw % 32, part (c, h) = (w % 8 / 4, v % 16 / 8) of a tile is 512 contiguous bytes of
+// which lane 4 (v % 8) + w / 8 of a warp loads the 16 bytes of words 8 (w / 8) + 4c + 0..3:
+// one load instruction reads 512 bytes in a row (gemv_qn.cu says why a lane takes those
+// words). The checkpoint's [N, Kw] rows put such 16-byte pieces 8 row strides apart.
 GEMLITE_HOST_DEVICE inline int64_t qn_tile_word_index(int64_t v, int64_t kw, int64_t tiles_per_row) {
-  const int64_t tile = v / 16 * tiles_per_row + kw / 32, part = kw % 32 / 16 * 2 + v % 16 / 8;
-  return tile * 512 + part * 128 + v % 8 * 16 + kw % 16;
+  const int64_t tile = v / 16 * tiles_per_row + kw / 32, w = kw % 32, part = w % 8 / 4 * 2 + v % 16 / 8;
+  return tile * 512 + part * 128 + (v % 8 * 4 + w / 8) * 4 + w % 4;
 }
 // Pair (g, block row v) of scale_bias: rows v and v + 8 of a block side by side.
 GEMLITE_HOST_DEVICE inline int64_t qn_scale_bias_index(int64_t g, int64_t v, int64_t N16) {
@@ -98,7 +99,7 @@ struct GemvQnConfig {
 
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias), on `stream`. x and y are device
 // pointers, rows contiguous. Preconditions (checked, Error): 1 <= M <= kGemvMaxM,
-// act == w.act. Any pointer alignment works; 8-byte-aligned x with K % 4 == 0 takes the
+// act == w.act. Any pointer alignment works; 16-byte-aligned x with K % 8 == 0 takes the
 // fast path for activations.
 void gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act,
              cudaStream_t stream, const GemvQnConfig& config = {});
