@@ -293,7 +293,7 @@ int main(int argc, char** argv) {
     if (args.count("model"))
       for (const auto& dir : args["model"].as<std::vector<std::string>>()) {
         PackedCheckpoint ckpt = load_packed_checkpoint(dir);
-        const std::string label = dir + " " + ckpt.default_format;
+        const std::string label = dir + " " + ckpt.format_summary();
         checkpoints.emplace_back(label, std::move(ckpt));
       }
     struct Synthetic { std::string name; ModelConfig config; WeightFormat format; };

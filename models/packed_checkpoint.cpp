@@ -1,5 +1,7 @@
 #include "models/packed_checkpoint.h"
 
+#include <algorithm>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -99,6 +101,23 @@ size_t PackedCheckpoint::weight_bytes() const {
   for (const auto& layer : layers) bytes += layer.attn_norm.nbytes() + layer.ffn_norm.nbytes();
   for (const auto& [name, weight] : linears()) bytes += weight->nbytes();
   return bytes;
+}
+
+std::string PackedCheckpoint::format_summary() const {
+  std::vector<std::pair<std::string, size_t>> bytes_per_format;  // in order of first use
+  for (const PackedLayer& layer : layers)
+    for (const PackedWeight* w : layer.linear_slots()) {
+      const std::string name = w->format.name();
+      auto it = std::find_if(bytes_per_format.begin(), bytes_per_format.end(),
+                             [&](const auto& entry) { return entry.first == name; });
+      if (it == bytes_per_format.end()) it = bytes_per_format.insert(bytes_per_format.end(), {name, 0});
+      it->second += w->nbytes();
+    }
+  std::stable_sort(bytes_per_format.begin(), bytes_per_format.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string summary;
+  for (const auto& [name, bytes] : bytes_per_format) summary += (summary.empty() ? "" : "+") + name;
+  return summary.empty() ? default_format : summary;
 }
 
 PackedCheckpoint load_packed_checkpoint(const std::string& dir) {

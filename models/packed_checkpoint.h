@@ -49,6 +49,10 @@ struct PackedCheckpoint {
   // Every linear module with its Hugging Face name, lm_head last.
   std::vector<std::pair<std::string, const PackedWeight*>> linears() const;
   size_t weight_bytes() const;  // everything a forward pass reads once per token
+  // The formats of the layers' projections, most bytes first, joined by '+': "q4g64", or
+  // "q4g32+q6g32" for a GGUF Q4_K_M kept in its types (lm_head not counted: llama-bench's
+  // label names the file's type the same way).
+  std::string format_summary() const;
 };
 
 // Throws Error("<dir>/<file>: <problem>") for anything missing, inconsistent or corrupt.

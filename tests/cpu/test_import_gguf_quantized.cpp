@@ -501,6 +501,10 @@ TEST(ImportGgufQuantized, FormatGgufKeepsTheFilesMix) {
     EXPECT_EQ(layer.down.format.name(), "q6g32");
   }
   EXPECT_EQ(packed.lm_head.format.name(), "q6g32");
+  EXPECT_EQ(packed.format_summary(), "q4g32+q6g32");
+  const ProgramRun bench = run_program_for_test("gemlite-bench", "--device cpu -m " + out + " -p 4 -n 2 -r 1", false);
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_NE(bench.output.find(out + " q4g32+q6g32 |"), std::string::npos) << bench.output;
 
   const ProgramRun refused = run_program_for_test(
       "gemlite-quantize", kBin + " " + make_temp_dir() + "/model gguf" + tokenizer, true);
