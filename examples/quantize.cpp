@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "models/pack_ggml_codes.h"
 #include "models/quantize_model.h"
 #include "runtime/error.h"
+#include "runtime/io/mapped_file.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/spm_model.h"
 
@@ -44,13 +46,12 @@ void show_progress(int done, int total, const std::string& module) {
   }
 }
 
-// A sentencepiece model built from a vocabulary (tokenizer/spm_model.h), in a temporary
-// file that save_packed_checkpoint copies as the checkpoint's tokenizer.model; removed
-// when the program ends.
+// A sentencepiece model made here (tokenizer/spm_model.h: from a vocabulary, or a
+// tokenizer.model with added tokens), in a temporary file that save_packed_checkpoint
+// copies as the checkpoint's tokenizer.model; removed when the program ends.
 class BuiltTokenizer {
  public:
-  BuiltTokenizer(const std::vector<SpmPiece>& pieces, const std::string& where) {
-    const std::string proto = spm_bpe_model_proto(pieces, where);
+  explicit BuiltTokenizer(const std::string& proto) {
     char name[] = "/tmp/gemlite-tokenizer-XXXXXX";
     const int fd = mkstemp(name);
     if (fd < 0) fail(name, "cannot create a temporary file");
@@ -133,12 +134,26 @@ int main(int argc, char** argv) {
     if (args.count("tokenizer")) {
       const std::string path = args["tokenizer"].as<std::string>();
       if (fs::is_regular_file(path) && is_llama2c_tokenizer(path))
-        built.emplace(read_llama2c_tokenizer(path, source.config.vocab_size), path);
+        built.emplace(spm_bpe_model_proto(read_llama2c_tokenizer(path, source.config.vocab_size), path));
       source.tokenizer_path = built ? built->path() : path;
     } else if (source.tokenizer_path.empty() && !source.vocabulary.empty()) {
-      built.emplace(source.vocabulary, source_path);
+      built.emplace(spm_bpe_model_proto(source.vocabulary, source_path));
       source.tokenizer_path = built->path();
       std::fprintf(stderr, "tokenizer: built from the vocabulary in %s\n", source_path.c_str());
+    } else if (!source.tokenizer_path.empty() && !source.added_tokens.empty()) {
+      // A Hugging Face tokenizer.model plus tokenizer.json's added tokens (Phi-3's chat markers).
+      const int pieces = Tokenizer::load(source.tokenizer_path).vocab_size();
+      const size_t added = size_t(std::count_if(source.added_tokens.begin(), source.added_tokens.end(),
+                                                [&](const auto& token) { return token.first >= pieces; }));
+      if (added > 0) {
+        const auto model = MappedFile::open(source.tokenizer_path);
+        const std::string proto(reinterpret_cast<const char*>(model->data()), model->size());
+        built.emplace(spm_model_with_added_tokens(proto, pieces,
+                                                  source.added_tokens, source_path + "/tokenizer.json"));
+        std::fprintf(stderr, "tokenizer: %s + %zu added tokens of tokenizer.json\n", source.tokenizer_path.c_str(),
+                     added);
+        source.tokenizer_path = built->path();
+      }
     }
     if (!source.tokenizer_path.empty()) {
       const std::string named = args.count("tokenizer") ? args["tokenizer"].as<std::string>() : source_path;

@@ -39,6 +39,26 @@ void add_sharded_tensors(const std::string& dir, const std::string& index_path, 
   }
 }
 
+// tokenizer.json's "added_tokens": [{"id": 32010, "content": "<|user|>", ...}, ...].
+std::vector<std::pair<int, std::string>> read_added_tokens(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "tokenizer.json").string();
+  if (!fs::exists(path)) return {};
+  const json tokenizer = read_json_file(path);
+  std::vector<std::pair<int, std::string>> added;
+  if (!tokenizer.is_object() || !tokenizer.contains("added_tokens")) return added;
+  const json& list = tokenizer["added_tokens"];
+  if (!list.is_array()) fail(path, "\"added_tokens\" is not a list");
+  for (const json& token : list) {
+    if (!token.is_object() || !token.contains("id") || !token["id"].is_number_integer() ||
+        !token.contains("content") || !token["content"].is_string())
+      fail(path, "an entry of \"added_tokens\" lacks an integer \"id\" or a string \"content\"");
+    const int64_t id = token["id"].get<int64_t>();
+    if (id < 0 || id > (int64_t(1) << 30)) fail(path, "added token id " + std::to_string(id) + " out of range");
+    added.emplace_back(int(id), token["content"].get<std::string>());
+  }
+  return added;
+}
+
 }  // namespace
 
 SourceModel load_hf_directory(const std::string& dir) {
@@ -60,6 +80,7 @@ SourceModel load_hf_directory(const std::string& dir) {
 
   const std::string tokenizer_path = (fs::path(dir) / "tokenizer.model").string();
   if (fs::exists(tokenizer_path)) model.tokenizer_path = tokenizer_path;
+  model.added_tokens = read_added_tokens(dir);
   return model;
 }
 

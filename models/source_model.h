@@ -49,6 +49,10 @@ struct SourceModel {
   // The tensor: a view from `tensors`, or a block source decoded to F32. Error when absent.
   HostTensor tensor(const std::string& name) const;
   std::string tokenizer_path;  // sentencepiece model; "" when the source has none
+  // Tokens a Hugging Face tokenizer adds beside tokenizer.model ({id, text}, from
+  // tokenizer.json's "added_tokens"): the packed checkpoint's tokenizer.model gets those
+  // past its own pieces (spm_model_with_added_tokens), so Phi-3's <|user|> is one token.
+  std::vector<std::pair<int, std::string>> added_tokens;
   // The vocabulary a source carries without a sentencepiece model (a GGUF's llama-style
   // tokenizer.ggml.*), for spm_bpe_model_proto; empty when it has none usable.
   std::vector<SpmPiece> vocabulary;

@@ -18,6 +18,7 @@ constexpr NamedTemplate kNamedTemplates[] = {
     {"completion", ChatTemplate::Completion}, {"llama2", ChatTemplate::Llama2},
     {"zephyr", ChatTemplate::Zephyr},         {"tinyllama", ChatTemplate::Zephyr},
     {"mistral", ChatTemplate::Mistral},       {"chatml", ChatTemplate::ChatML},
+    {"phi3", ChatTemplate::Phi3},
 };
 
 bool contains(const std::string& text, const std::string& part) {
@@ -35,6 +36,7 @@ std::string end_marker(ChatTemplate chat_template) {
   switch (chat_template) {
     case ChatTemplate::Zephyr: return "</s>";
     case ChatTemplate::ChatML: return "<|im_end|>";
+    case ChatTemplate::Phi3: return "<|end|>";
     default: return "";
   }
 }
@@ -75,6 +77,8 @@ ChatTemplate detect_chat_template(const std::string& hf_chat_template_jinja,
                                   const std::string& architecture, const Tokenizer& tokenizer) {
   const std::string& jinja = hf_chat_template_jinja;
   if (contains(jinja, "<|im_start|>")) return ChatTemplate::ChatML;
+  // Phi-3 closes turns with <|end|> where Zephyr writes the eos token.
+  if (contains(jinja, "<|user|>") && contains(jinja, "<|end|>")) return ChatTemplate::Phi3;
   if (contains(jinja, "<|user|>")) return ChatTemplate::Zephyr;
   // Llama 2's template also contains [INST], so <<SYS>> must be checked first.
   if (contains(jinja, "<<SYS>>")) return ChatTemplate::Llama2;
@@ -82,6 +86,8 @@ ChatTemplate detect_chat_template(const std::string& hf_chat_template_jinja,
   // Every Qwen checkpoint, base ones included, ships ChatML as its template.
   if (contains(lowercase(architecture), "qwen")) return ChatTemplate::ChatML;
   if (tokenizer.piece_to_id("<|im_start|>") >= 0) return ChatTemplate::ChatML;
+  // Phi-3 base and instruct share the markers (tokenizer.json's added tokens).
+  if (lowercase(architecture) == "phi3" || tokenizer.piece_to_id("<|end|>") >= 0) return ChatTemplate::Phi3;
   return ChatTemplate::Completion;
 }
 
@@ -105,6 +111,9 @@ UserTurn render_user_turn(ChatTemplate chat_template, const std::string& system,
       return {first_turn,
               (turn_system.empty() ? "" : "<|im_start|>system\n" + turn_system + "<|im_end|>\n") +
                   "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n"};
+    case ChatTemplate::Phi3:
+      return {first_turn, (turn_system.empty() ? "" : "<|system|>\n" + turn_system + "<|end|>\n") + "<|user|>\n" +
+                              user + "<|end|>\n<|assistant|>\n"};
   }
   return {first_turn, user};
 }
@@ -114,7 +123,8 @@ AssistantEnd render_assistant_end(ChatTemplate chat_template) {
     case ChatTemplate::Llama2:
     case ChatTemplate::Mistral: return {true, ""};
     case ChatTemplate::Zephyr:
-    case ChatTemplate::ChatML: return {false, end_marker(chat_template) + "\n"};
+    case ChatTemplate::ChatML:
+    case ChatTemplate::Phi3: return {false, end_marker(chat_template) + "\n"};
     case ChatTemplate::Completion: return {false, ""};
   }
   return {false, ""};

@@ -9,7 +9,9 @@
 // it is fed), so the caller appends the whole of render_assistant_end itself.
 //
 // Markers such as "</s>" inside a template's text are encoded by sentencepiece as plain
-// characters, not as the control token that Hugging Face's tokenizers would map them to.
+// characters, not as the control token that Hugging Face's tokenizers would map them to;
+// markers that are user-defined pieces of the tokenizer.model (Phi-3's <|user|>, <|end|>
+// in a packed checkpoint made from tokenizer.json's added tokens) are encoded whole.
 #include <string>
 #include <vector>
 
@@ -17,9 +19,9 @@
 
 namespace gemlite {
 
-enum class ChatTemplate { Completion, Llama2, Zephyr, Mistral, ChatML };
+enum class ChatTemplate { Completion, Llama2, Zephyr, Mistral, ChatML, Phi3 };
 
-// Names: completion, llama2, zephyr (alias tinyllama), mistral, chatml.
+// Names: completion, llama2, zephyr (alias tinyllama), mistral, chatml, phi3.
 // Throws Error("--chat-template: ...") listing the valid names otherwise.
 ChatTemplate parse_chat_template(const std::string& name);
 const char* chat_template_name(ChatTemplate chat_template);
@@ -47,7 +49,7 @@ struct AssistantEnd {
 AssistantEnd render_assistant_end(ChatTemplate chat_template);
 
 // When to stop generating an answer: on EOS, on the template's end marker ("<|im_end|>",
-// "</s>") as a token when the vocabulary has it as one, and when the streamed text shows it.
+// "</s>", "<|end|>") as a token when the vocabulary has it as one, and when the streamed text shows it.
 struct StopCondition {
   std::vector<int> token_ids;
   std::vector<std::string> texts;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include "runtime/error.h"
 
@@ -44,7 +45,37 @@ constexpr int kModelTypeBpe = 2;
 
 const std::string kSpace = "\xe2\x96\x81";  // "▁"
 
+// One entry of ModelProto's repeated `pieces`: a message appends to the list wherever it
+// stands, so entries written after a whole model extend its vocabulary.
+void put_piece(std::string& model, const SpmPiece& piece) {
+  std::string entry;
+  put_bytes(entry, kPieceText, piece.text);
+  put_float(entry, kPieceScore, piece.score);
+  if (piece.type != SpmPieceType::Normal) put_int(entry, kPieceType, int(piece.type));
+  put_bytes(model, kPieces, entry);
+}
+
 }  // namespace
+
+std::string spm_model_with_added_tokens(const std::string& model_proto, int model_pieces,
+                                        const std::vector<std::pair<int, std::string>>& added,
+                                        const std::string& where) {
+  std::map<int, std::string> by_id;
+  for (const auto& [id, text] : added) {
+    if (id < model_pieces) continue;
+    if (id >= (1 << 20)) fail(where, "added token '" + text + "' has id " + std::to_string(id) + " (too large)");
+    if (text.empty()) fail(where, "added token " + std::to_string(id) + " is empty");
+    if (!by_id.emplace(id, text).second) fail(where, "added token id " + std::to_string(id) + " appears twice");
+  }
+  std::string model = model_proto;
+  int next = model_pieces;
+  for (const auto& [id, text] : by_id) {
+    for (; next < id; ++next) put_piece(model, {"<gemlite_unused_" + std::to_string(next) + ">", 0, SpmPieceType::Unused});
+    put_piece(model, {text, 0, SpmPieceType::UserDefined});
+    ++next;
+  }
+  return model;
+}
 
 std::string spm_bpe_model_proto(const std::vector<SpmPiece>& pieces, const std::string& where) {
   if (pieces.size() < 3 || pieces[0].type != SpmPieceType::Unknown || pieces[1].type != SpmPieceType::Control ||
@@ -54,11 +85,7 @@ std::string spm_bpe_model_proto(const std::vector<SpmPiece>& pieces, const std::
   bool has_bytes = false;
   for (const SpmPiece& piece : pieces) {
     if (piece.text.empty()) fail(where, "vocabulary holds an empty piece");
-    std::string entry;
-    put_bytes(entry, kPieceText, piece.text);
-    put_float(entry, kPieceScore, piece.score);
-    if (piece.type != SpmPieceType::Normal) put_int(entry, kPieceType, int(piece.type));
-    put_bytes(model, kPieces, entry);
+    put_piece(model, piece);
     has_bytes |= piece.type == SpmPieceType::Byte;
   }
   std::string trainer;

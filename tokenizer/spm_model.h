@@ -10,6 +10,7 @@
 // trainer default would), byte fallback when the vocabulary has "<0xNN>" pieces; unk, bos
 // and eos are ids 0, 1 and 2 (anything else is an Error).
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gemlite {
@@ -25,6 +26,17 @@ struct SpmPiece {
 // The serialized sentencepiece ModelProto of a BPE model over `pieces` (id = index).
 // `where` names the source in errors.
 std::string spm_bpe_model_proto(const std::vector<SpmPiece>& pieces, const std::string& where);
+
+// A sentencepiece model (`model_proto`, the bytes of a tokenizer.model holding
+// `model_pieces` pieces) extended by tokens a Hugging Face tokenizer adds beside it
+// (tokenizer.json's "added_tokens", e.g. Phi-3's <|user|> ... <|end|> at ids 32000..):
+// each becomes a user-defined piece at its id, which sentencepiece matches whole in text
+// (as transformers and llama.cpp do for such tokens); ids between them that no token names
+// become unused pieces. Tokens with ids below model_pieces are the model's own and are
+// skipped; an id named twice or beyond 2^20 is an Error naming `where`.
+std::string spm_model_with_added_tokens(const std::string& model_proto, int model_pieces,
+                                        const std::vector<std::pair<int, std::string>>& added,
+                                        const std::string& where);
 
 // A llama2.c tokenizer.bin (int32 max_token_length, then per token: float score, int32
 // length, bytes; "▁" written as a space, BOS/EOS as "\n<s>\n" / "\n</s>\n") as pieces.

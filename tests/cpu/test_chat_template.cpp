@@ -38,6 +38,9 @@ TEST(ChatTemplate, RendersFirstAndLaterTurnsExactly) {
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
         "<|im_start|>assistant\n"},
        {false, "<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n"}},
+      {ChatTemplate::Phi3,  // Phi-3's template: turns closed by <|end|>, BOS once
+       {true, "<|system|>\nBe brief.<|end|>\n<|user|>\n2+2?<|end|>\n<|assistant|>\n"},
+       {false, "<|user|>\nAnd 3+3?<|end|>\n<|assistant|>\n"}},
   };
   for (const ExpectedTurns& expected : cases) {
     SCOPED_TRACE(chat_template_name(expected.chat_template));
@@ -66,6 +69,8 @@ TEST(ChatTemplate, AssistantEndClosesTheAnswer) {
   EXPECT_EQ(render_assistant_end(ChatTemplate::Zephyr).text, "</s>\n");
   EXPECT_FALSE(render_assistant_end(ChatTemplate::ChatML).eos_token);
   EXPECT_EQ(render_assistant_end(ChatTemplate::ChatML).text, "<|im_end|>\n");
+  EXPECT_FALSE(render_assistant_end(ChatTemplate::Phi3).eos_token);
+  EXPECT_EQ(render_assistant_end(ChatTemplate::Phi3).text, "<|end|>\n");
   EXPECT_FALSE(render_assistant_end(ChatTemplate::Completion).eos_token);
   EXPECT_EQ(render_assistant_end(ChatTemplate::Completion).text, "");
 }
@@ -73,7 +78,7 @@ TEST(ChatTemplate, AssistantEndClosesTheAnswer) {
 TEST(ChatTemplate, ParsesEveryNameAndItsAlias) {
   for (ChatTemplate chat_template : {ChatTemplate::Completion, ChatTemplate::Llama2,
                                      ChatTemplate::Zephyr, ChatTemplate::Mistral,
-                                     ChatTemplate::ChatML}) {
+                                     ChatTemplate::ChatML, ChatTemplate::Phi3}) {
     EXPECT_EQ(parse_chat_template(chat_template_name(chat_template)), chat_template);
   }
   EXPECT_EQ(parse_chat_template("tinyllama"), ChatTemplate::Zephyr);
@@ -86,7 +91,7 @@ TEST(ChatTemplate, UnknownNameErrorListsValidNames) {
   } catch (const Error& error) {
     const std::string message = error.what();
     EXPECT_NE(message.find("vicuna"), std::string::npos) << message;
-    for (const char* name : {"completion", "llama2", "zephyr", "tinyllama", "mistral", "chatml"}) {
+    for (const char* name : {"completion", "llama2", "zephyr", "tinyllama", "mistral", "chatml", "phi3"}) {
       EXPECT_NE(message.find(name), std::string::npos) << message;
     }
   }
@@ -106,6 +111,8 @@ TEST(ChatTemplate, DetectsFormatFromJinjaTemplate) {
   EXPECT_EQ(detect_chat_template("{{ '[INST] ' + message['content'] + ' [/INST]' }}", "",
                                  tokenizer),
             ChatTemplate::Mistral);
+  EXPECT_EQ(detect_chat_template("{{'<|user|>\n' + message['content'] + '<|end|>\n'}}", "", tokenizer),
+            ChatTemplate::Phi3);
 }
 
 TEST(ChatTemplate, WithoutJinjaFallsBackToArchitectureThenCompletion) {
@@ -114,6 +121,7 @@ TEST(ChatTemplate, WithoutJinjaFallsBackToArchitectureThenCompletion) {
   EXPECT_EQ(detect_chat_template("", "LlamaForCausalLM", llama2_tokenizer()),
             ChatTemplate::Completion);
   EXPECT_EQ(detect_chat_template("", "llama", stories_tokenizer()), ChatTemplate::Completion);
+  EXPECT_EQ(detect_chat_template("", "phi3", stories_tokenizer()), ChatTemplate::Phi3);
 }
 
 // Llama 2's vocabulary has "</s>" as the EOS token but no "<|im_end|>" piece.

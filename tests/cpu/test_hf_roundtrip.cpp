@@ -4,6 +4,7 @@
 // Hugging Face modeling code's definitions (rotate-half RoPE, GQA, SwiGLU, RMSNorm).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -18,7 +19,9 @@
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
 #include "runtime/io/safetensors.h"
+#include "tests/cpu/program_runner.h"
 #include "tests/cpu/test_files.h"
+#include "tokenizer/tokenizer.h"
 
 namespace gemlite {
 namespace {
@@ -43,8 +46,9 @@ void add(TinyModel& m, std::mt19937& rng, const std::string& name, std::vector<i
   m.shape[name] = shape;
 }
 
-TinyModel make_model(bool tied, bool bias, bool llama3, uint32_t seed) {
+TinyModel make_model(bool tied, bool bias, bool llama3, uint32_t seed, int vocab = 50) {
   TinyModel m;
+  m.vocab = vocab;
   m.tied = tied;
   m.bias = bias;
   m.llama3 = llama3;
@@ -305,6 +309,52 @@ TEST(HfImport, Phi3FusedProjectionsSplitIntoLlamaTensors) {
   config["rope_scaling"] = {{"type", "longrope"}, {"long_factor", {1.0}}, {"short_factor", {1.0}}};
   std::ofstream(phi3_dir + "/config.json") << config.dump();
   EXPECT_THROW(load_hf_directory(phi3_dir), Error);
+}
+
+// Phi-3's chat markers are tokenizer.json "added_tokens" beside a tokenizer.model that lacks
+// them: gemlite-quantize puts them into the checkpoint's tokenizer.model at their ids (here
+// tok512.model's 512 pieces + <|user|> 512, <|assistant|> 513, <|end|> 515; 514 unused),
+// and gemlite-chat then picks the phi3 template and feeds each marker as one token.
+TEST(HfImport, Phi3AddedTokensJoinTheCheckpointsTokenizer) {
+  TinyModel m = make_model(false, false, false, 13, 520);
+  m.phi3 = true;
+  const std::string dir = make_temp_dir();
+  write_hf_directory(m, dir);
+  std::filesystem::copy_file(shared_file("models/stories260K/tok512.model"), dir + "/tokenizer.model");
+  const nlohmann::json tokenizer_json = {
+      {"added_tokens",
+       {{{"id", 0}, {"content", "<unk>"}, {"special", true}},
+        {{"id", 512}, {"content", "<|user|>"}, {"special", true}},
+        {{"id", 513}, {"content", "<|assistant|>"}, {"special", true}},
+        {{"id", 515}, {"content", "<|end|>"}, {"special", true}}}}};
+  std::ofstream(dir + "/tokenizer.json") << tokenizer_json.dump();
+  const SourceModel source = load_hf_directory(dir);
+  EXPECT_EQ(source.added_tokens.size(), 4u);
+
+  const std::string out = make_temp_dir() + "/model";
+  const ProgramRun quantize = run_program_for_test("gemlite-quantize", dir + " " + out + " f16", true);
+  ASSERT_EQ(quantize.exit_code, 0) << quantize.output;
+  EXPECT_NE(quantize.output.find("3 added tokens of tokenizer.json"), std::string::npos) << quantize.output;
+  const Tokenizer tokenizer = Tokenizer::load(out + "/tokenizer.model");
+  EXPECT_EQ(tokenizer.vocab_size(), 516);
+  EXPECT_EQ(tokenizer.piece_to_id("<|user|>"), 512);
+  EXPECT_EQ(tokenizer.piece_to_id("<|end|>"), 515);
+  const std::vector<int> turn = tokenizer.encode("<|user|>\nHi<|end|>\n<|assistant|>\n", false);
+  EXPECT_EQ(std::count(turn.begin(), turn.end(), 512) + std::count(turn.begin(), turn.end(), 513) +
+                std::count(turn.begin(), turn.end(), 515),
+            3);
+
+  const ProgramRun chat = run_program_for_test("gemlite-chat", "-m " + out + " --device cpu --temp 0 -n 4", true, "Hi\n");
+  EXPECT_EQ(chat.exit_code, 0) << chat.output;
+  EXPECT_NE(chat.output.find("phi3"), std::string::npos) << chat.output;  // the template it chose
+
+  // An added token named twice is an error naming tokenizer.json.
+  nlohmann::json twice = tokenizer_json;
+  twice["added_tokens"].push_back({{"id", 515}, {"content", "<|other|>"}});
+  std::ofstream(dir + "/tokenizer.json") << twice.dump();
+  const ProgramRun refused = run_program_for_test("gemlite-quantize", dir + " " + make_temp_dir() + "/m f16", true);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.output.find("tokenizer.json"), std::string::npos) << refused.output;
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 // text, byte-fallback characters and whitespace runs included.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "models/import_gguf.h"
@@ -66,6 +68,38 @@ TEST(SpmModel, GgufVocabularyTokenizesLikeTheSentencepieceModel) {
   const SourceModel gguf = load_gguf(shared_file("models/stories260K/stories260K.gguf"));
   ASSERT_EQ(gguf.vocabulary.size(), 512u) << gguf.vocabulary_problem;
   expect_same_tokens(built_tokenizer(gguf.vocabulary), Tokenizer::load(kTok512Model));
+}
+
+// tokenizer.json's added tokens appended to tok512.model (ids 512 and 514; 513 named by none
+// becomes an unused piece; an added token re-declaring id 2 is the model's own </s>): the
+// markers tokenize whole wherever they stand, and the text around them as before.
+TEST(SpmModel, AddedTokensBecomeWholePiecesAfterTheModelsOwn) {
+  std::ifstream in(kTok512Model, std::ios::binary);
+  const std::string proto((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<std::pair<int, std::string>> added = {{2, "</s>"}, {514, "<|end|>"}, {512, "<|user|>"}};
+  const std::string path = make_temp_dir() + "/added.model";
+  std::ofstream(path, std::ios::binary) << spm_model_with_added_tokens(proto, 512, added, "tokenizer.json");
+  const Tokenizer tokenizer = Tokenizer::load(path);
+  const Tokenizer& base = Tokenizer::load(kTok512Model);
+  EXPECT_EQ(tokenizer.vocab_size(), 515);
+  EXPECT_EQ(tokenizer.piece(512), "<|user|>");
+  EXPECT_EQ(tokenizer.piece(514), "<|end|>");
+  EXPECT_EQ(tokenizer.piece_to_id("<|end|>"), 514);
+  EXPECT_EQ(tokenizer.piece(2), "</s>");
+
+  const std::vector<int> hello = base.encode("Hello there", false);
+  const std::vector<int> tokens = tokenizer.encode("Hello there<|end|>", false);
+  std::vector<int> want = hello;
+  want.push_back(514);
+  EXPECT_EQ(tokens, want);
+  const std::vector<int> turn = tokenizer.encode("<|user|>\nHi<|end|>\n", false);
+  EXPECT_EQ(std::count(turn.begin(), turn.end(), 512), 1);
+  EXPECT_EQ(std::count(turn.begin(), turn.end(), 514), 1);
+  EXPECT_EQ(std::count(turn.begin(), turn.end(), 513), 0);
+  EXPECT_EQ(base.encode("Once upon a time", true), tokenizer.encode("Once upon a time", true));
+
+  EXPECT_THROW(spm_model_with_added_tokens(proto, 512, {{512, "<|a|>"}, {512, "<|b|>"}}, "tokenizer.json"), Error);
+  EXPECT_THROW(spm_model_with_added_tokens(proto, 512, {{600, ""}}, "tokenizer.json"), Error);
 }
 
 TEST(SpmModel, AidreamsTokenizerRoundTripsTextBytesAndSpaceRuns) {
