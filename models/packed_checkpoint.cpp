@@ -1,7 +1,11 @@
 #include "models/packed_checkpoint.h"
 
-#include <algorithm>
+#include <stdlib.h>
+#include <sys/stat.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -70,12 +74,26 @@ fs::path normalized_directory(const std::string& dir) {
   return path.filename().empty() ? path.parent_path() : path;
 }
 
+// A new empty directory "<parent>/<stem>-XXXXXX" of this process's own (never one that
+// already held something: a user's "<dir>.tmp" is not ours to delete), with a plain
+// directory's permissions (mkdtemp makes it 0700).
+fs::path make_unique_directory(const fs::path& parent, const std::string& stem) {
+  std::string name = (parent / (stem + "-XXXXXX")).string();
+  if (!mkdtemp(name.data())) fail(name, std::string("cannot create directory: ") + std::strerror(errno));
+  const mode_t mask = umask(0);
+  umask(mask);
+  fs::permissions(name, fs::perms(0777 & ~mask));
+  return name;
+}
+
 }  // namespace
 
 void check_can_save_packed_checkpoint(const std::string& dir) {
   // Replacing an earlier gemlite checkpoint is expected; replacing anything else (a source
   // model, a typo) would destroy data.
   const fs::path path = normalized_directory(dir);
+  if (path.empty() || path == "." || path == ".." || path == path.root_path())
+    fail("output directory '" + dir + "'", "not a name a checkpoint can be written under");
   if (fs::exists(path) && !(fs::is_directory(path) && fs::is_empty(path)) && !is_packed_checkpoint(path))
     fail(dir, "exists and is not a gemlite packed checkpoint; refusing to replace it");
 }
@@ -128,32 +146,44 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
 
   PackedCheckpoint ckpt;
   ckpt.config = parse_hf_config(config_json, config_path);
-  const json quant = config_json.value("quantization_config", json::object());
-  if (quant.value("quant_method", std::string()) != "gemlite")
-    fail(config_path, "not a gemlite packed checkpoint (quantization_config.quant_method is not "
-                      "\"gemlite\"); convert it with gemlite-quantize");
-  // Version 2 changed only the fp6/fp5 layout, so a version-1 checkpoint of other formats
-  // reads as it is; its fp6/fp5 modules are refused below.
-  const int version = quant.value("format_version", 0);
-  if (version != kPackedFormatVersion && version != 1)
-    fail(config_path, "packed format version " + quant.value("format_version", json()).dump() +
-                          " is not supported (this build reads versions 1 and " +
-                          std::to_string(kPackedFormatVersion) + "); re-quantize it with gemlite-quantize");
-  const json modules = quant.value("modules", json::object());
-  ckpt.default_format = quant.value("format", std::string());
-  ckpt.chat_template = config_json.value("gemlite_chat_template", std::string());
+  // A key of the wrong JSON type ("format_version": "2") is a clear error naming the file.
+  json quant, modules;
+  int version = 0;
+  try {
+    quant = config_json.value("quantization_config", json::object());
+    if (quant.value("quant_method", std::string()) != "gemlite")
+      fail(config_path, "not a gemlite packed checkpoint (quantization_config.quant_method is not "
+                        "\"gemlite\"); convert it with gemlite-quantize");
+    // Version 2 changed only the fp6/fp5 layout, so a version-1 checkpoint of other formats
+    // reads as it is; its fp6/fp5 modules are refused below.
+    version = quant.value("format_version", 0);
+    if (version != kPackedFormatVersion && version != 1)
+      fail(config_path, "packed format version " + quant.value("format_version", json()).dump() +
+                            " is not supported (this build reads versions 1 and " +
+                            std::to_string(kPackedFormatVersion) + "); re-quantize it with gemlite-quantize");
+    modules = quant.value("modules", json::object());
+    ckpt.default_format = quant.value("format", std::string());
+    ckpt.chat_template = config_json.value("gemlite_chat_template", std::string());
+  } catch (const json::exception& e) {
+    fail(config_path, std::string("quantization_config or gemlite_chat_template: ") + e.what());
+  }
 
   const std::string tensors_path = (fs::path(dir) / "model.safetensors").string();
   const auto file = SafetensorsFile::open(tensors_path);
-  auto tensor = [&](const std::string& name, std::vector<int64_t> shape) {
+  // The embedding is F32, F16 or BF16 (embedding_dtype_for), the norms F32: anything else
+  // is refused here rather than met by a backend mid-run.
+  auto tensor = [&](const std::string& name, std::vector<int64_t> shape, std::vector<DType> dtypes) {
     const HostTensor& t = file.get(name);
     expect_tensor(t, tensors_path, name, shape);
+    if (std::find(dtypes.begin(), dtypes.end(), t.dtype) == dtypes.end())
+      fail(tensors_path, "tensor '" + name + "' is " + dtype_name(t.dtype) + " (expected " +
+                             (dtypes.size() == 1 ? "F32" : "F32, F16 or BF16") + ")");
     return t;
   };
 
   const ModelConfig& c = ckpt.config;
-  ckpt.embedding = tensor(kEmbeddingName, {c.vocab_size, c.dim});
-  ckpt.final_norm = tensor(kFinalNormName, {c.dim});
+  ckpt.embedding = tensor(kEmbeddingName, {c.vocab_size, c.dim}, {DType::F32, DType::F16, DType::BF16});
+  ckpt.final_norm = tensor(kFinalNormName, {c.dim}, {DType::F32});
   auto linear = [&](const std::string& module) {
     if (!modules.contains(module) || !modules[module].is_string())
       fail(config_path, "quantization_config.modules has no format for '" + module + "'");
@@ -185,8 +215,8 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerTensorNames names = layer_tensor_names(i);
     PackedLayer layer;
-    layer.attn_norm = tensor(names.attn_norm, {c.dim});
-    layer.ffn_norm = tensor(names.ffn_norm, {c.dim});
+    layer.attn_norm = tensor(names.attn_norm, {c.dim}, {DType::F32});
+    layer.ffn_norm = tensor(names.ffn_norm, {c.dim}, {DType::F32});
     const std::vector<std::string> modules_of_layer = names.linears();
     const std::vector<PackedWeight*> slots = layer.linear_slots();
     for (size_t j = 0; j < slots.size(); ++j) *slots[j] = linear(modules_of_layer[j]);
@@ -231,11 +261,11 @@ void save_packed_checkpoint(const PackedCheckpoint& ckpt, const std::string& dir
 
   check_can_save_packed_checkpoint(dir);
   const fs::path final_dir = normalized_directory(dir);
-  const fs::path temp_dir = final_dir.parent_path() / (final_dir.filename().string() + ".tmp");
+  const fs::path parent = final_dir.has_parent_path() ? final_dir.parent_path() : fs::path(".");
   std::error_code ec;
-  fs::remove_all(temp_dir, ec);
-  if (!fs::create_directories(temp_dir, ec) || ec)
-    fail(temp_dir.string(), "cannot create directory: " + ec.message());
+  fs::create_directories(parent, ec);
+  if (ec) fail(parent.string(), "cannot create directory: " + ec.message());
+  const fs::path temp_dir = make_unique_directory(parent, final_dir.filename().string() + ".tmp");
   try {
     writer.write((temp_dir / "model.safetensors").string());
     const std::string config_path = (temp_dir / "config.json").string();
@@ -247,9 +277,24 @@ void save_packed_checkpoint(const PackedCheckpoint& ckpt, const std::string& dir
       fs::copy_file(ckpt.tokenizer_path, temp_dir / "tokenizer.model", ec);
       if (ec) fail(ckpt.tokenizer_path, "cannot copy tokenizer: " + ec.message());
     }
-    if (fs::exists(final_dir)) fs::remove_all(final_dir);
+    // An earlier checkpoint is moved aside (rename replaces the empty directory made for
+    // it), the new one moved in, and only then is the old one deleted: whatever fails,
+    // one whole checkpoint stays at `dir`.
+    fs::path old_dir;
+    if (fs::exists(final_dir)) {
+      old_dir = make_unique_directory(parent, final_dir.filename().string() + ".old");
+      fs::rename(final_dir, old_dir, ec);
+      if (ec) {
+        fs::remove(old_dir);
+        fail(dir, "cannot move the earlier checkpoint aside: " + ec.message());
+      }
+    }
     fs::rename(temp_dir, final_dir, ec);
-    if (ec) fail(dir, "cannot move the finished checkpoint into place: " + ec.message());
+    if (ec) {
+      if (!old_dir.empty()) fs::rename(old_dir, final_dir);
+      fail(dir, "cannot move the finished checkpoint into place: " + ec.message());
+    }
+    if (!old_dir.empty()) fs::remove_all(old_dir, ec);  // a leftover here loses nothing
   } catch (...) {
     fs::remove_all(temp_dir, ec);
     throw;

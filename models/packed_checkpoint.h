@@ -8,8 +8,9 @@
 //   model.safetensors  every linear module's parts as "<module>.<part>" (see
 //                      kernels/packed_weight.h), the embedding and the norm weights (F32).
 //   tokenizer.model    the sentencepiece model.
-// Saving writes "<dir>.tmp" and renames it into place, so a failed run leaves nothing
-// half-written.
+// Saving writes a new "<dir>.tmp-XXXXXX" and renames it into place (an earlier checkpoint
+// at <dir> is moved aside first and deleted last), so a failed run leaves nothing
+// half-written and never touches files it did not create.
 #include <memory>
 #include <string>
 #include <vector>

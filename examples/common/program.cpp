@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -64,7 +65,11 @@ BackendOptions backend_options(const cxxopts::ParseResult& args) {
 
 void apply_thread_option(const cxxopts::ParseResult& args) {
   const int threads = args["threads"].as<int>();
-  if (threads < 0) throw Error("--threads must be >= 0");
+  // More threads than a few per core only thrash; tens of thousands crash libgomp.
+  const int most = 4 * std::max(1, omp_get_num_procs());
+  if (threads < 0 || threads > most)
+    throw Error("--threads " + std::to_string(threads) + ": expected 0 (all cores) .. " + std::to_string(most) +
+                " (4 per core)");
   if (threads > 0) omp_set_num_threads(threads);
 }
 

@@ -46,4 +46,18 @@ inline std::string make_temp_dir() {
   return dirs.back()->path();
 }
 
+// What a writer of `path` may have left beside it: entries named "<name>.tmp..." or
+// "<name>.old..." in its folder (packed checkpoints write "<name>.tmp-XXXXXX").
+inline std::vector<std::string> leftovers_beside(const std::string& path) {
+  const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  const std::filesystem::path target = p.filename().empty() ? p.parent_path() : p;
+  const std::string name = target.filename().string();
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator(target.parent_path())) {
+    const std::string other = entry.path().filename().string();
+    if (other.rfind(name + ".tmp", 0) == 0 || other.rfind(name + ".old", 0) == 0) found.push_back(other);
+  }
+  return found;
+}
+
 }  // namespace gemlite

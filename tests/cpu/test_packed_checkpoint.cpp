@@ -70,7 +70,7 @@ TEST(PackedCheckpoint, SavedModulesLoadBackWithTheirFormatsAndBytes) {
   const HostTensor& made = fresh.layers[2].gate.part("qweight");
   ASSERT_EQ(saved.nbytes(), made.nbytes());
   EXPECT_EQ(std::memcmp(saved.data, made.data, saved.nbytes()), 0);
-  EXPECT_FALSE(fs::exists(dir + ".tmp"));
+  EXPECT_TRUE(leftovers_beside(dir).empty());
 }
 
 TEST(PackedCheckpoint, TiedDenseClassifierIsStoredOnce) {
@@ -142,7 +142,29 @@ TEST(PackedCheckpoint, SaveRefusesToReplaceSomethingElse) {
   spec.format = WeightFormat::parse("q8");
   EXPECT_THROW(save_packed_checkpoint(quantize_model(stories(), spec), dir), Error);
   EXPECT_TRUE(fs::exists(dir + "/precious.txt"));
-  EXPECT_FALSE(fs::exists(dir + ".tmp"));
+  EXPECT_TRUE(leftovers_beside(dir).empty());
+}
+
+// The writer works in a folder of its own: a user's "<dir>.tmp" beside the output is left
+// alone, an earlier checkpoint is replaced whole, and an empty output name is refused
+// before anything is written.
+TEST(PackedCheckpoint, SaveTouchesOnlyWhatItCreated) {
+  const std::string parent = make_temp_dir(), dir = parent + "/model";
+  fs::create_directories(dir + ".tmp");
+  std::ofstream(dir + ".tmp/keep.txt") << "mine";
+  QuantizeSpec spec;
+  spec.format = WeightFormat::parse("q8");
+  const PackedCheckpoint ckpt = quantize_model(stories(), spec);
+  save_packed_checkpoint(ckpt, dir);
+  spec.format = WeightFormat::parse("q4g64");
+  save_packed_checkpoint(quantize_model(stories(), spec), dir);  // replaces the q8 one
+  EXPECT_EQ(load_packed_checkpoint(dir).default_format, "q4g64");
+  EXPECT_TRUE(fs::exists(dir + ".tmp/keep.txt"));
+  EXPECT_EQ(leftovers_beside(dir), std::vector<std::string>{"model.tmp"});  // the user's own
+  for (const std::string& bad : {"", ".", "/"}) {
+    EXPECT_THROW(save_packed_checkpoint(ckpt, bad), Error) << "'" << bad << "'";
+    EXPECT_THROW(check_can_save_packed_checkpoint(bad), Error) << "'" << bad << "'";
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/io/safetensors.h"
 #include "tests/cpu/program_runner.h"
 #include "tokenizer/tokenizer.h"
 
@@ -96,6 +97,38 @@ TEST(Programs, NonsenseNumbersAreOneLineErrors) {
   expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " -f /tmp", "/tmp");
   expect_one_line_error("gemlite-bench", "--synthetic stories260k -p 0 -n 0", "nothing to measure");
   expect_one_line_error("gemlite-bench", "--synthetic stories260k -d -5", "-d");
+  // libgomp crashed on tens of thousands of threads.
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi -t 100000 --device cpu", "--threads 100000");
+}
+
+// A packed checkpoint whose norm is not F32, or whose quantization_config has a key of the
+// wrong JSON type, is refused at load with the file named (the first aborted inside an
+// OpenMP loop, the second printed nlohmann's bare type_error).
+TEST(Programs, CheckpointWithWrongTypesIsAOneLineError) {
+  const std::string dir = make_temp_dir() + "/wrong-types";
+  fs::copy(stories_dir(), dir);
+  {
+    nlohmann::json config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+    config["quantization_config"]["format_version"] = "2";
+    std::ofstream(dir + "/config.json") << config.dump();
+  }
+  expect_one_line_error("gemlite-chat", "-m " + dir + " -p hi --device cpu", dir + "/config.json");
+
+  const std::string norm_dir = make_temp_dir() + "/i32-norm";
+  fs::copy(stories_dir(), norm_dir);
+  {
+    const SafetensorsFile file = SafetensorsFile::open(stories_dir() + "/model.safetensors");
+    SafetensorsWriter writer;
+    writer.set_metadata("format", "gemlite");
+    writer.set_metadata("format_version", "2");
+    for (const std::string& name : file.names()) {
+      HostTensor t = file.get(name);
+      if (name == "model.norm.weight") t = HostTensor::copy_of(DType::I32, t.shape, t.data);  // same bytes
+      writer.add(name, t);
+    }
+    writer.write(norm_dir + "/model.safetensors");
+  }
+  expect_one_line_error("gemlite-chat", "-m " + norm_dir + " -p hi --device cpu", "model.norm.weight");
 }
 
 TEST(Programs, QuantizeRejectsATokenizerOfAnotherModel) {
@@ -122,7 +155,7 @@ TEST(Programs, QuantizeReplacesAnEarlierCheckpointGivenWithATrailingSlash) {
     EXPECT_EQ(run.exit_code, 0) << run.output;
   }
   EXPECT_TRUE(fs::exists(dir + "/model.safetensors"));
-  EXPECT_FALSE(fs::exists(dir + ".tmp"));
+  EXPECT_TRUE(leftovers_beside(dir).empty());
 }
 
 TEST(Programs, ChatWithNPredictBeyondTheContextKeepsAnswering) {
