@@ -131,38 +131,50 @@ int main(int argc, char** argv) {
     // The tokenizer: a sentencepiece model (the HF directory's, or --tokenizer), else one
     // built from a llama2.c tokenizer.bin given as --tokenizer or from the GGUF's vocabulary.
     std::optional<BuiltTokenizer> built;
+    std::string built_from, built_what;  // a built tokenizer's problems name its source and how it was made
     if (args.count("tokenizer")) {
       const std::string path = args["tokenizer"].as<std::string>();
       if (fs::is_regular_file(path) && is_llama2c_tokenizer(path))
         built.emplace(spm_bpe_model_proto(read_llama2c_tokenizer(path, source.config.vocab_size), path));
+      built_from = path;
+      built_what = "the tokenizer built from its vocabulary";
       source.tokenizer_path = built ? built->path() : path;
     } else if (source.tokenizer_path.empty() && !source.vocabulary.empty()) {
       built.emplace(spm_bpe_model_proto(source.vocabulary, source_path));
+      built_from = source_path;
+      built_what = "the tokenizer built from its vocabulary";
       source.tokenizer_path = built->path();
       std::fprintf(stderr, "tokenizer: built from the vocabulary in %s\n", source_path.c_str());
     } else if (!source.tokenizer_path.empty() && !source.added_tokens.empty()) {
       // A Hugging Face tokenizer.model plus tokenizer.json's added tokens (Phi-3's chat markers).
-      const int pieces = Tokenizer::load(source.tokenizer_path).vocab_size();
+      const Tokenizer base = Tokenizer::load(source.tokenizer_path);
+      const int pieces = base.vocab_size();
       const size_t added = size_t(std::count_if(source.added_tokens.begin(), source.added_tokens.end(),
                                                 [&](const auto& token) { return token.first >= pieces; }));
+      const std::string tokenizer_json = (fs::path(source_path) / "tokenizer.json").string();
+      const auto model = MappedFile::open(source.tokenizer_path);
+      const std::string proto(reinterpret_cast<const char*>(model->data()), model->size());
+      const std::string extended =
+          spm_model_with_added_tokens(proto, base, source.config.vocab_size, source.added_tokens, tokenizer_json);
       if (added > 0) {
-        const auto model = MappedFile::open(source.tokenizer_path);
-        const std::string proto(reinterpret_cast<const char*>(model->data()), model->size());
-        built.emplace(spm_model_with_added_tokens(proto, pieces,
-                                                  source.added_tokens, source_path + "/tokenizer.json"));
+        built.emplace(extended);
+        built_from = tokenizer_json;
+        built_what = "tokenizer.model with these added tokens";
         std::fprintf(stderr, "tokenizer: %s + %zu added tokens of tokenizer.json\n", source.tokenizer_path.c_str(),
                      added);
         source.tokenizer_path = built->path();
       }
     }
     if (!source.tokenizer_path.empty()) {
-      const std::string named = args.count("tokenizer") ? args["tokenizer"].as<std::string>() : source_path;
+      const std::string named = built ? built_from
+                                : args.count("tokenizer") ? args["tokenizer"].as<std::string>()
+                                                          : source_path;
       // Fail now, not after the quantization; a built model's problems name its source.
       try {
         check_tokenizer_fits(Tokenizer::load(source.tokenizer_path), source.config, named);
       } catch (const Error& e) {
         if (!built) throw;
-        fail(named, std::string("the tokenizer built from its vocabulary: ") + e.what());
+        fail(named, built_what + ": " + e.what());
       }
     } else {
       std::fprintf(stderr, "warning: no tokenizer.model%s; pass --tokenizer so gemlite-chat can run it\n",

@@ -289,10 +289,6 @@ void read_vocabulary(const Metadata& meta, int vocab_size, SourceModel* model) {
     const int type = types ? int(types->numbers[i]) : 1;
     if (type < 1 || type > 6) fail(meta.path, "token " + std::to_string(i) + " has type " + std::to_string(type));
     piece.type = SpmPieceType(type);
-    // Control tokens past <unk>, <s>, </s> (Phi-3's <|user|> .. <|end|>) become user-defined
-    // pieces, which sentencepiece matches whole in text: chat templates write them as text,
-    // and llama.cpp parses them out of the formatted prompt the same way.
-    if (piece.type == SpmPieceType::Control && i > 2) piece.type = SpmPieceType::UserDefined;
     model->vocabulary.push_back(std::move(piece));
   }
 }

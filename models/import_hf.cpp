@@ -53,7 +53,7 @@ std::vector<std::pair<int, std::string>> read_added_tokens(const std::string& di
         !token.contains("content") || !token["content"].is_string())
       fail(path, "an entry of \"added_tokens\" lacks an integer \"id\" or a string \"content\"");
     const int64_t id = token["id"].get<int64_t>();
-    if (id < 0 || id > (int64_t(1) << 30)) fail(path, "added token id " + std::to_string(id) + " out of range");
+    if (id < 0 || id >= (int64_t(1) << 30)) fail(path, "added token id " + std::to_string(id) + " out of range");
     added.emplace_back(int(id), token["content"].get<std::string>());
   }
   return added;
@@ -79,8 +79,10 @@ SourceModel load_hf_directory(const std::string& dir) {
   check_source_tensors(model, dir);
 
   const std::string tokenizer_path = (fs::path(dir) / "tokenizer.model").string();
-  if (fs::exists(tokenizer_path)) model.tokenizer_path = tokenizer_path;
-  model.added_tokens = read_added_tokens(dir);
+  if (fs::exists(tokenizer_path)) {
+    model.tokenizer_path = tokenizer_path;
+    model.added_tokens = read_added_tokens(dir);  // only used beside a tokenizer.model
+  }
   return model;
 }
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <set>
 
 #include "runtime/error.h"
 
@@ -45,8 +46,9 @@ constexpr int kModelTypeBpe = 2;
 
 const std::string kSpace = "\xe2\x96\x81";  // "▁"
 
-// One entry of ModelProto's repeated `pieces`: a message appends to the list wherever it
-// stands, so entries written after a whole model extend its vocabulary.
+// One entry of ModelProto's repeated `pieces`. Protocol buffers concatenate the entries of
+// a repeated field wherever they stand in a message, so entries written after a whole
+// serialized model extend its vocabulary.
 void put_piece(std::string& model, const SpmPiece& piece) {
   std::string entry;
   put_bytes(entry, kPieceText, piece.text);
@@ -57,14 +59,25 @@ void put_piece(std::string& model, const SpmPiece& piece) {
 
 }  // namespace
 
-std::string spm_model_with_added_tokens(const std::string& model_proto, int model_pieces,
+std::string spm_model_with_added_tokens(const std::string& model_proto, const Tokenizer& base, int vocab_limit,
                                         const std::vector<std::pair<int, std::string>>& added,
                                         const std::string& where) {
+  const int model_pieces = base.vocab_size();
   std::map<int, std::string> by_id;
+  std::set<std::string> texts;
   for (const auto& [id, text] : added) {
-    if (id < model_pieces) continue;
-    if (id >= (1 << 20)) fail(where, "added token '" + text + "' has id " + std::to_string(id) + " (too large)");
-    if (text.empty()) fail(where, "added token " + std::to_string(id) + " is empty");
+    const std::string token = "added token " + std::to_string(id) + " '" + text + "'";
+    if (id < model_pieces) {  // tokenizer.json re-declaring the model's own <unk>, <s>, </s>
+      if (base.piece(id) != text)
+        fail(where, token + " disagrees with the tokenizer.model's piece '" + base.piece(id) + "'");
+      continue;
+    }
+    if (id >= vocab_limit)
+      fail(where, token + " lies beyond the model's vocabulary of " + std::to_string(vocab_limit));
+    if (text.empty() || text.find('\0') != std::string::npos) fail(where, token + " is empty or holds a NUL");
+    if (base.piece_to_id(text) >= 0)
+      fail(where, token + " is already the tokenizer.model's piece " + std::to_string(base.piece_to_id(text)));
+    if (!texts.insert(text).second) fail(where, token + ": that text is added twice");
     if (!by_id.emplace(id, text).second) fail(where, "added token id " + std::to_string(id) + " appears twice");
   }
   std::string model = model_proto;

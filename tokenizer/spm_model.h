@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "tokenizer/tokenizer.h"
+
 namespace gemlite {
 
 enum class SpmPieceType { Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
@@ -27,14 +29,18 @@ struct SpmPiece {
 // `where` names the source in errors.
 std::string spm_bpe_model_proto(const std::vector<SpmPiece>& pieces, const std::string& where);
 
-// A sentencepiece model (`model_proto`, the bytes of a tokenizer.model holding
-// `model_pieces` pieces) extended by tokens a Hugging Face tokenizer adds beside it
-// (tokenizer.json's "added_tokens", e.g. Phi-3's <|user|> ... <|end|> at ids 32000..):
-// each becomes a user-defined piece at its id, which sentencepiece matches whole in text
-// (as transformers and llama.cpp do for such tokens); ids between them that no token names
-// become unused pieces. Tokens with ids below model_pieces are the model's own and are
-// skipped; an id named twice or beyond 2^20 is an Error naming `where`.
-std::string spm_model_with_added_tokens(const std::string& model_proto, int model_pieces,
+// A sentencepiece model (`model_proto`, the bytes of the tokenizer.model that `base` was
+// loaded from) extended by tokens a Hugging Face tokenizer adds beside it (tokenizer.json's
+// "added_tokens", e.g. Phi-3's <|user|> ... <|end|> at ids 32000..): each becomes a
+// user-defined piece at its id, which sentencepiece matches whole wherever it appears in
+// text; ids between them that no token names become unused pieces ("<gemlite_unused_N>",
+// score 0). Whitespace around a marker stays text: transformers and llama.cpp strip what
+// follows Phi-3's markers (their rstrip), and encode() adds the dummy-prefix space only at
+// the start of the text, so a Phi-3 turn gets a few whitespace tokens the reference would not.
+// Errors name `where`: an id at or past `vocab_limit` (the model's vocabulary), named twice,
+// or below base's size with a text other than base's piece there; a text that is empty,
+// holds a NUL, is already a piece of `base`, or is added twice.
+std::string spm_model_with_added_tokens(const std::string& model_proto, const Tokenizer& base, int vocab_limit,
                                         const std::vector<std::pair<int, std::string>>& added,
                                         const std::string& where);
 

@@ -78,9 +78,9 @@ TEST(SpmModel, AddedTokensBecomeWholePiecesAfterTheModelsOwn) {
   const std::string proto((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::vector<std::pair<int, std::string>> added = {{2, "</s>"}, {514, "<|end|>"}, {512, "<|user|>"}};
   const std::string path = make_temp_dir() + "/added.model";
-  std::ofstream(path, std::ios::binary) << spm_model_with_added_tokens(proto, 512, added, "tokenizer.json");
+  const Tokenizer base = Tokenizer::load(kTok512Model);
+  std::ofstream(path, std::ios::binary) << spm_model_with_added_tokens(proto, base, 520, added, "tokenizer.json");
   const Tokenizer tokenizer = Tokenizer::load(path);
-  const Tokenizer& base = Tokenizer::load(kTok512Model);
   EXPECT_EQ(tokenizer.vocab_size(), 515);
   EXPECT_EQ(tokenizer.piece(512), "<|user|>");
   EXPECT_EQ(tokenizer.piece(514), "<|end|>");
@@ -98,8 +98,26 @@ TEST(SpmModel, AddedTokensBecomeWholePiecesAfterTheModelsOwn) {
   EXPECT_EQ(std::count(turn.begin(), turn.end(), 513), 0);
   EXPECT_EQ(base.encode("Once upon a time", true), tokenizer.encode("Once upon a time", true));
 
-  EXPECT_THROW(spm_model_with_added_tokens(proto, 512, {{512, "<|a|>"}, {512, "<|b|>"}}, "tokenizer.json"), Error);
-  EXPECT_THROW(spm_model_with_added_tokens(proto, 512, {{600, ""}}, "tokenizer.json"), Error);
+  // Each of these would have made a tokenizer that fails to load or to encode, or that
+  // means something else than tokenizer.json says; all are errors naming it.
+  const std::vector<std::vector<std::pair<int, std::string>>> bad = {
+      {{512, "<|a|>"}, {512, "<|b|>"}},  // an id twice
+      {{512, "<|a|>"}, {513, "<|a|>"}},  // a text twice
+      {{513, ""}},                       // empty
+      {{513, std::string("a\0b", 3)}},   // a NUL
+      {{513, "<s>"}},                    // already a (control) piece of the model
+      {{513, base.piece(300)}},          // already a normal piece
+      {{2, "<|end|>"}},                  // the model's own id with another text
+      {{520, "<|far|>"}},                // past the model's vocabulary
+  };
+  for (const auto& tokens : bad) {
+    try {
+      spm_model_with_added_tokens(proto, base, 520, tokens, "dir/tokenizer.json");
+      ADD_FAILURE() << "accepted " << tokens[0].first << " '" << tokens[0].second << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("dir/tokenizer.json"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(SpmModel, AidreamsTokenizerRoundTripsTextBytesAndSpaceRuns) {
