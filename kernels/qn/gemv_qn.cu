@@ -521,7 +521,7 @@ __device__ __forceinline__ uint16_t to_activation(float v) {
   }
 }
 
-// W [N, Kw] qN codes, x [M, K] -> y [M, N] (p.swiglu: y [M, N / 2] = silu(gate) * up).
+// W (tiles of qN codes, qn_tile_word_index), x [M, K] -> y [M, N] (p.swiglu: y [M, N / 2] = silu(gate) * up).
 // PRECOND: blockDim.x = 32 * warps with warps <= kMaxWarps, grid.x = ceil(N / 16),
 // K < 2^31 - 64; p.paired_half = 0, or N = 2 * p.paired_half with p.paired_half % 8 == 0.
 template <int BITS, bool BF16, bool SPARSE>
@@ -665,6 +665,8 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired
   d.paired_half = paired_half;
   if (d.K > (int64_t(1) << 31) - 1024) fail(where, "K = " + std::to_string(d.K) + " too large for the GPU kernel");
   d.Kw = sparse ? s7_words_per_row(d.K) : qn_words_per_row(d.K, d.bits);
+  if (d.Kw * 16 >= (int64_t(1) << 32))  // load_tile's 32-bit word offset in a row block: t * 512 < 16 Kw
+    fail(where, "K = " + std::to_string(d.K) + " too large for the GPU kernel at " + std::to_string(d.bits) + " bits");
   d.n_groups = group_count(d.group, d.K);
   if (d.n_groups == 1) {
     d.group_shift = 30;  // every k in group 0 (the index is clamped as well)
@@ -759,6 +761,8 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   p.sb_group_stride = uint32_t(qn_padded_rows(w.N) / 2);
   p.group_shift = w.group_shift;
   p.M = M;
+  // K % 8 == 4 (K = 4100 in the tests) takes the scalar path too since x became one 16-byte
+  // load per block; every model's K is a multiple of 64.
   p.x_vectorized = w.K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   p.paired_half = w.paired_half;
   p.swiglu = swiglu;

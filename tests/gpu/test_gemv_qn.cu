@@ -210,7 +210,7 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, GemvQnTest,
                          ::testing::Combine(::testing::Range(1, 9), ::testing::Values(32, 64, 128, 0)),
                          param_name);
 
-// Misaligned x (odd element offset) and K % 4 != 0 take the scalar activation path; a bias
+// Misaligned x (odd element offset) and K % 8 != 0 take the scalar activation path; a bias
 // is added after the reduction.
 TEST(GemvQnEdges, MisalignedActivationsAndBias) {
   std::mt19937_64 rng(test_seed() + 17);
