@@ -89,12 +89,13 @@ struct BenchPlan {
   std::vector<std::pair<int, int>> prompt_gens;  // -pg: a prompt, then that many tokens decoded
   int batch = 512, repetitions = 5;
 
-  // Positions the longest test needs: the model's KV cache capacity.
-  int context() const {
-    int longest = 0;
-    for (int p : prompts) longest = std::max(longest, p);
-    for (int n : gens) longest = std::max(longest, n);
-    for (const auto& [p, n] : prompt_gens) longest = std::max(longest, p + n);
+  // Positions the longest test needs: the model's KV cache capacity (64-bit: --pg
+  // 2000000000,2000000000 overflowed int and was then met by an 8 GB prompt).
+  int64_t context() const {
+    int64_t longest = 0;
+    for (int p : prompts) longest = std::max<int64_t>(longest, p);
+    for (int n : gens) longest = std::max<int64_t>(longest, n);
+    for (const auto& [p, n] : prompt_gens) longest = std::max(longest, int64_t(p) + n);
     return *std::max_element(depths.begin(), depths.end()) + longest;
   }
 };
@@ -109,7 +110,7 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
                  const BackendOptions& options, const BenchPlan& plan,
                  const std::function<void(const Result&)>& report) {
   auto backend = make_backend(device.empty() ? default_backend_name() : device, options);
-  LlamaModel model(ckpt, *backend, plan.context(), plan.batch);
+  LlamaModel model(ckpt, *backend, int(plan.context()), plan.batch);  // context() checked at parse
   Generation generation(model);
   std::mt19937 rng(42);
   const int vocab = ckpt.config.vocab_size;
@@ -280,6 +281,11 @@ int main(int argc, char** argv) {
       throw Error("-p 0 and -n 0 and no --pg: nothing to measure");
     if (plan.batch < 1) throw Error("-b/--batch-size must be >= 1");
     if (plan.repetitions < 1) throw Error("-r/--repetitions must be >= 1");
+    // The KV cache the tests need (may exceed a model's max_seq_len, as llama-bench's -d may);
+    // in 64 bits: --pg 2000000000,2000000000 overflowed int and drew an 8 GB prompt.
+    if (plan.context() > (int64_t(1) << 24))
+      throw Error("the tests need " + std::to_string(plan.context()) +
+                  " positions (-d plus the longest -p/-n/--pg); at most 16777216 are supported");
     const std::string output = args["output"].as<std::string>();
     if (output != "md" && output != "json" && output != "csv")
       throw Error("-o '" + output + "': expected md, json or csv");

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "perplexity: tokenization took %.1f ms, %zu tokens\n", (now_seconds() - start) * 1e3,
                    tokens.size());
       if (int64_t(tokens.size()) < 2 * int64_t(n_ctx))
-        fail(path, "has " + std::to_string(tokens.size()) + " tokens; need at least " + std::to_string(2 * n_ctx) +
+        fail(path, "has " + std::to_string(tokens.size()) + " tokens; need at least " + std::to_string(2 * int64_t(n_ctx)) +
                        " for --ctx-size " + std::to_string(n_ctx));
       n_chunks = int(tokens.size()) / n_ctx;
     }

@@ -2,11 +2,16 @@
 
 #include <sentencepiece_processor.h>
 
+#include <filesystem>
+
 #include "runtime/error.h"
 
 namespace gemlite {
 
 Tokenizer Tokenizer::load(const std::string& model_path) {
+  // A directory made sentencepiece throw a bare filebuf error, a link to /dev/zero read forever.
+  if (std::filesystem::exists(model_path) && !std::filesystem::is_regular_file(model_path))
+    fail(model_path, "not a regular file");
   auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const sentencepiece::util::Status status = processor->Load(model_path);
   if (status.code() == sentencepiece::util::StatusCode::kNotFound) {

@@ -1,5 +1,6 @@
 #include "runtime/io/json_file.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include "runtime/error.h"
@@ -7,6 +8,8 @@
 namespace gemlite {
 
 nlohmann::json read_json_file(const std::string& path) {
+  if (std::filesystem::exists(path) && !std::filesystem::is_regular_file(path))
+    fail(path, "not a regular file");  // a directory read as a stream threw a bare filebuf error
   std::ifstream in(path);
   if (!in) fail(path, "cannot open");
   try {

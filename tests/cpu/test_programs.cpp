@@ -52,6 +52,18 @@ TEST(Programs, MissingModelDirectoryIsNamed) {
   expect_one_line_error("gemlite-bench", "-m /nonexistent/model", "/nonexistent/model");
 }
 
+// A folder where a checkpoint's file belongs (a directory read as a stream threw a bare
+// "basic_filebuf::underflow" error naming nothing).
+TEST(Programs, AFolderWhereAFileBelongsIsNamed) {
+  for (const char* file : {"tokenizer.model", "config.json"}) {
+    const std::string dir = make_temp_dir() + "/folder-" + file;
+    fs::copy(stories_dir(), dir);
+    fs::remove(dir + "/" + file);
+    fs::create_directory(dir + "/" + file);
+    expect_one_line_error("gemlite-chat", "-m " + dir + " -p hi --device cpu", dir + "/" + file);
+  }
+}
+
 TEST(Programs, MissingTokenizerIsNamed) {
   const std::string dir = make_temp_dir() + "/no-tokenizer";
   fs::copy(stories_dir(), dir);
@@ -259,6 +271,9 @@ TEST(Programs, BenchRunsLlamaBenchListsDepthsAndPromptGenPairs) {
 TEST(Programs, BenchListsAndPairsRejectBadValuesInOneLine) {
   expect_one_line_error("gemlite-bench", "--synthetic stories260k --pg 512", "pairs");
   expect_one_line_error("gemlite-bench", "--synthetic stories260k --pg 0,5", "--pg 0,5");
+  // p + n overflowed int and an 8 GB prompt was drawn before the context ran out.
+  expect_one_line_error("gemlite-bench", "--device cpu --synthetic stories260k --pg 2000000000,2000000000 -r 1",
+                        "positions");
   expect_one_line_error("gemlite-bench", "--synthetic stories260k -p 4,-1", "-1");
   expect_one_line_error("gemlite-bench", "--synthetic stories260k -p 4,x", "x");
 }
