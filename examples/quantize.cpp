@@ -187,12 +187,16 @@ int main(int argc, char** argv) {
                  c.n_kv_heads, c.vocab_size, keep_gguf_types ? "the GGUF's types" : spec.format.name().c_str());
     const double start = now_seconds();
     int from_codes = 0, modules = 0;
-    const PackedCheckpoint packed =
-        quantize_model(source, spec, [&](int done, int total, const std::string& module, PackedFrom how) {
-          show_progress(done, total, module);
-          from_codes += how == PackedFrom::SourceCodes;
-          modules = total;
-        });
+    PackedCheckpoint packed;
+    try {
+      packed = quantize_model(source, spec, [&](int done, int total, const std::string& module, PackedFrom how) {
+        show_progress(done, total, module);
+        from_codes += how == PackedFrom::SourceCodes;
+        modules = total;
+      });
+    } catch (const Error& e) {
+      fail(source_path, e.what());  // the tensor is named, the file too
+    }
     save_packed_checkpoint(packed, output);
     std::fprintf(stderr, "wrote %s: %.2f MiB of weights in %.1f s\n", output.c_str(),
                  packed.weight_bytes() / 1048576.0, now_seconds() - start);

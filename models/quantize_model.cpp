@@ -94,7 +94,11 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
     } else {
       const HostTensor matrix = source.tensor(name);  // a GGUF's blocks decoded here, one at a time
       std::vector<float> storage;
-      w = quantize_weight(as_floats(matrix, storage), matrix.shape[0], matrix.shape[1], format);  // [N, K]
+      try {
+        w = quantize_weight(as_floats(matrix, storage), matrix.shape[0], matrix.shape[1], format);  // [N, K]
+      } catch (const Error& e) {  // e.g. a NaN weight: say which tensor
+        throw Error("tensor '" + name + "': " + e.what());
+      }
     }
     if (source.has(module + ".bias")) w.parts["bias"] = to_dense(source.tensor(module + ".bias"), DType::F32);
     if (progress) progress(++done, int(modules.size()), module, how);

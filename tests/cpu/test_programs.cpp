@@ -2,6 +2,8 @@
 // stderr that names the problem; good input runs end to end on stories260K.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -62,6 +64,30 @@ TEST(Programs, AFolderWhereAFileBelongsIsNamed) {
     fs::create_directory(dir + "/" + file);
     expect_one_line_error("gemlite-chat", "-m " + dir + " -p hi --device cpu", dir + "/" + file);
   }
+}
+
+// A NaN among a source's weights stops the conversion with the file and the tensor named
+// and nothing written. stories260K.bin: a 28-byte header, then the embedding [512, 64]
+// and the attention norms [5, 64]; then wq [5, 64, 64], whose first float is changed.
+TEST(Programs, QuantizeNamesTheTensorOfANonFiniteWeight) {
+  const std::string bin = make_temp_dir() + "/nan.bin";
+  fs::copy_file(shared_file("models/stories260K/stories260K.bin"), bin);
+  {
+    std::fstream file(bin, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(28 + 4 * (512 * 64 + 5 * 64));
+    const float nan = std::nanf("");
+    file.write(reinterpret_cast<const char*>(&nan), 4);
+  }
+  const std::string out = make_temp_dir() + "/nan-model";
+  const ProgramRun run = run_program_for_test("gemlite-quantize", bin + " " + out + " q8", true);
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  const std::string error_line = run.output.substr(run.output.rfind("gemlite-quantize: error: "));
+  EXPECT_EQ(std::count(error_line.begin(), error_line.end(), '\n'), 1) << run.output;
+  EXPECT_NE(error_line.find(bin + ": tensor 'model.layers.0.self_attn.q_proj.weight'"), std::string::npos)
+      << run.output;
+  EXPECT_NE(error_line.find("not finite"), std::string::npos) << run.output;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_TRUE(leftovers_beside(out).empty());
 }
 
 TEST(Programs, MissingTokenizerIsNamed) {
