@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <iostream>
 
 #include "examples/common/generation.h"
@@ -159,6 +160,16 @@ void make_room(Generation& generation, std::deque<Exchange>& history, int needed
   generation.feed(ids);
 }
 
+// The template a checkpoint's config.json names (gemlite_chat_template); an unknown name is
+// an error naming that file.
+ChatTemplate recorded_chat_template(const std::string& name, const std::string& model_dir) {
+  try {
+    return parse_chat_template(name);
+  } catch (const Error& e) {
+    fail((std::filesystem::path(model_dir) / "config.json").string(), std::string("gemlite_chat_template: ") + e.what());
+  }
+}
+
 int chat(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer, ChatTemplate chat_template,
          const std::string& system, int n_predict, int model_eos) {
   const bool terminal = isatty(STDIN_FILENO);
@@ -263,7 +274,7 @@ int main(int argc, char** argv) {
 
     const ChatTemplate chat_template =
         args.count("chat-template") ? parse_chat_template(args["chat-template"].as<std::string>())
-        : !loaded.checkpoint.chat_template.empty() ? parse_chat_template(loaded.checkpoint.chat_template)
+        : !loaded.checkpoint.chat_template.empty() ? recorded_chat_template(loaded.checkpoint.chat_template, args["model"].as<std::string>())
         : detect_chat_template("", loaded.checkpoint.config.architecture, *loaded.tokenizer);
     std::fprintf(stderr, "chat template: %s; end with Ctrl-D (EOF), stop an answer with Ctrl-C\n",
                  chat_template_name(chat_template));

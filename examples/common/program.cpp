@@ -22,7 +22,8 @@ int run_program(const char* program, const std::function<int()>& body) {
   } catch (const cxxopts::exceptions::exception& e) {
     std::fprintf(stderr, "%s: error: %s (see --help)\n", program, e.what());
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "%s: error: out of memory\n", program);
+    // Host memory: the weights and, in chat/perplexity/bench, a KV cache of -c positions.
+    std::fprintf(stderr, "%s: error: out of memory (a smaller -c/--ctx-size shrinks the KV cache)\n", program);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
   }

@@ -151,6 +151,13 @@ TEST(Programs, CheckpointWithWrongTypesIsAOneLineError) {
     std::ofstream(dir + "/config.json") << config.dump();
   }
   expect_one_line_error("gemlite-chat", "-m " + dir + " -p hi --device cpu", dir + "/config.json");
+  {
+    nlohmann::json config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+    config["quantization_config"]["format_version"] = 2;
+    config["gemlite_chat_template"] = "vicuna";
+    std::ofstream(dir + "/config.json") << config.dump();
+  }
+  expect_one_line_error("gemlite-chat", "-m " + dir + " --device cpu", dir + "/config.json");
 
   const std::string norm_dir = make_temp_dir() + "/i32-norm";
   fs::copy(stories_dir(), norm_dir);
