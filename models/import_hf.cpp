@@ -39,13 +39,14 @@ void add_sharded_tensors(const std::string& dir, const std::string& index_path, 
   }
 }
 
-// tokenizer.json's "added_tokens": [{"id": 32010, "content": "<|user|>", ...}, ...].
-std::vector<std::pair<int, std::string>> read_added_tokens(const std::string& dir) {
+// tokenizer.json's "added_tokens": [{"id": 32010, "content": "<|user|>", "rstrip": true, ...}, ...]
+// into model->added_tokens and model->rstrip_token_ids.
+void read_added_tokens(const std::string& dir, SourceModel* model) {
   const std::string path = (fs::path(dir) / "tokenizer.json").string();
-  if (!fs::exists(path)) return {};
+  if (!fs::exists(path)) return;
   const json tokenizer = read_json_file(path);
-  std::vector<std::pair<int, std::string>> added;
-  if (!tokenizer.is_object() || !tokenizer.contains("added_tokens")) return added;
+  std::vector<std::pair<int, std::string>>& added = model->added_tokens;
+  if (!tokenizer.is_object() || !tokenizer.contains("added_tokens")) return;
   const json& list = tokenizer["added_tokens"];
   if (!list.is_array()) fail(path, "\"added_tokens\" is not a list");
   for (const json& token : list) {
@@ -55,8 +56,10 @@ std::vector<std::pair<int, std::string>> read_added_tokens(const std::string& di
     const int64_t id = token["id"].get<int64_t>();
     if (id < 0 || id >= (int64_t(1) << 30)) fail(path, "added token id " + std::to_string(id) + " out of range");
     added.emplace_back(int(id), token["content"].get<std::string>());
+    const json rstrip = token.value("rstrip", json(false));
+    if (!rstrip.is_boolean()) fail(path, "added token " + std::to_string(id) + ": \"rstrip\" is not true or false");
+    if (rstrip.get<bool>()) model->rstrip_token_ids.push_back(int(id));
   }
-  return added;
 }
 
 }  // namespace
@@ -81,7 +84,7 @@ SourceModel load_hf_directory(const std::string& dir) {
   const std::string tokenizer_path = (fs::path(dir) / "tokenizer.model").string();
   if (fs::exists(tokenizer_path)) {
     model.tokenizer_path = tokenizer_path;
-    model.added_tokens = read_added_tokens(dir);  // only used beside a tokenizer.model
+    read_added_tokens(dir, &model);  // only used beside a tokenizer.model
   }
   return model;
 }

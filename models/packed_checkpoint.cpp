@@ -164,8 +164,9 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
     modules = quant.value("modules", json::object());
     ckpt.default_format = quant.value("format", std::string());
     ckpt.chat_template = config_json.value("gemlite_chat_template", std::string());
+    ckpt.rstrip_token_ids = config_json.value("gemlite_rstrip_token_ids", std::vector<int>());
   } catch (const json::exception& e) {
-    fail(config_path, std::string("quantization_config or gemlite_chat_template: ") + e.what());
+    fail(config_path, std::string("quantization_config or a gemlite_ key: ") + e.what());
   }
 
   const std::string tensors_path = (fs::path(dir) / "model.safetensors").string();
@@ -258,6 +259,7 @@ void save_packed_checkpoint(const PackedCheckpoint& ckpt, const std::string& dir
                                    {"embedding", dtype_name(ckpt.embedding.dtype)},
                                    {"modules", modules}};
   if (!ckpt.chat_template.empty()) config["gemlite_chat_template"] = ckpt.chat_template;
+  if (!ckpt.rstrip_token_ids.empty()) config["gemlite_rstrip_token_ids"] = ckpt.rstrip_token_ids;
 
   check_can_save_packed_checkpoint(dir);
   const fs::path final_dir = normalized_directory(dir);

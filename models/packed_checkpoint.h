@@ -4,7 +4,8 @@
 //                      "quantization_config": {"quant_method": "gemlite", "format_version": 2,
 //                        "format": "<default>", "embedding": "f16",
 //                        "modules": {"<module>": "<format>" | "tied", ...}}
-//                      and "gemlite_chat_template": "<name>" when known.
+//                      and "gemlite_chat_template": "<name>" when known,
+//                      "gemlite_rstrip_token_ids": [ids] when the tokenizer has such markers.
 //   model.safetensors  every linear module's parts as "<module>.<part>" (see
 //                      kernels/packed_weight.h), the embedding and the norm weights (F32).
 //   tokenizer.model    the sentencepiece model.
@@ -46,6 +47,9 @@ struct PackedCheckpoint {
   PackedWeight lm_head;                   // [vocab, dim]; a dense view of `embedding` if tied
   bool lm_head_tied = false;
   std::string tokenizer_path;             // sentencepiece model, "" when none
+  // Markers of the tokenizer after which encoding drops whitespace (Tokenizer::set_rstrip),
+  // config.json's "gemlite_rstrip_token_ids".
+  std::vector<int> rstrip_token_ids;
 
   // Every linear module with its Hugging Face name, lm_head last.
   std::vector<std::pair<std::string, const PackedWeight*>> linears() const;

@@ -76,6 +76,7 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
   ckpt.default_format = spec.format.name();
   ckpt.chat_template = spec.chat_template;
   ckpt.tokenizer_path = source.tokenizer_path;
+  ckpt.rstrip_token_ids = source.rstrip_token_ids;
   ckpt.embedding = to_dense(source.tensor(kEmbeddingName), embedding_dtype_for(spec.format));
   ckpt.final_norm = to_dense(source.tensor(kFinalNormName), DType::F32);
 

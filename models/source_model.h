@@ -53,6 +53,7 @@ struct SourceModel {
   // tokenizer.json's "added_tokens"): the packed checkpoint's tokenizer.model gets those
   // past its own pieces (spm_model_with_added_tokens), so Phi-3's <|user|> is one token.
   std::vector<std::pair<int, std::string>> added_tokens;
+  std::vector<int> rstrip_token_ids;  // added tokens marked "rstrip" (Tokenizer::set_rstrip)
   // The vocabulary a source carries without a sentencepiece model (a GGUF's llama-style
   // tokenizer.ggml.*), for spm_bpe_model_proto; empty when it has none usable.
   std::vector<SpmPiece> vocabulary;

@@ -90,6 +90,66 @@ std::string spm_model_with_added_tokens(const std::string& model_proto, const To
   return model;
 }
 
+namespace {
+
+// Reads a protocol-buffer varint at `at`; false when the bytes end first.
+bool get_varint(const std::string& bytes, size_t& at, uint64_t& value) {
+  value = 0;
+  for (int shift = 0; shift < 64 && at < bytes.size(); shift += 7) {
+    const uint8_t byte = uint8_t(bytes[at++]);
+    value |= uint64_t(byte & 0x7f) << shift;
+    if (!(byte & 0x80)) return true;
+  }
+  return false;
+}
+
+// Calls on_field(field, wire_type, payload) for each field of a message; payload is the
+// bytes of a length-delimited field, empty otherwise (varints go to `varint`).
+template <class F>
+void for_each_field(const std::string& message, const std::string& where, F&& on_field) {
+  size_t at = 0;
+  while (at < message.size()) {
+    uint64_t tag = 0, value = 0;
+    if (!get_varint(message, at, tag)) fail(where, "not a sentencepiece model (truncated protocol buffer)");
+    const int field = int(tag >> 3), wire = int(tag & 7);
+    if (wire == 0) {
+      if (!get_varint(message, at, value)) fail(where, "not a sentencepiece model (truncated varint)");
+      on_field(field, wire, std::string(), value);
+    } else if (wire == 2) {
+      if (!get_varint(message, at, value) || value > message.size() - at)
+        fail(where, "not a sentencepiece model (a field runs past the end)");
+      on_field(field, wire, message.substr(at, size_t(value)), 0);
+      at += size_t(value);
+    } else if (wire == 1 || wire == 5) {
+      const size_t size = wire == 1 ? 8 : 4;
+      if (size > message.size() - at) fail(where, "not a sentencepiece model (truncated fixed field)");
+      at += size;
+    } else {
+      fail(where, "not a sentencepiece model (wire type " + std::to_string(wire) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<int, std::string>> spm_user_defined_pieces(const std::string& model_proto,
+                                                                 const std::string& where) {
+  std::vector<std::pair<int, std::string>> found;
+  int id = 0;
+  for_each_field(model_proto, where, [&](int field, int wire, const std::string& payload, uint64_t) {
+    if (field != kPieces || wire != 2) return;
+    std::string text;
+    uint64_t type = uint64_t(SpmPieceType::Normal);
+    for_each_field(payload, where, [&](int piece_field, int, const std::string& bytes, uint64_t varint) {
+      if (piece_field == kPieceText) text = bytes;
+      if (piece_field == kPieceType) type = varint;
+    });
+    if (type == uint64_t(SpmPieceType::UserDefined)) found.emplace_back(id, text);
+    ++id;
+  });
+  return found;
+}
+
 std::string spm_bpe_model_proto(const std::vector<SpmPiece>& pieces, const std::string& where) {
   if (pieces.size() < 3 || pieces[0].type != SpmPieceType::Unknown || pieces[1].type != SpmPieceType::Control ||
       pieces[2].type != SpmPieceType::Control)

@@ -34,15 +34,19 @@ std::string spm_bpe_model_proto(const std::vector<SpmPiece>& pieces, const std::
 // "added_tokens", e.g. Phi-3's <|user|> ... <|end|> at ids 32000..): each becomes a
 // user-defined piece at its id, which sentencepiece matches whole wherever it appears in
 // text; ids between them that no token names become unused pieces ("<gemlite_unused_N>",
-// score 0). Whitespace around a marker stays text: transformers and llama.cpp strip what
-// follows Phi-3's markers (their rstrip), and encode() adds the dummy-prefix space only at
-// the start of the text, so a Phi-3 turn gets a few whitespace tokens the reference would not.
+// score 0). Tokenizer::encode() cuts text at these pieces (see tokenizer.h: markers).
 // Errors name `where`: an id at or past `vocab_limit` (the model's vocabulary), named twice,
 // or below base's size with a text other than base's piece there; a text that is empty,
 // holds a NUL, is already a piece of `base`, or is added twice.
 std::string spm_model_with_added_tokens(const std::string& model_proto, const Tokenizer& base, int vocab_limit,
                                         const std::vector<std::pair<int, std::string>>& added,
                                         const std::string& where);
+
+// The user-defined pieces {id, text} of a serialized ModelProto (what
+// spm_model_with_added_tokens adds; sentencepiece's API does not tell them from normal
+// pieces). `where` names the model in errors for a malformed proto.
+std::vector<std::pair<int, std::string>> spm_user_defined_pieces(const std::string& model_proto,
+                                                                 const std::string& where);
 
 // A llama2.c tokenizer.bin (int32 max_token_length, then per token: float score, int32
 // length, bytes; "▁" written as a space, BOS/EOS as "\n<s>\n" / "\n</s>\n") as pieces.

@@ -2,9 +2,11 @@
 
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "runtime/error.h"
+#include "tokenizer/spm_model.h"
 
 namespace gemlite {
 
@@ -25,25 +27,62 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
 
 Tokenizer::Tokenizer(std::string model_path,
                      std::unique_ptr<sentencepiece::SentencePieceProcessor> processor)
-    : model_path_(std::move(model_path)), processor_(std::move(processor)) {}
+    : model_path_(std::move(model_path)), processor_(std::move(processor)) {
+  const std::string proto = processor_->serialized_model_proto();
+  for (const auto& [id, text] : spm_user_defined_pieces(proto, model_path_)) markers_.push_back({id, text, false});
+  std::stable_sort(markers_.begin(), markers_.end(),
+                   [](const Marker& a, const Marker& b) { return a.text.size() > b.text.size(); });
+}
 
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-std::vector<int> Tokenizer::encode(const std::string& text, bool add_bos) const {
-  std::vector<int> ids;
-  if (add_bos) ids.push_back(bos_id());
+void Tokenizer::encode_text(const std::string& text, std::vector<int>& ids) const {
   std::vector<int> text_ids;
   const sentencepiece::util::Status status = processor_->Encode(text, &text_ids);
   if (!status.ok()) fail(model_path_, std::string("cannot encode text (") + status.message() + ")");
   ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+}
+
+std::vector<int> Tokenizer::encode(const std::string& text, bool add_bos) const {
+  std::vector<int> ids;
+  if (add_bos) ids.push_back(bos_id());
+  size_t at = 0;
+  while (at < text.size()) {
+    // The earliest marker in the rest of the text (the longest one where several start).
+    size_t found = std::string::npos;
+    const Marker* marker = nullptr;
+    for (const Marker& m : markers_) {
+      const size_t where = text.find(m.text, at);
+      if (where < found) found = where, marker = &m;
+    }
+    if (!marker) {
+      encode_text(text.substr(at), ids);
+      break;
+    }
+    if (found > at) encode_text(text.substr(at, found - at), ids);
+    ids.push_back(marker->id);
+    at = found + marker->text.size();
+    if (marker->rstrip) at = std::min(text.size(), text.find_first_not_of(" \t\r\n", at));
+  }
   return ids;
 }
 
+void Tokenizer::set_rstrip(const std::vector<int>& marker_ids) {
+  for (const int id : marker_ids) {
+    const auto marker = std::find_if(markers_.begin(), markers_.end(), [&](const Marker& m) { return m.id == id; });
+    if (marker == markers_.end()) fail(model_path_, "token " + std::to_string(id) + " is not a marker to strip after");
+    marker->rstrip = true;
+  }
+}
+
 std::string Tokenizer::decode(const std::vector<int>& ids) const {
+  std::vector<int> text_ids;  // markers have no text
+  for (const int id : ids)
+    if (!is_control(id)) text_ids.push_back(id);
   std::string text;
-  const sentencepiece::util::Status status = processor_->Decode(ids, &text);
+  const sentencepiece::util::Status status = processor_->Decode(text_ids, &text);
   if (!status.ok()) fail(model_path_, std::string("cannot decode ids (") + status.message() + ")");
   return text;
 }
@@ -65,7 +104,8 @@ const std::string& Tokenizer::piece(int id) const {
 
 bool Tokenizer::is_control(int id) const {
   check_id(id);
-  return processor_->IsControl(id);
+  return processor_->IsControl(id) ||
+         std::any_of(markers_.begin(), markers_.end(), [&](const Marker& m) { return m.id == id; });
 }
 
 bool Tokenizer::is_byte(int id) const {

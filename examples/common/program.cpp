@@ -88,6 +88,7 @@ LoadedModel load_model(const std::string& dir, const std::string& device, int co
   if (!loaded.checkpoint.tokenizer_path.empty()) {
     loaded.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(loaded.checkpoint.tokenizer_path));
     check_tokenizer_fits(*loaded.tokenizer, loaded.checkpoint.config, loaded.checkpoint.tokenizer_path);
+    loaded.tokenizer->set_rstrip(loaded.checkpoint.rstrip_token_ids);
   } else if (need_tokenizer)
     fail((std::filesystem::path(dir) / "tokenizer.model").string(),
          "missing (pass --tokenizer to gemlite-quantize when converting a llama2.c checkpoint)");

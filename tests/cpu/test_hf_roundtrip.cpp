@@ -15,6 +15,7 @@
 
 #include "models/import_hf.h"
 #include "models/llama_model.h"
+#include "models/packed_checkpoint.h"
 #include "models/quantize_model.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
@@ -324,18 +325,20 @@ TEST(HfImport, Phi3AddedTokensJoinTheCheckpointsTokenizer) {
   const nlohmann::json tokenizer_json = {
       {"added_tokens",
        {{{"id", 0}, {"content", "<unk>"}, {"special", true}},
-        {{"id", 512}, {"content", "<|user|>"}, {"special", true}},
-        {{"id", 513}, {"content", "<|assistant|>"}, {"special", true}},
-        {{"id", 515}, {"content", "<|end|>"}, {"special", true}}}}};
+        {{"id", 512}, {"content", "<|user|>"}, {"special", true}, {"rstrip", true}},
+        {{"id", 513}, {"content", "<|assistant|>"}, {"special", true}, {"rstrip", true}},
+        {{"id", 515}, {"content", "<|end|>"}, {"special", true}, {"rstrip", false}}}}};
   std::ofstream(dir + "/tokenizer.json") << tokenizer_json.dump();
   const SourceModel source = load_hf_directory(dir);
   EXPECT_EQ(source.added_tokens.size(), 4u);
+  EXPECT_EQ(source.rstrip_token_ids, (std::vector<int>{512, 513}));
 
   const std::string out = make_temp_dir() + "/model";
   const ProgramRun quantize = run_program_for_test("gemlite-quantize", dir + " " + out + " f16", true);
   ASSERT_EQ(quantize.exit_code, 0) << quantize.output;
   EXPECT_NE(quantize.output.find("3 added tokens of tokenizer.json"), std::string::npos) << quantize.output;
   const Tokenizer tokenizer = Tokenizer::load(out + "/tokenizer.model");
+  EXPECT_EQ(load_packed_checkpoint(out).rstrip_token_ids, (std::vector<int>{512, 513}));  // kept for chat
   EXPECT_EQ(tokenizer.vocab_size(), 516);
   EXPECT_EQ(tokenizer.piece_to_id("<|user|>"), 512);
   EXPECT_EQ(tokenizer.piece_to_id("<|end|>"), 515);

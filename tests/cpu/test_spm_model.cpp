@@ -87,16 +87,30 @@ TEST(SpmModel, AddedTokensBecomeWholePiecesAfterTheModelsOwn) {
   EXPECT_EQ(tokenizer.piece_to_id("<|end|>"), 514);
   EXPECT_EQ(tokenizer.piece(2), "</s>");
 
-  const std::vector<int> hello = base.encode("Hello there", false);
-  const std::vector<int> tokens = tokenizer.encode("Hello there<|end|>", false);
-  std::vector<int> want = hello;
-  want.push_back(514);
-  EXPECT_EQ(tokens, want);
-  const std::vector<int> turn = tokenizer.encode("<|user|>\nHi<|end|>\n", false);
-  EXPECT_EQ(std::count(turn.begin(), turn.end(), 512), 1);
-  EXPECT_EQ(std::count(turn.begin(), turn.end(), 514), 1);
-  EXPECT_EQ(std::count(turn.begin(), turn.end(), 513), 0);
+  EXPECT_EQ(spm_user_defined_pieces(spm_model_with_added_tokens(proto, base, 520, added, "t"), "t"),
+            (std::vector<std::pair<int, std::string>>{{512, "<|user|>"}, {514, "<|end|>"}}));
+
+  // The text between markers is encoded on its own, with its dummy-prefix space, as
+  // llama.cpp encodes text after special tokens; a marker at the start gets no space.
+  const auto cat = [](std::vector<std::vector<int>> parts) {
+    std::vector<int> all;
+    for (const auto& part : parts) all.insert(all.end(), part.begin(), part.end());
+    return all;
+  };
+  EXPECT_EQ(tokenizer.encode("Hello there<|end|>", false), cat({base.encode("Hello there", false), {514}}));
+  EXPECT_EQ(tokenizer.encode("<|user|>\nHi<|end|>\n", true),
+            cat({{1, 512}, base.encode("\nHi", false), {514}, base.encode("\n", false)}));
   EXPECT_EQ(base.encode("Once upon a time", true), tokenizer.encode("Once upon a time", true));
+  // Phi-3's markers strip the whitespace after them (tokenizer.json's "rstrip"): its chat
+  // turn "<|user|>\nHi<|end|>\n<|assistant|>\n" becomes <|user|> ▁Hi <|end|> <|assistant|>.
+  Tokenizer stripping = Tokenizer::load(path);
+  stripping.set_rstrip({512, 514});
+  EXPECT_EQ(stripping.encode("<|user|>\nHi<|end|>\n<|user|>  \n", false),
+            cat({{512}, base.encode("Hi", false), {514, 512}}));
+  EXPECT_THROW(stripping.set_rstrip({300}), Error);  // not a marker
+  // Markers have no text.
+  EXPECT_TRUE(tokenizer.is_control(512));
+  EXPECT_EQ(tokenizer.decode(cat({{512}, base.encode("Hi", false), {514}})), "Hi");
 
   // Each of these would have made a tokenizer that fails to load or to encode, or that
   // means something else than tokenizer.json says; all are errors naming it.
