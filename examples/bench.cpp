@@ -58,7 +58,8 @@ int64_t count_params(const ModelConfig& c) {
 }
 
 std::vector<int> random_tokens(int n, int vocab, std::mt19937& rng) {
-  std::uniform_int_distribution<int> pick(3, vocab - 1);  // skip unk/bos/eos
+  // Skip unk/bos/eos where there are other tokens (a vocabulary of 3 crashed the distribution).
+  std::uniform_int_distribution<int> pick(vocab > 3 ? 3 : 0, vocab - 1);
   std::vector<int> ids(n);
   for (int& id : ids) id = pick(rng);
   return ids;

@@ -177,6 +177,15 @@ int chat(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer, C
   stop.token_ids.push_back(model_eos);  // as in complete_once
   std::deque<Exchange> history;
   bool first_turn = true;
+  // A system prompt that leaves no room in the context would fail every turn, since each
+  // failed first turn is tried again with it: refuse it once, up front.
+  if (!system.empty()) {
+    const int context = generation.position() + generation.room();
+    const int prompt = 1 + int(tokenizer.encode(render_user_turn(chat_template, system, "", true).text, false).size());
+    if (prompt + context / 4 > context)
+      throw Error("-sys/--system-prompt takes " + std::to_string(prompt) + " tokens, leaving no room for a message "
+                  "and its answer in the context of " + std::to_string(context) + " (raise -c/--ctx-size)");
+  }
   std::string line;
   for (;;) {
     if (terminal) std::fputs("\n> ", stdout), std::fflush(stdout);

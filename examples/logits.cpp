@@ -9,6 +9,7 @@
 
 #include "examples/common/program.h"
 #include "runtime/error.h"
+#include "runtime/io/output_file.h"
 #include "runtime/io/safetensors.h"
 
 using namespace gemlite;
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
     const auto args = parse_args(options, argc, argv);
     if (!args.count("model")) throw Error("missing -m/--model DIR (see --help)");
     if (!args.count("output")) throw Error("missing -o/--output FILE (see --help)");
+    check_output_file(args["output"].as<std::string>());  // before the model runs
     if (args.count("prompt") == args.count("ids")) throw Error("give exactly one of -p/--prompt and --ids");
     apply_thread_option(args);
 

@@ -7,10 +7,6 @@
 
 namespace gemlite {
 
-namespace {
-constexpr float kHalfMax = 65504.0f;
-}
-
 GroupQuantParams fit_group(float lo, float hi, int bits) {
   const float max_code = float((1 << bits) - 1);
   const float scale = round_to_half((hi - lo) / max_code);

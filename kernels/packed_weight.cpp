@@ -61,9 +61,12 @@ PackedWeight quantize_weight(const float* w, int64_t N, int64_t K, const WeightF
   const std::string where = "quantize_weight (" + format.name() + ")";
   if (N < 1 || K < 1)
     fail(where, "weight shape [" + std::to_string(N) + ", " + std::to_string(K) + "] is empty");
+  // fp16 storage would turn a weight beyond kHalfMax into infinity (the model then printed only <unk>).
+  const float limit = format.kind == FormatKind::Dense && format.dense_dtype == DType::F16 ? kHalfMax : INFINITY;
   for (int64_t i = 0; i < N * K; ++i)
-    if (!std::isfinite(w[i]))
-      fail(where, "weight [" + std::to_string(i / K) + ", " + std::to_string(i % K) + "] is not finite");
+    if (!(std::abs(w[i]) <= limit))
+      fail(where, "weight [" + std::to_string(i / K) + ", " + std::to_string(i % K) + "] = " + std::to_string(w[i]) +
+                      (std::isfinite(w[i]) ? " does not fit fp16 (use bf16 or f32)" : " is not finite"));
   PackedWeight packed = allocate_packed_weight(format, N, K);
   switch (format.kind) {
     case FormatKind::Dense: dense_quantize(w, &packed); break;

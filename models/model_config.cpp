@@ -1,6 +1,7 @@
 #include "models/model_config.h"
 
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -175,6 +176,16 @@ void ModelConfig::validate(const std::string& where) const {
   require_positive(head_dim, "head_dim");
   require_positive(vocab_size, "vocab_size");
   require_positive(max_seq_len, "max_position_embeddings");
+  // Products the shape checks use must not wrap (heads 201326598 x head_dim 64 passed them),
+  // and a count of layers in the billions exhausted memory listing its tensors.
+  constexpr int64_t kMaxWidth = int64_t(1) << 24, kMaxLayers = 4096;
+  if (n_layers > kMaxLayers) fail(where, "'num_hidden_layers' " + std::to_string(n_layers) + " is more than 4096");
+  for (const auto& [value, key] : {std::pair<int64_t, const char*>{dim, "hidden_size"},
+                                   {hidden_dim, "intermediate_size"},
+                                   {int64_t(n_heads) * head_dim, "num_attention_heads x head_dim"},
+                                   {int64_t(n_kv_heads) * head_dim, "num_key_value_heads x head_dim"},
+                                   {vocab_size, "vocab_size"}})
+    if (value > kMaxWidth) fail(where, std::string("'") + key + "' = " + std::to_string(value) + " is more than 2^24");
 
   if (!find_architecture(architecture))
     fail(where, "unknown architecture '" + architecture + "' (supported: " + kSupportedArchitectures + ")");
@@ -183,10 +194,13 @@ void ModelConfig::validate(const std::string& where) const {
                     ") is not a multiple of 'num_key_value_heads' (" + std::to_string(n_kv_heads) + ")");
   if (head_dim % 2 != 0)  // rotary embeddings turn pairs of dimensions
     fail(where, "'head_dim' (" + std::to_string(head_dim) + ") must be even");
-  if (!(rope_theta > 0)) fail(where, "'rope_theta' must be positive");
-  if (!(norm_eps > 0)) fail(where, "'rms_norm_eps' must be positive");
+  // Finite too: 1e40 parsed to inf, which the saved config.json then wrote as null.
+  if (!(rope_theta > 0) || !std::isfinite(rope_theta)) fail(where, "'rope_theta' must be positive and finite");
+  if (!(norm_eps > 0) || !std::isfinite(norm_eps)) fail(where, "'rms_norm_eps' must be positive and finite");
   if (rope_scaling.type == "llama3") {
-    if (!(rope_scaling.factor > 0)) fail(where, "'rope_scaling.factor' must be positive");
+    if (!(rope_scaling.factor > 0) || !std::isfinite(rope_scaling.factor) ||
+        !std::isfinite(rope_scaling.low_freq_factor) || !std::isfinite(rope_scaling.high_freq_factor))
+      fail(where, "'rope_scaling' factors must be positive and finite");
     if (!(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor))
       fail(where, "'rope_scaling.high_freq_factor' must exceed 'rope_scaling.low_freq_factor'");
     if (rope_scaling.original_max_position <= 0)

@@ -1,5 +1,6 @@
 #include "models/quantize_model.h"
 
+#include <cmath>
 #include <optional>
 
 #include "models/llama_weights.h"
@@ -16,11 +17,16 @@ const float* as_floats(const HostTensor& t, std::vector<float>& storage) {
   return storage.data();
 }
 
-HostTensor to_dense(const HostTensor& source, DType dtype) {
+// `name` (the source tensor) names a value that is not finite or, for F16, beyond its range.
+HostTensor to_dense(const HostTensor& source, DType dtype, const std::string& name) {
   std::vector<float> storage;
   const float* values = as_floats(source, storage);
   HostTensor out = HostTensor::zeros(dtype, source.shape);
+  const float limit = dtype == DType::F16 ? kHalfMax : INFINITY;
   for (int64_t i = 0; i < source.numel(); ++i) {
+    if (!(std::abs(values[i]) <= limit))
+      throw Error("tensor '" + name + "': value " + std::to_string(values[i]) + " at " + std::to_string(i) +
+                  (std::isfinite(values[i]) ? " does not fit " + std::string(dtype_name(dtype)) : " is not finite"));
     switch (dtype) {
       case DType::F32: out.mutable_as<float>()[i] = values[i]; break;
       case DType::F16: out.mutable_as<uint16_t>()[i] = float_to_half(values[i]); break;
@@ -77,8 +83,8 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
   ckpt.chat_template = spec.chat_template;
   ckpt.tokenizer_path = source.tokenizer_path;
   ckpt.rstrip_token_ids = source.rstrip_token_ids;
-  ckpt.embedding = to_dense(source.tensor(kEmbeddingName), embedding_dtype_for(spec.format));
-  ckpt.final_norm = to_dense(source.tensor(kFinalNormName), DType::F32);
+  ckpt.embedding = to_dense(source.tensor(kEmbeddingName), embedding_dtype_for(spec.format), kEmbeddingName);
+  ckpt.final_norm = to_dense(source.tensor(kFinalNormName), DType::F32, kFinalNormName);
 
   int done = 0;
   auto quantize = [&](const std::string& module) {
@@ -101,7 +107,8 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
         throw Error("tensor '" + name + "': " + e.what());
       }
     }
-    if (source.has(module + ".bias")) w.parts["bias"] = to_dense(source.tensor(module + ".bias"), DType::F32);
+    if (source.has(module + ".bias"))
+      w.parts["bias"] = to_dense(source.tensor(module + ".bias"), DType::F32, module + ".bias");
     if (progress) progress(++done, int(modules.size()), module, how);
     return w;
   };
@@ -109,8 +116,8 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerTensorNames names = layer_tensor_names(i);
     PackedLayer layer;
-    layer.attn_norm = to_dense(source.tensor(names.attn_norm), DType::F32);
-    layer.ffn_norm = to_dense(source.tensor(names.ffn_norm), DType::F32);
+    layer.attn_norm = to_dense(source.tensor(names.attn_norm), DType::F32, names.attn_norm);
+    layer.ffn_norm = to_dense(source.tensor(names.ffn_norm), DType::F32, names.ffn_norm);
     const std::vector<std::string> modules_of_layer = names.linears();
     const std::vector<PackedWeight*> slots = layer.linear_slots();
     for (size_t j = 0; j < slots.size(); ++j) *slots[j] = quantize(modules_of_layer[j]);

@@ -16,6 +16,8 @@ bool dtype_from_name(const std::string& name, DType* out);
 // IEEE binary16 <-> float, round to nearest even; inf/NaN preserved.
 float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
+// The largest finite fp16 value: larger magnitudes round to infinity (writers refuse them).
+constexpr float kHalfMax = 65504.0f;
 
 // bfloat16 <-> float, round to nearest even; NaN stays NaN.
 inline float bf16_to_float(uint16_t b) {

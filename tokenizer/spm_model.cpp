@@ -1,6 +1,7 @@
 #include "tokenizer/spm_model.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -66,7 +67,13 @@ std::string spm_model_with_added_tokens(const std::string& model_proto, const To
   std::map<int, std::string> by_id;
   std::set<std::string> texts;
   for (const auto& [id, text] : added) {
-    const std::string token = "added token " + std::to_string(id) + " '" + text + "'";
+    std::string shown;  // the text as an error can print it (a NUL cut the message short)
+    for (const char c : text) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02X", unsigned(uint8_t(c)));
+      shown += uint8_t(c) < 0x20 ? std::string(escaped) : std::string(1, c);
+    }
+    const std::string token = "added token " + std::to_string(id) + " '" + shown + "'";
     if (id < model_pieces) {  // tokenizer.json re-declaring the model's own <unk>, <s>, </s>
       if (base.piece(id) != text)
         fail(where, token + " disagrees with the tokenizer.model's piece '" + base.piece(id) + "'");
@@ -75,6 +82,7 @@ std::string spm_model_with_added_tokens(const std::string& model_proto, const To
     if (id >= vocab_limit)
       fail(where, token + " lies beyond the model's vocabulary of " + std::to_string(vocab_limit));
     if (text.empty() || text.find('\0') != std::string::npos) fail(where, token + " is empty or holds a NUL");
+    if (text.rfind("<gemlite_unused_", 0) == 0) fail(where, token + " takes the name of a filler piece");
     if (base.piece_to_id(text) >= 0)
       fail(where, token + " is already the tokenizer.model's piece " + std::to_string(base.piece_to_id(text)));
     if (!texts.insert(text).second) fail(where, token + ": that text is added twice");

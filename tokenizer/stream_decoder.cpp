@@ -34,7 +34,9 @@ StreamDecoder::StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(tokenizer)
 std::string StreamDecoder::push(int id) {
   const bool follows_bos = after_bos_;
   after_bos_ = id == tokenizer_.bos_id();
-  if (tokenizer_.is_control(id)) return "";
+  // Ids past the tokenizer's pieces come from a model whose vocabulary is padded beyond them
+  // (Phi-3: 32064 rows, 32011 pieces): they have no text, as in llama.cpp.
+  if (id >= tokenizer_.vocab_size() || tokenizer_.is_control(id)) return "";
 
   if (tokenizer_.is_byte(id)) {
     pending_bytes_ += byte_of_piece(tokenizer_.piece(id));

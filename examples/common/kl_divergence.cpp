@@ -7,6 +7,7 @@
 
 #include "runtime/dtype.h"
 #include "runtime/error.h"
+#include "runtime/io/output_file.h"
 
 namespace gemlite {
 namespace {
@@ -43,7 +44,9 @@ int64_t KldBaseHeader::chunk_bytes() const {
   return int64_t(n_ctx) * 4 + scored_per_chunk() * n_vocab * 2;
 }
 
-KldBaseWriter::KldBaseWriter(const std::string& path) : path_(path), temporary_(path + ".tmp") {
+KldBaseWriter::KldBaseWriter(const std::string& path) : path_(path) {
+  check_output_file(path_);  // before the run, not after it
+  temporary_ = make_temp_file_beside(path_);
   out_.open(temporary_, std::ios::binary | std::ios::trunc);
   if (!out_) fail(temporary_, "cannot be written");
 }

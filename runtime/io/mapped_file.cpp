@@ -13,7 +13,9 @@
 namespace gemlite {
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO blocks until a writer comes (the audit's hang); it is refused
+  // below as not a regular file. Reads of regular files ignore the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
 
   struct stat info;

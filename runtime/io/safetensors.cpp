@@ -10,6 +10,7 @@
 
 #include "runtime/error.h"
 #include "runtime/io/mapped_file.h"
+#include "runtime/io/output_file.h"
 
 namespace gemlite {
 using nlohmann::json;
@@ -123,9 +124,14 @@ void check_no_overlap(const std::string& path, std::vector<TensorEntry> entries)
 // the temporary, so a failure leaves neither a partial file nor a changed <path>.
 class AtomicFile {
  public:
-  explicit AtomicFile(const std::string& path) : path_(path), temp_path_(path + ".tmp") {
+  explicit AtomicFile(const std::string& path) : path_(path) {
+    check_output_file(path_);
+    temp_path_ = make_temp_file_beside(path_);
     file_ = std::fopen(temp_path_.c_str(), "wb");
-    if (!file_) fail(path_, "cannot create " + temp_path_ + ": " + std::strerror(errno));
+    if (!file_) {
+      std::remove(temp_path_.c_str());
+      fail(path_, "cannot write " + temp_path_ + ": " + std::strerror(errno));
+    }
   }
   ~AtomicFile() {
     if (file_) std::fclose(file_);

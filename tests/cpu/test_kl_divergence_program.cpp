@@ -33,7 +33,7 @@ const std::string& base_file(int chunks) {
       false);
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_TRUE(std::filesystem::is_regular_file(path));
-  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));  // renamed into place
+  EXPECT_TRUE(leftovers_beside(path).empty());  // renamed into place
   return made.emplace(chunks, path).first->second;
 }
 
@@ -161,12 +161,16 @@ TEST(KlDivergenceProgram, BadBaseFilesAreOneLineErrorsNamingTheFile) {
   EXPECT_EQ(short_text.exit_code, 1) << short_text.output;
   EXPECT_NE(short_text.output.find("tinystories_sample.txt: has"), std::string::npos) << short_text.output;
   EXPECT_FALSE(std::filesystem::exists(short_text_base));
-  EXPECT_FALSE(std::filesystem::exists(short_text_base + ".tmp"));
+  EXPECT_TRUE(leftovers_beside(short_text_base).empty());
 
   // A base that cannot be written is named, and nothing is left behind.
   expect_error(model + " -f " + shared_file(kText) + " -c 128 --chunks 1 --kl-divergence-base " + dir +
                    "/no/such/dir/base.kld",
                dir + "/no/such/dir/base.kld.tmp");
+  // A base path that is a directory is refused before the run (it failed after all chunks).
+  std::filesystem::create_directory(dir + "/a-folder");
+  expect_error(model + " -f " + shared_file(kText) + " -c 128 --chunks 1 --kl-divergence-base " + dir + "/a-folder",
+               "not a regular file");
 }
 
 }  // namespace

@@ -197,5 +197,20 @@ TEST(QuantizeWeight, RejectsNonFiniteWeights) {
   }
 }
 
+// A finite weight beyond fp16's range would be stored as infinity in f16 (the audit's model
+// then printed only <unk>); bf16 and the quantized formats hold it.
+TEST(QuantizeWeight, RejectsWeightsBeyondFp16InF16) {
+  std::vector<float> w(10, 1.0f);
+  w[3] = 99840.0f;
+  try {
+    quantize_weight(w.data(), 2, 5, WeightFormat::parse("f16"));
+    ADD_FAILURE() << "99840 accepted as f16";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not fit fp16"), std::string::npos) << e.what();
+  }
+  for (const char* format : {"bf16", "f32", "q8"})
+    EXPECT_NO_THROW(quantize_weight(w.data(), 2, 5, WeightFormat::parse(format))) << format;
+}
+
 }  // namespace
 }  // namespace gemlite

@@ -240,6 +240,24 @@ TEST(ModelConfig, RejectsInconsistentShapes) {
   config = llama31_transformers4();
   config["intermediate_size"] = 0;
   expect_config_error(config, {"'intermediate_size' must be positive"});
+  // Found by the bad-input audit: head products that wrapped int, layer counts that
+  // exhausted memory, and floats that parsed to inf (saved later as null).
+  config = llama31_transformers4();
+  config["num_attention_heads"] = 201326598;
+  config["num_key_value_heads"] = 67108866;
+  config["head_dim"] = 64;
+  expect_config_error(config, {"num_attention_heads x head_dim", "2^24"});
+  config = llama31_transformers4();
+  config["num_hidden_layers"] = 2000000000;
+  expect_config_error(config, {"'num_hidden_layers' 2000000000"});
+  for (const char* key : {"rope_theta", "rms_norm_eps"}) {
+    config = llama31_transformers4();
+    config[key] = 1e40;
+    expect_config_error(config, {std::string("'") + key + "' must be positive and finite"});
+  }
+  config = llama31_transformers4();
+  config["rope_scaling"]["factor"] = 1e40;
+  expect_config_error(config, {"'rope_scaling' factors must be positive and finite"});
 }
 
 TEST(ModelConfig, RejectsFeaturesTheRuntimeLacks) {

@@ -2,6 +2,7 @@
 // overrides resolve as documented, and every inconsistency is an Error naming the file.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -133,6 +134,26 @@ TEST(PackedCheckpoint, TensorsThatDisagreeWithTheConfigAreNamed) {
   dir = save_stories("q4g64");
   edit_config(dir, [](json& c) { c["quantization_config"]["modules"]["model.layers.0.self_attn.q_proj"] = "q4g32"; });
   expect_load_error(dir, "model.layers.0.self_attn.q_proj", "scales");
+}
+
+// Norms and embeddings are checked like linear weights: a NaN in a norm (the audit's model
+// printed <unk> and a perplexity of nan) or an embedding value beyond fp16 names the tensor.
+TEST(PackedCheckpoint, QuantizeNamesANonFiniteNormOrAnEmbeddingBeyondFp16) {
+  const std::string norm = "model.layers.2.post_attention_layernorm.weight";
+  for (const auto& [name, value] : {std::pair<std::string, float>{norm, NAN}, {"model.embed_tokens.weight", 7e4f}}) {
+    SourceModel source = stories();
+    std::vector<float> values = source.tensor(name).to_float();
+    values[5] = value;
+    source.tensors[name] = HostTensor::copy_of(DType::F32, source.shape_of(name), values.data());
+    QuantizeSpec spec;
+    spec.format = WeightFormat::parse("q8");  // embedding stored f16
+    try {
+      quantize_model(source, spec);
+      ADD_FAILURE() << name << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("tensor '" + name + "'"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(PackedCheckpoint, SaveRefusesToReplaceSomethingElse) {

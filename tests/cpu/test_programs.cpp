@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -88,6 +89,28 @@ TEST(Programs, QuantizeNamesTheTensorOfANonFiniteWeight) {
   EXPECT_NE(error_line.find("not finite"), std::string::npos) << run.output;
   EXPECT_FALSE(fs::exists(out));
   EXPECT_TRUE(leftovers_beside(out).empty());
+}
+
+// From the second audit: a system prompt longer than the context (every turn used to fail
+// and the program still exited 0), and gemlite-logits -o at something not a plain file
+// (-o /dev/null replaced the device with a regular file).
+TEST(Programs, SystemPromptAndOutputPathAreCheckedUpFront) {
+  std::string long_system;
+  for (int i = 0; i < 200; ++i) long_system += "word ";
+  const ProgramRun chat = run_program_for_test(
+      "gemlite-chat", "-m " + stories_dir() + " -c 64 --device cpu --chat-template zephyr -sys '" + long_system + "'",
+      true, "hi\nhello\n");
+  EXPECT_EQ(chat.exit_code, 1) << chat.output;
+  EXPECT_NE(chat.output.find("-sys/--system-prompt takes"), std::string::npos) << chat.output;
+
+  const std::string dir = make_temp_dir(), target = dir + "/target.safetensors", link = dir + "/link.safetensors";
+  std::ofstream(target) << "keep";
+  fs::create_symlink(target, link);
+  for (const std::string& out : {link, dir}) {
+    expect_one_line_error("gemlite-logits", "-m " + stories_dir() + " --device cpu -p hi -o " + out, "not a regular file");
+  }
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(std::ifstream(target).rdbuf()), {}), "keep");
 }
 
 TEST(Programs, MissingTokenizerIsNamed) {

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <filesystem>
@@ -65,7 +66,7 @@ TEST(Safetensors, RoundTripsEveryDtypeAndMetadata) {
   EXPECT_EQ(header_size % 8, 0u);
   EXPECT_NE(bytes[8 + header_size - 1], '\0');
   EXPECT_EQ(bytes.size(), 8 + header_size + data_bytes);
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_TRUE(leftovers_beside(path).empty());
 }
 
 TEST(Safetensors, TensorsKeepTheMappingAliveAfterTheFileIsGone) {
@@ -182,7 +183,7 @@ TEST(SafetensorsWriter, ReplacesTheTargetAndLeavesNoTemporary) {
   writer.add("w", patterned(DType::I8, {3}, 1));
   writer.write(path);
   EXPECT_EQ(SafetensorsFile::open(path).names(), std::vector<std::string>{"w"});
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_TRUE(leftovers_beside(path).empty());
 }
 
 TEST(SafetensorsWriter, FailsIntoAMissingDirectoryLeavingNothing) {
@@ -194,28 +195,48 @@ TEST(SafetensorsWriter, FailsIntoAMissingDirectoryLeavingNothing) {
   EXPECT_TRUE(fs::is_empty(dir.path()));
 }
 
-TEST(SafetensorsWriter, KeepsTheOldTargetWhenTheTemporaryCannotBeCreated) {
+// A FIFO (named pipe) given as a file is refused at once; opening it used to wait forever
+// for a writer.
+TEST(SafetensorsFile, AFifoIsRefusedNotWaitedOn) {
   ScratchDir dir;
-  const std::string path = dir.file("w.safetensors");
-  write_bytes(path, "previous contents");
-  fs::create_directory(path + ".tmp");  // blocks the temporary file
-  SafetensorsWriter writer;
-  writer.add("w", patterned(DType::F32, {2}, 1));
-  expect_error_mentions([&] { writer.write(path); }, {path, "cannot create"});
-  EXPECT_EQ(read_bytes(path), "previous contents");
-  EXPECT_TRUE(fs::is_directory(path + ".tmp"));  // not ours to remove
+  const std::string fifo = dir.file("pipe.safetensors");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  expect_error_mentions([&] { SafetensorsFile::open(fifo); }, {fifo, "not a regular file"});
 }
 
-TEST(SafetensorsWriter, RemovesTheTemporaryWhenTheRenameFails) {
+// The temporary is a fresh "<path>.tmp-XXXXXX": a user's "<path>.tmp" is not touched.
+TEST(SafetensorsWriter, LeavesAUsersTmpAlone) {
   ScratchDir dir;
-  const std::string path = dir.file("occupied");
-  fs::create_directory(path);  // a non-empty directory cannot be replaced by a file
-  write_bytes(path + "/keep", "x");
+  const std::string path = dir.file("w.safetensors");
+  write_bytes(path + ".tmp", "mine");
   SafetensorsWriter writer;
   writer.add("w", patterned(DType::F32, {2}, 1));
-  expect_error_mentions([&] { writer.write(path); }, {path, "cannot rename"});
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
-  EXPECT_TRUE(fs::exists(path + "/keep"));
+  writer.write(path);
+  EXPECT_EQ(SafetensorsFile::open(path).names(), std::vector<std::string>{"w"});
+  EXPECT_EQ(read_bytes(path + ".tmp"), "mine");
+  EXPECT_EQ(leftovers_beside(path), std::vector<std::string>{"w.safetensors.tmp"});
+}
+
+// A target that is not a plain file (a directory, a device such as /dev/null, a link) is
+// refused before anything is written: the rename would have replaced it (the audit turned
+// /dev/null into a regular file through gemlite-logits -o /dev/null).
+TEST(SafetensorsWriter, RefusesATargetThatIsNotARegularFile) {
+  ScratchDir dir;
+  const std::string occupied = dir.file("occupied");
+  fs::create_directory(occupied);
+  write_bytes(occupied + "/keep", "x");
+  const std::string target = dir.file("target"), link = dir.file("link");
+  write_bytes(target, "previous contents");
+  fs::create_symlink(target, link);
+  SafetensorsWriter writer;
+  writer.add("w", patterned(DType::F32, {2}, 1));
+  for (const std::string& path : {occupied, link}) {
+    expect_error_mentions([&] { writer.write(path); }, {path, "not a regular file"});
+    EXPECT_TRUE(leftovers_beside(path).empty());
+  }
+  EXPECT_TRUE(fs::exists(occupied + "/keep"));
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(read_bytes(target), "previous contents");
 }
 
 TEST(SafetensorsWriter, RefusesTheReservedMetadataName) {

@@ -1,0 +1,34 @@
+#include "runtime/io/output_file.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "runtime/error.h"
+
+namespace gemlite {
+
+void check_output_file(const std::string& path) {
+  if (path.empty()) fail("output file ''", "empty name");
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::symlink_status(path, error);
+  if (!error && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    fail(path, "exists and is not a regular file (a directory, device or link); refusing to replace it");
+}
+
+std::string make_temp_file_beside(const std::string& path) {
+  std::string name = path + ".tmp-XXXXXX";
+  const int fd = mkstemp(name.data());
+  if (fd < 0) fail(path, "cannot create " + name + ": " + std::strerror(errno));
+  const mode_t mask = umask(0);
+  umask(mask);
+  fchmod(fd, 0666 & ~mask);
+  close(fd);
+  return name;
+}
+
+}  // namespace gemlite
