@@ -134,10 +134,11 @@ int main(int argc, char** argv) {
     std::string built_from, built_what;  // a built tokenizer's problems name its source and how it was made
     if (args.count("tokenizer")) {
       const std::string path = args["tokenizer"].as<std::string>();
-      if (fs::is_regular_file(path) && is_llama2c_tokenizer(path))
+      if (fs::is_regular_file(path) && is_llama2c_tokenizer(path)) {
         built.emplace(spm_bpe_model_proto(read_llama2c_tokenizer(path, source.config.vocab_size), path));
-      built_from = path;
-      built_what = "the tokenizer built from its vocabulary";
+        built_from = path;
+        built_what = "the tokenizer built from its vocabulary";
+      }
       source.tokenizer_path = built ? built->path() : path;
     } else if (source.tokenizer_path.empty() && !source.vocabulary.empty()) {
       built.emplace(spm_bpe_model_proto(source.vocabulary, source_path));
@@ -149,8 +150,9 @@ int main(int argc, char** argv) {
       // A Hugging Face tokenizer.model plus tokenizer.json's added tokens (Phi-3's chat markers).
       const Tokenizer base = Tokenizer::load(source.tokenizer_path);
       const int pieces = base.vocab_size();
-      const size_t added = size_t(std::count_if(source.added_tokens.begin(), source.added_tokens.end(),
-                                                [&](const auto& token) { return token.first >= pieces; }));
+      const size_t added = size_t(std::count_if(source.added_tokens.begin(), source.added_tokens.end(), [&](const auto& t) {
+        return t.first >= pieces && t.first < source.config.vocab_size;
+      }));
       const std::string tokenizer_json = (fs::path(source_path) / "tokenizer.json").string();
       const auto model = MappedFile::open(source.tokenizer_path);
       const std::string proto(reinterpret_cast<const char*>(model->data()), model->size());

@@ -35,9 +35,9 @@ std::string spm_bpe_model_proto(const std::vector<SpmPiece>& pieces, const std::
 // user-defined piece at its id, which sentencepiece matches whole wherever it appears in
 // text; ids between them that no token names become unused pieces ("<gemlite_unused_N>",
 // score 0). Tokenizer::encode() cuts text at these pieces (see tokenizer.h: markers).
-// Errors name `where`: an id at or past `vocab_limit` (the model's vocabulary), named twice,
-// or below base's size with a text other than base's piece there; a text that is empty,
-// holds a NUL, is already a piece of `base`, or is added twice.
+// Ids at or past `vocab_limit` (the model's rows) are skipped. Errors name `where`: an id
+// named twice, or below base's size with a text other than base's piece there; a text that
+// is empty, holds a NUL, is already a piece of `base`, takes a filler's name, or is added twice.
 std::string spm_model_with_added_tokens(const std::string& model_proto, const Tokenizer& base, int vocab_limit,
                                         const std::vector<std::pair<int, std::string>>& added,
                                         const std::string& where);

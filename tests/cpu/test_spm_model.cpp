@@ -122,8 +122,10 @@ TEST(SpmModel, AddedTokensBecomeWholePiecesAfterTheModelsOwn) {
       {{513, "<s>"}},                    // already a (control) piece of the model
       {{513, base.piece(300)}},          // already a normal piece
       {{2, "<|end|>"}},                  // the model's own id with another text
-      {{520, "<|far|>"}},                // past the model's vocabulary
+      {{513, "<gemlite_unused_513>"}},   // a filler's name
   };
+  // An id past the model's rows (a <pad> some repositories add) is skipped, not a marker.
+  EXPECT_EQ(spm_model_with_added_tokens(proto, base, 520, {{520, "<pad>"}}, "t"), proto);
   for (const auto& tokens : bad) {
     try {
       spm_model_with_added_tokens(proto, base, 520, tokens, "dir/tokenizer.json");
