@@ -58,16 +58,17 @@ int main(int argc, char** argv) {
 
     const std::string model_dir = args["model"].as<std::string>();
     const bool from_text = args.count("prompt") > 0;
-    std::vector<int> ids = from_text ? std::vector<int>() : parse_ids(args["ids"].as<std::string>());
-    // Token ids need a KV cache only as long as they are (not the model's whole context,
-    // tens of GB for a 128k-context model); a text prompt's length is known after loading.
-    const int context = from_text ? 0 : std::max<int>(3, int(ids.size()));
-    LoadedModel loaded = load_model(model_dir, args["device"].as<std::string>(), context,
-                                    /*need_tokenizer=*/from_text, backend_options(args));
-    if (from_text) ids = loaded.tokenizer->encode(args["prompt"].as<std::string>(), /*add_bos=*/true);
-    if (int(ids.size()) > loaded.model->context())
+    // The prompt is tokenized before the model is loaded, so that the KV cache is only as
+    // long as the prompt (not the model's whole context: tens of GB for a 128k-context model).
+    const PackedCheckpoint header = load_packed_checkpoint(model_dir);  // mapped: cheap
+    const std::vector<int> ids =
+        from_text ? load_checkpoint_tokenizer(header, model_dir).encode(args["prompt"].as<std::string>(), true)
+                  : parse_ids(args["ids"].as<std::string>());
+    if (int64_t(ids.size()) > header.config.max_seq_len)
       throw Error("the prompt has " + std::to_string(ids.size()) + " tokens; the model's context is " +
-                  std::to_string(loaded.model->context()));
+                  std::to_string(header.config.max_seq_len));
+    LoadedModel loaded = load_model(model_dir, args["device"].as<std::string>(), std::max<int>(3, int(ids.size())),
+                                    /*need_tokenizer=*/false, backend_options(args));
 
     std::vector<float> logits;  // [T, vocab]
     loaded.model->forward(ids, /*pos0=*/0, /*all_logits=*/true, logits);

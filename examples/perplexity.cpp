@@ -61,9 +61,7 @@ int main(int argc, char** argv) {
     } else {
       const std::string path = args["file"].as<std::string>();
       const std::string text = read_text_file(path);
-      if (header.tokenizer_path.empty()) fail(model_dir + "/tokenizer.model", "missing");
-      const Tokenizer tokenizer = Tokenizer::load(header.tokenizer_path);
-      check_tokenizer_fits(tokenizer, header.config, header.tokenizer_path);
+      const Tokenizer tokenizer = load_checkpoint_tokenizer(header, model_dir);
       std::fprintf(stderr, "perplexity: tokenizing the input ..\n");
       const double start = now_seconds();
       tokens = tokenizer.encode(text, /*add_bos=*/true);

@@ -81,17 +81,22 @@ void check_tokenizer_fits(const Tokenizer& tokenizer, const ModelConfig& config,
   if (tokenizer.bos_id() < 0) fail(path, "has no BOS token");
 }
 
+Tokenizer load_checkpoint_tokenizer(const PackedCheckpoint& ckpt, const std::string& dir) {
+  if (ckpt.tokenizer_path.empty())
+    fail((std::filesystem::path(dir) / "tokenizer.model").string(),
+         "missing (pass --tokenizer to gemlite-quantize when converting a llama2.c checkpoint)");
+  Tokenizer tokenizer = Tokenizer::load(ckpt.tokenizer_path);
+  check_tokenizer_fits(tokenizer, ckpt.config, ckpt.tokenizer_path);
+  tokenizer.set_rstrip(ckpt.rstrip_token_ids);
+  return tokenizer;
+}
+
 LoadedModel load_model(const std::string& dir, const std::string& device, int context,
                        bool need_tokenizer, const BackendOptions& options) {
   LoadedModel loaded;
   loaded.checkpoint = load_packed_checkpoint(dir);
-  if (!loaded.checkpoint.tokenizer_path.empty()) {
-    loaded.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(loaded.checkpoint.tokenizer_path));
-    check_tokenizer_fits(*loaded.tokenizer, loaded.checkpoint.config, loaded.checkpoint.tokenizer_path);
-    loaded.tokenizer->set_rstrip(loaded.checkpoint.rstrip_token_ids);
-  } else if (need_tokenizer)
-    fail((std::filesystem::path(dir) / "tokenizer.model").string(),
-         "missing (pass --tokenizer to gemlite-quantize when converting a llama2.c checkpoint)");
+  if (!loaded.checkpoint.tokenizer_path.empty() || need_tokenizer)
+    loaded.tokenizer = std::make_unique<Tokenizer>(load_checkpoint_tokenizer(loaded.checkpoint, dir));
   if (context < 0) throw Error("--ctx-size must be >= 0");
   loaded.backend = make_backend(device.empty() ? default_backend_name() : device, options);
   loaded.model = std::make_unique<LlamaModel>(loaded.checkpoint, *loaded.backend, context);

@@ -38,6 +38,10 @@ LoadedModel load_model(const std::string& dir, const std::string& device, int co
 // the model's vocabulary, or no BOS).
 void check_tokenizer_fits(const Tokenizer& tokenizer, const ModelConfig& config, const std::string& path);
 
+// The tokenizer of checkpoint `ckpt` loaded from `dir`, checked to fit it, with its
+// markers' rstrip set; Error naming <dir>/tokenizer.model when the checkpoint has none.
+Tokenizer load_checkpoint_tokenizer(const PackedCheckpoint& ckpt, const std::string& dir);
+
 // Adds the flags every program that runs a model takes: -m/--model, --device, --dtype,
 // -t/--threads.
 void add_model_options(cxxopts::Options& options);

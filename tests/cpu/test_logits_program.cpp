@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "models/llama_model.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/io/safetensors.h"
 #include "tests/cpu/program_runner.h"
+#include "tokenizer/tokenizer.h"
 
 namespace gemlite {
 namespace {
@@ -48,12 +50,36 @@ TEST(LogitsProgram, RowsEqualTheModelRunTokenByToken) {
   }
 }
 
+// A text prompt is tokenized before the model is loaded (its KV cache as long as the prompt):
+// the same logits as its ids given with --ids.
+TEST(LogitsProgram, TextPromptEqualsItsIds) {
+  const std::string scratch = make_temp_dir();
+  const std::string& model_dir = quantized_stories260k("f32");
+  const std::vector<int> ids = Tokenizer::load(model_dir + "/tokenizer.model").encode("Once upon a time", true);
+  std::string list;
+  for (const int id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
+  for (const std::string& input : {std::string("-p 'Once upon a time'"), "--ids " + list}) {
+    const ProgramRun run = run_program_for_test(
+        "gemlite-logits", "-m " + model_dir + " --device cpu " + input + " -o " + scratch + "/" +
+                              (input[1] == 'p' ? "text" : "ids") + ".safetensors", true);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+  }
+  const SafetensorsFile text = SafetensorsFile::open(scratch + "/text.safetensors");
+  const SafetensorsFile given = SafetensorsFile::open(scratch + "/ids.safetensors");
+  for (const char* name : {"ids", "logits"}) {
+    ASSERT_EQ(text.get(name).nbytes(), given.get(name).nbytes()) << name;
+    EXPECT_EQ(std::memcmp(text.get(name).data, given.get(name).data, text.get(name).nbytes()), 0) << name;
+  }
+}
+
 TEST(LogitsProgram, BadInputIsOneLineAndExitOne) {
   const std::string scratch = make_temp_dir();
   const std::string& model_dir = quantized_stories260k("f32");
   const std::string out = " -o " + scratch + "/x.safetensors";
+  std::string too_long = "1";  // 600 ids: longer than stories260K's 512 positions
+  for (int i = 1; i < 600; ++i) too_long += ",300";
   for (const std::string& args : std::vector<std::string>{"--ids '1,x'" + out, "--ids 1,99999" + out, "--ids ''" + out,
-                                  out.substr(1), "--ids 1 -p hi" + out, "--ids 1"}) {
+                                  out.substr(1), "--ids 1 -p hi" + out, "--ids 1", "--ids " + too_long + out}) {
     const ProgramRun run = run_program_for_test("gemlite-logits", "-m " + model_dir + " " + args, true);
     EXPECT_EQ(run.exit_code, 1) << args;
     EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << args << ": " << run.output;
