@@ -206,9 +206,14 @@ void print_structured(const std::vector<Result>& results, double copy_gbps, cons
     return;
   }
   std::printf("model,size_bytes,params,backend,threads,test,n_prompt,n_gen,n_depth,avg_ts,stddev_ts,gbps,copy_gbps\n");
+  // RFC 4180: a quote inside a quoted field is doubled.
+  const auto quoted = [](std::string text) {
+    for (size_t at = 0; (at = text.find('"', at)) != std::string::npos; at += 2) text.insert(at, 1, '"');
+    return text;
+  };
   for (const auto& row : rows)
     std::printf("\"%s\",%zu,%lld,%s,%d,%s,%d,%d,%d,%.3f,%.3f,%.3f,%.3f\n",
-                row["model"].get<std::string>().c_str(), row["size_bytes"].get<size_t>(),
+                quoted(row["model"].get<std::string>()).c_str(), row["size_bytes"].get<size_t>(),
                 (long long)row["params"].get<int64_t>(), row["backend"].get<std::string>().c_str(),
                 row["threads"].get<int>(), row["test"].get<std::string>().c_str(), row["n_prompt"].get<int>(),
                 row["n_gen"].get<int>(), row["n_depth"].get<int>(), row["avg_ts"].get<double>(), row["stddev_ts"].get<double>(),
@@ -259,6 +264,7 @@ int main(int argc, char** argv) {
       throw Error("--kernels needs a build with CUDA (this one has none)");
 #endif
     }
+    if (args.count("kernel-set")) throw Error("--kernel-set goes with --kernels");
     apply_thread_option(args);
     BenchPlan plan;
     plan.prompts = args["n-prompt"].as<std::vector<int>>();
@@ -305,10 +311,13 @@ int main(int argc, char** argv) {
       }
     struct Synthetic { std::string name; ModelConfig config; WeightFormat format; };
     std::vector<Synthetic> synthetic;
-    if (args.count("synthetic"))
+    if (args.count("synthetic")) {
+      const std::vector<std::string> format_names = split_commas(args["format"].as<std::string>());
+      if (format_names.empty()) throw Error("-f '" + args["format"].as<std::string>() + "': no format named");
       for (const auto& name : args["synthetic"].as<std::vector<std::string>>())
-        for (const auto& format_name : split_commas(args["format"].as<std::string>()))
+        for (const auto& format_name : format_names)
           synthetic.push_back({name, synthetic_config(name), WeightFormat::parse(format_name)});
+    }
 
     // The ceiling for "% of copy BW" is the memory the weights stream from: the GPU's
     // device-to-device copy on cuda, a host memcpy on cpu.
