@@ -25,6 +25,7 @@
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "tests/cpu/program_runner.h"
+#include "tests/cpu/source_model_checks.h"
 #include "tests/cpu/test_files.h"
 
 namespace gemlite {
@@ -81,6 +82,18 @@ struct GgufWriter {
   void key_str(const std::string& key, const std::string& v) {
     string(header, key), raw(header, uint32_t(8)), string(header, v), ++n_values;
   }
+  // general.architecture and the model's shape under "<arch>." as llama.cpp writes them.
+  void shape_keys(const std::string& arch, int dim, int hidden, int layers, int heads, int kv_heads, int context,
+                  float eps) {
+    key_str("general.architecture", arch);
+    key_u32(arch + ".embedding_length", uint32_t(dim));
+    key_u32(arch + ".feed_forward_length", uint32_t(hidden));
+    key_u32(arch + ".block_count", uint32_t(layers));
+    key_u32(arch + ".attention.head_count", uint32_t(heads));
+    key_u32(arch + ".attention.head_count_kv", uint32_t(kv_heads));
+    key_u32(arch + ".context_length", uint32_t(context));
+    key_f32(arch + ".attention.layer_norm_rms_epsilon", eps);
+  }
   // shape row-major [rows, cols] (or [cols]); GGUF lists it innermost first.
   void tensor(const std::string& name, const std::vector<int64_t>& shape, uint32_t type, const std::string& bytes) {
     string(infos, name);
@@ -110,14 +123,7 @@ std::string write_quantized_gguf(Quant quant, std::map<std::string, std::vector<
   const SourceModel source = load_llama2c(kBin);
   const ModelConfig& c = source.config;
   GgufWriter w;
-  w.key_str("general.architecture", "llama");
-  w.key_u32("llama.embedding_length", c.dim);
-  w.key_u32("llama.feed_forward_length", c.hidden_dim);
-  w.key_u32("llama.block_count", c.n_layers);
-  w.key_u32("llama.attention.head_count", c.n_heads);
-  w.key_u32("llama.attention.head_count_kv", c.n_kv_heads);
-  w.key_u32("llama.context_length", c.max_seq_len);
-  w.key_f32("llama.attention.layer_norm_rms_epsilon", c.norm_eps);
+  w.shape_keys("llama", c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.max_seq_len, c.norm_eps);
   const auto add = [&](const std::string& gguf_name, const std::string& hf_name, bool interleave) {
     const HostTensor& t = source.tensors.at(hf_name);
     std::vector<float> values(t.as<float>(), t.as<float>() + t.numel());
@@ -279,15 +285,8 @@ std::string write_phi3_gguf(const std::string& extra = "", int window = 0, int r
   const SourceModel source = load_llama2c(kBin);
   const ModelConfig& c = source.config;
   GgufWriter w;
-  w.key_str("general.architecture", "phi3");
-  w.key_u32("phi3.embedding_length", c.dim);
-  w.key_u32("phi3.feed_forward_length", c.hidden_dim);
-  w.key_u32("phi3.block_count", c.n_layers);
-  w.key_u32("phi3.attention.head_count", c.n_heads);
-  w.key_u32("phi3.attention.head_count_kv", c.n_kv_heads);
-  w.key_u32("phi3.context_length", c.max_seq_len);
+  w.shape_keys("phi3", c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.max_seq_len, c.norm_eps);
   w.key_u32("phi3.rope.dimension_count", rope_dims > 0 ? rope_dims : c.head_dim);
-  w.key_f32("phi3.attention.layer_norm_rms_epsilon", c.norm_eps);
   if (window > 0) w.key_u32("phi3.attention.sliding_window", uint32_t(window));
   const auto bytes_of = [&](const std::vector<std::string>& names) {
     std::string bytes;
@@ -331,15 +330,7 @@ TEST(ImportGgufPhi3, FusedTensorsSplitIntoTheSameModel) {
   const SourceModel phi3 = load_gguf(write_phi3_gguf()), original = load_llama2c(kBin);
   EXPECT_EQ(phi3.config.architecture, "phi3");
   EXPECT_EQ(phi3.config.max_seq_len, original.config.max_seq_len);
-  ASSERT_EQ(phi3.tensors.size(), original.tensors.size());
-  for (const auto& [name, want] : original.tensors) {
-    SCOPED_TRACE(name);
-    ASSERT_TRUE(phi3.tensors.count(name));
-    const HostTensor& got = phi3.tensors.at(name);
-    ASSERT_EQ(got.shape, want.shape);
-    ASSERT_EQ(got.dtype, want.dtype);
-    EXPECT_EQ(0, std::memcmp(got.data, want.data, want.nbytes()));
-  }
+  expect_same_tensors(phi3, original);
   EXPECT_EQ(load_gguf(write_phi3_gguf("", 100)).config.max_seq_len, 100);  // the sliding window
   for (const char* factors : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
     try {
@@ -370,14 +361,7 @@ struct KQuantModel {
 KQuantModel write_k_quant_gguf() {
   constexpr int kDim = 256, kHidden = 512, kVocab = 512, kQ4K = 12, kQ6K = 14;
   GgufWriter w;
-  w.key_str("general.architecture", "llama");
-  w.key_u32("llama.embedding_length", kDim);
-  w.key_u32("llama.feed_forward_length", kHidden);
-  w.key_u32("llama.block_count", 2);
-  w.key_u32("llama.attention.head_count", 4);
-  w.key_u32("llama.attention.head_count_kv", 2);
-  w.key_u32("llama.context_length", 256);
-  w.key_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.shape_keys("llama", kDim, kHidden, 2, 4, 2, 256, 1e-5f);
   std::mt19937 rng(41);
   std::uniform_int_distribution<int> byte(0, 255);
   std::normal_distribution<float> normal(0.0f, 0.002f);
