@@ -1,6 +1,7 @@
 #include "models/llama_model.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "models/rope.h"
 #include "runtime/error.h"
@@ -94,27 +95,46 @@ void LlamaModel::run_ops(int T, bool all_rows) {
   Tensor ffn = workspace_.ffn.slice_rows(0, T);          // [T, hidden]
 
   // h holds each block's input (normed), then its output, which add_rmsnorm adds to the
-  // residual stream x while norming x for the next block: one pass instead of two.
+  // residual stream x while norming x for the next block: one pass instead of two. Where
+  // the projections on both sides of a norm can (QuantLinear::fuses_rmsnorm: the CUDA qN
+  // GEMV at decode), the projection ending a block does that add and half the norm, and
+  // the next one finishes it (`pending`): no separate norm at all.
+  std::optional<PendingNorm> pending;  // set: h = x ∘ norm weight, its rsqrt(mean square + eps) still to apply
+  const auto end_block = [&](const QuantLinear& projection, const Tensor& in, const Tensor& norm_weight,
+                             bool next_fuses) {
+    if (next_fuses && projection.fuses_rmsnorm(T)) {
+      pending = projection.forward_residual(in, x, norm_weight, c.norm_eps, h);
+      return;
+    }
+    pending.reset();
+    projection.forward(in, h);
+    b.add_rmsnorm(x, h, norm_weight, c.norm_eps, h);
+  };
   b.embed(embedding_, x);
   b.rmsnorm(x, layers_[0].attn_norm, c.norm_eps, h);
+  const int64_t logit_rows = all_rows ? T : 1;  // the classifier's rows: the last h row or all
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& layer = layers_[l];
-    layer.qkv->forward(h, qkv);
+    layer.qkv->forward(h, qkv, pending ? &*pending : nullptr);
     b.attention(*kv_cache_, int(l), qkv, rope_inv_freq_, attention_shape_, attn);
-    layer.o->forward(attn, h);
-    b.add_rmsnorm(x, h, layer.ffn_norm, c.norm_eps, h);
+    end_block(*layer.o, attn, layer.ffn_norm, layer.gate_up->fuses_rmsnorm(T));
 
-    layer.gate_up->forward_swiglu(h, gate_up, ffn);
-    layer.down->forward(ffn, h);
-    const Tensor& next_norm = l + 1 < layers_.size() ? layers_[l + 1].attn_norm : final_norm_;
-    b.add_rmsnorm(x, h, next_norm, c.norm_eps, h);
+    layer.gate_up->forward_swiglu(h, gate_up, ffn, pending ? &*pending : nullptr);
+    const bool last = l + 1 == layers_.size();
+    end_block(*layer.down, ffn, last ? final_norm_ : layers_[l + 1].attn_norm,
+              last ? lm_head_->fuses_rmsnorm(logit_rows) : layers_[l + 1].qkv->fuses_rmsnorm(T));
   }
 
   // h is now the final-normed residual stream; only the rows whose logits are wanted go
   // through the classifier.
-  const Tensor normed = all_rows ? h : h.slice_rows(T - 1, 1);  // [rows, dim]
-  Tensor logits = workspace_.logits.slice_rows(0, normed.rows);  // [rows, vocab]
-  lm_head_->forward(normed, logits);
+  const Tensor normed = all_rows ? h : h.slice_rows(T - 1, 1);  // [logit_rows, dim]
+  Tensor logits = workspace_.logits.slice_rows(0, normed.rows);  // [logit_rows, vocab]
+  if (pending) {
+    const PendingNorm rows{all_rows ? pending->sum_squares : pending->sum_squares.slice_rows(T - 1, 1), pending->eps};
+    lm_head_->forward_normed(normed, rows, logits);
+  } else {
+    lm_head_->forward(normed, logits);
+  }
 }
 
 }  // namespace gemlite

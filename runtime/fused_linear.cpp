@@ -20,11 +20,16 @@ FusedLinear::FusedLinear(const std::vector<const PackedWeight*>& weights, Backen
   }
 }
 
-void FusedLinear::forward(const Tensor& x, Tensor& y) const {
+void FusedLinear::forward(const Tensor& x, Tensor& y, const PendingNorm* norm) const {
   if (y.cols != out_features_ || y.rows != x.rows || (!stacked_ && x.rows > max_rows_))
     throw Error("fused linear: x [" + std::to_string(x.rows) + ", " + std::to_string(x.cols) + "] -> y [" +
                 std::to_string(y.rows) + ", " + std::to_string(y.cols) + "] (expected " +
                 std::to_string(out_features_) + " columns, at most " + std::to_string(max_rows_) + " rows)");
+  if (norm) {
+    if (!fuses_rmsnorm(x.rows)) throw Error("fused linear: a pending RMSNorm for a linear that cannot finish it");
+    stacked_->forward_normed(x, *norm, y);
+    return;
+  }
   if (stacked_) {
     stacked_->forward(x, y);
     return;
@@ -38,10 +43,10 @@ void FusedLinear::forward(const Tensor& x, Tensor& y) const {
   }
 }
 
-void FusedLinear::forward_swiglu(const Tensor& x, Tensor& gate_up, Tensor& y) const {
+void FusedLinear::forward_swiglu(const Tensor& x, Tensor& gate_up, Tensor& y, const PendingNorm* norm) const {
   if (use_ != StackedUse::SwiGLU) throw Error("fused linear: forward_swiglu of a linear not made for SwiGLU");
-  if (stacked_ && stacked_->forward_swiglu(x, y)) return;
-  forward(x, gate_up);
+  if (stacked_ && stacked_->forward_swiglu(x, y, norm)) return;
+  forward(x, gate_up, norm);
   backend_.silu_mul(gate_up, y);
 }
 

@@ -21,14 +21,18 @@ class FusedLinear {
   FusedLinear(const std::vector<const PackedWeight*>& weights, Backend& backend, int max_rows,
               StackedUse use = StackedUse::Concat);
 
-  // x [M, K] -> y [M, out_features()], M <= max_rows.
-  void forward(const Tensor& x, Tensor& y) const;
+  // x [M, K] -> y [M, out_features()], M <= max_rows. With `norm`, x is a `scaled` of
+  // QuantLinear::forward_residual (only where fuses_rmsnorm(M)).
+  void forward(const Tensor& x, Tensor& y, const PendingNorm* norm = nullptr) const;
 
   // y [M, out_features() / 2] = silu(gate) * up of a [gate; up] pair made with
   // StackedUse::SwiGLU: one pass where the stacked linear has one (QuantLinear::forward_swiglu,
   // the CUDA qN GEMV at decode), else forward into gate_up [M, out_features()] and the
   // backend's silu_mul.
-  void forward_swiglu(const Tensor& x, Tensor& gate_up, Tensor& y) const;
+  void forward_swiglu(const Tensor& x, Tensor& gate_up, Tensor& y, const PendingNorm* norm = nullptr) const;
+
+  // Whether forward and forward_swiglu take a PendingNorm at M rows (stacked only).
+  bool fuses_rmsnorm(int64_t M) const { return stacked_ && stacked_->fuses_rmsnorm(M); }
 
   int64_t out_features() const { return out_features_; }
   bool stacked() const { return stacked_ != nullptr; }  // one QuantLinear for all

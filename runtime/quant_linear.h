@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "kernels/packed_weight.h"
+#include "runtime/error.h"
 #include "runtime/tensor.h"
 
 namespace gemlite {
@@ -13,6 +14,14 @@ namespace gemlite {
 enum class StackedUse {
   Concat,  // read as it is: y [M, N_0 + N_1 + ...]
   SwiGLU,  // [gate; up], equal halves, read only as silu(gate) * up (QuantLinear::forward_swiglu)
+};
+
+// The RMSNorm between two blocks left half done (QuantLinear::forward_residual): the
+// tensor handed on holds residual ∘ norm_weight, and rsqrt(Σ_p sum_squares[m, p] / K + eps)
+// is still to be applied, which the next projection does to its outputs.
+struct PendingNorm {
+  Tensor sum_squares;  // [M, parts] F32 partial sums of the residual's squares
+  float eps = 0;
 };
 
 class QuantLinear {
@@ -28,7 +37,28 @@ class QuantLinear {
   // For a weight stacked with StackedUse::SwiGLU: y [M, N/2] = silu(gate) * up, gate and up
   // the two halves of x · Wᵀ, in one pass. False (nothing written) where this linear has
   // no such pass at this M: the caller then runs forward and the backend's silu_mul.
-  virtual bool forward_swiglu(const Tensor& /*x*/, Tensor& /*y*/) const { return false; }
+  // With `norm`, x is the `scaled` of a forward_residual and the pending norm is applied
+  // (only where fuses_rmsnorm(M)).
+  virtual bool forward_swiglu(const Tensor& /*x*/, Tensor& /*y*/, const PendingNorm* /*norm*/ = nullptr) const {
+    return false;
+  }
+
+  // The RMSNorm between blocks fused into the projections on either side (the CUDA qN
+  // GEMV at M <= 8; LlamaModel takes it where both sides have it). Whether this linear
+  // runs both passes below at M rows:
+  virtual bool fuses_rmsnorm(int64_t /*M*/) const { return false; }
+  // The projection that ends a block: residual [M, N] += x · Wᵀ, scaled [M, N] = residual ∘
+  // norm_weight [1, N] (F32), and the returned PendingNorm (whose sum_squares this linear
+  // owns: valid until its next call) finishes the norm in the next projection.
+  virtual PendingNorm forward_residual(const Tensor& /*x*/, Tensor& /*residual*/, const Tensor& /*norm_weight*/,
+                                       float /*eps*/, Tensor& /*scaled*/) const {
+    throw Error("linear " + format_.name() + ": no fused residual + RMSNorm pass");
+  }
+  // y [M, N] = rmsnorm(residual) ∘ norm_weight · Wᵀ (+ bias), given forward_residual's
+  // `scaled` [M, K] and its PendingNorm.
+  virtual void forward_normed(const Tensor& /*scaled*/, const PendingNorm& /*norm*/, Tensor& /*y*/) const {
+    throw Error("linear " + format_.name() + ": no pass that finishes a pending RMSNorm");
+  }
 
   const WeightFormat& format() const { return format_; }
   int64_t out_features() const { return out_features_; }  // N

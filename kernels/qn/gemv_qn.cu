@@ -111,6 +111,12 @@ struct GemvQnParams {
   bool x_vectorized;  // K % 8 == 0 and x 16-byte aligned: a block's B fragments are one 16-byte load
   int64_t paired_half;  // QnDeviceWeight::paired_half: 0, or block b = gate and up rows of [8b, 8b + 8)
   bool swiglu;          // y [M, paired_half] = silu(gate) * up instead of y [M, N]
+  QnPendingNorm norm;   // sum_squares set: outputs scaled by rsqrt(Σ sum_squares[m] / K + eps)
+  // gemv_qn_residual (paired_half == 0, !swiglu): residual [M, N] += x · Wᵀ, y = the new
+  // residual ∘ norm_weight [N], sum_squares [M, gridDim.x] = Σ of its squares per block.
+  uint16_t* residual;
+  const float* norm_weight;
+  float* sum_squares;
 };
 
 // ---- bit-level helpers --------------------------------------------------------------
@@ -558,6 +564,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const GemvQnPar
   // slice of W into L2 here as well made it slower (237.4).
   pdl_launch_dependents();
   if (warp < tiles) load_tile(block_words, warp, cur);
+  // The residual epilogue's thread stores rows r = threadIdx.x % 16 (blockDim.x % 32 == 0):
+  // its norm weight, not written by any kernel, is fetched now rather than after the loop.
+  const int64_t norm_row = min(row_base + threadIdx.x % kRowsPerBlock, p.N - 1);
+  const float norm_weight = p.residual ? p.norm_weight[norm_row] : 0.0f;
   pdl_wait();
   if (warp < tiles) {
     prefetch_tile_inputs<BITS, SPARSE>(p, in, warp, lane);
@@ -584,15 +594,50 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const GemvQnPar
   __shared__ float partial[kMaxWarps][4][32];
 #pragma unroll
   for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[0][i] + acc[1][i];
+  // A pending norm: r_m from the producer's parts, one warp per activation row (a butterfly
+  // sum, the same order in every block).
+  __shared__ float inv_rms[kGemvMaxM];
+  if (p.norm.sum_squares) {
+    for (int m = warp; m < p.M; m += warps) {
+      float sum = 0;
+      for (int i = lane; i < p.norm.parts; i += 32) sum += p.norm.sum_squares[int64_t(m) * p.norm.parts + i];
+      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      if (lane == 0) inv_rms[m] = rsqrtf(sum / float(p.K) + p.norm.eps);
+    }
+  }
   __syncthreads();
   // x · Wᵀ (+ bias) of block row r (stored row n) and activation row m.
   const auto output = [&](int r, int m, int64_t n) {
     const int i = (r >= 8 ? 2 : 0) + (m & 1), src = (r % 8) * 4 + m / 2;
     float sum = 0;
     for (int w = 0; w < warps; ++w) sum += partial[w][i][src];
+    if (p.norm.sum_squares) sum *= inv_rms[m];
     if (p.bias) sum += p.bias[n];
     return sum;
   };
+  if (p.residual) {
+    __shared__ float squares[kGemvMaxM][kRowsPerBlock];
+    for (int o = threadIdx.x; o < kRowsPerBlock * p.M; o += blockDim.x) {
+      const int m = o / kRowsPerBlock, r = o % kRowsPerBlock;
+      const int64_t n = row_base + r, i = int64_t(m) * p.N + n;
+      float square = 0;
+      if (n < p.N) {
+        const uint16_t sum = to_activation<BF16>(from_activation<BF16>(p.residual[i]) + output(r, m, n));
+        p.residual[i] = sum;
+        const float v = from_activation<BF16>(sum);
+        p.y[i] = to_activation<BF16>(v * norm_weight);
+        square = v * v;
+      }
+      squares[m][r] = square;
+    }
+    __syncthreads();
+    if (threadIdx.x < p.M) {
+      float sum = 0;
+      for (int r = 0; r < kRowsPerBlock; ++r) sum += squares[threadIdx.x][r];
+      p.sum_squares[int64_t(threadIdx.x) * gridDim.x + blockIdx.x] = sum;
+    }
+    return;
+  }
   if (p.swiglu) {  // block rows r and r + 8: gate and up of output column 8 b + r
     for (int o = threadIdx.x; o < 8 * p.M; o += blockDim.x) {
       const int m = o / 8, r = o % 8;
@@ -740,7 +785,16 @@ void free_qn_weight(QnDeviceWeight* w) {
 
 namespace {
 
-void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, bool swiglu,
+// Epilogues besides y = x · Wᵀ (+ bias): SwiGLU, a pending norm, the residual stream.
+struct Epilogue {
+  bool swiglu = false;
+  const QnPendingNorm* norm = nullptr;
+  void* residual = nullptr;
+  const float* norm_weight = nullptr;
+  float* sum_squares = nullptr;
+};
+
+void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, const Epilogue& epilogue,
                     cudaStream_t stream, const GemvQnConfig& config) {
   if (M < 1 || M > kGemvMaxM)
     throw Error("gemv_qn: M = " + std::to_string(M) + " (expected 1.." + std::to_string(kGemvMaxM) + ")");
@@ -765,7 +819,14 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   // load per block; every model's K is a multiple of 64.
   p.x_vectorized = w.K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   p.paired_half = w.paired_half;
-  p.swiglu = swiglu;
+  p.swiglu = epilogue.swiglu;
+  p.norm = epilogue.norm ? *epilogue.norm : QnPendingNorm{};
+  if (p.norm.sum_squares && (p.norm.parts < 1 || !(p.norm.eps >= 0)))
+    throw Error("gemv_qn: a pending norm of " + std::to_string(p.norm.parts) + " parts, eps " +
+                std::to_string(p.norm.eps));
+  p.residual = static_cast<uint16_t*>(epilogue.residual);
+  p.norm_weight = epilogue.norm_weight;
+  p.sum_squares = epilogue.sum_squares;
 
   // Warps per block, 4 or 8: the one whose last wave of blocks is fullest, at 16 resident
   // warps per SM (128 registers a thread), 4 on a tie. The sweep on the H100 (q8, q4g64,
@@ -791,14 +852,34 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
 }  // namespace
 
 void gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
-             const GemvQnConfig& config) {
-  launch_gemv_qn(w, x, y, M, act, false, stream, config);
+             const GemvQnConfig& config, const QnPendingNorm* norm) {
+  Epilogue epilogue;
+  epilogue.norm = norm;
+  launch_gemv_qn(w, x, y, M, act, epilogue, stream, config);
 }
 
 void gemv_qn_swiglu(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
-                    const GemvQnConfig& config) {
+                    const GemvQnConfig& config, const QnPendingNorm* norm) {
   if (w.paired_half <= 0) throw Error("gemv_qn_swiglu: the weight was not uploaded as a SwiGLU pair");
-  launch_gemv_qn(w, x, y, M, act, true, stream, config);
+  Epilogue epilogue;
+  epilogue.swiglu = true;
+  epilogue.norm = norm;
+  launch_gemv_qn(w, x, y, M, act, epilogue, stream, config);
+}
+
+int64_t gemv_qn_blocks(const QnDeviceWeight& w) { return (w.N + kRowsPerBlock - 1) / kRowsPerBlock; }
+
+void gemv_qn_residual(const QnDeviceWeight& w, const void* x, void* residual, const float* norm_weight,
+                      void* scaled, float* sum_squares, int M, DType act, cudaStream_t stream,
+                      const GemvQnConfig& config) {
+  if (w.paired_half != 0) throw Error("gemv_qn_residual: a SwiGLU pair has no residual output");
+  if (!residual || !norm_weight || !scaled || !sum_squares)
+    throw Error("gemv_qn_residual: residual, norm weight, scaled output and sum of squares are all needed");
+  Epilogue epilogue;
+  epilogue.residual = residual;
+  epilogue.norm_weight = norm_weight;
+  epilogue.sum_squares = sum_squares;
+  launch_gemv_qn(w, x, scaled, M, act, epilogue, stream, config);
 }
 
 }  // namespace gemlite

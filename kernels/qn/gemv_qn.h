@@ -97,18 +97,47 @@ struct GemvQnConfig {
   int warps_per_block = 0;  // warps that split K for one block of 16 rows; 0 = automatic
 };
 
+// A norm whose last step is left to the projection that reads it (norm != null in gemv_qn
+// and gemv_qn_swiglu, see gemv_qn_residual below): y is scaled by
+// r_m = rsqrt(Σ_p sum_squares[m, p] / K + eps) before the bias.
+struct QnPendingNorm {
+  const float* sum_squares = nullptr;  // [M, parts] F32
+  int parts = 0;
+  float eps = 0;
+};
+
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias), on `stream`. x and y are device
 // pointers, rows contiguous. Preconditions (checked, Error): 1 <= M <= kGemvMaxM,
 // act == w.act. Any pointer alignment works; 16-byte-aligned x with K % 8 == 0 takes the
 // fast path for activations.
 void gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act,
-             cudaStream_t stream, const GemvQnConfig& config = {});
+             cudaStream_t stream, const GemvQnConfig& config = {}, const QnPendingNorm* norm = nullptr);
 
 // The SwiGLU of a paired weight (w.paired_half = h > 0, else Error): y [M, h] (act) =
 // silu(gate) * up, gate and up the two halves of x · Wᵀ (+ bias) each rounded to act first,
 // so y equals gemv_qn followed by the backend's silu_mul kernel bit for bit; one launch
 // and no [M, 2h] round trip.
 void gemv_qn_swiglu(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
-                    const GemvQnConfig& config = {});
+                    const GemvQnConfig& config = {}, const QnPendingNorm* norm = nullptr);
+
+// ---- The RMSNorm between two projections, fused into both (the model's residual stream
+// at decode: QuantLinear::forward_residual). Saves the norm kernel's launch and its wait
+// on the critical path, twice a layer: a separate add + RMSNorm cost llama2-7b q4g64
+// tg128 401 -> 433 tok/s when left out (H100, 2026-11-23).
+//
+// The projection that ends a block (o, down): gemv_qn_residual
+//   residual [M, N] += x · Wᵀ (+ bias)   (fp32 sum, rounded once to act)
+//   scaled [M, N] = residual ∘ norm_weight   (act)
+//   sum_squares [M, gemv_qn_blocks(w)] = per block of 16 rows, Σ residual² (fp32)
+// The next projection (q/k/v, gate/up, the classifier) takes `scaled` as its x with a
+// QnPendingNorm and scales its outputs by r_m = rsqrt(Σ_p sum_squares[m, p] / K + eps)
+// before the bias: y = rmsnorm(residual) ∘ norm_weight · Wᵀ (+ bias). Each block sums the
+// parts in the same order, so the result does not depend on scheduling.
+int64_t gemv_qn_blocks(const QnDeviceWeight& w);  // = ceil(N / 16)
+// PRECOND (Error): w.paired_half == 0, and those of gemv_qn. residual and scaled must not
+// overlap x.
+void gemv_qn_residual(const QnDeviceWeight& w, const void* x, void* residual, const float* norm_weight,
+                      void* scaled, float* sum_squares, int M, DType act, cudaStream_t stream,
+                      const GemvQnConfig& config = {});
 
 }  // namespace gemlite

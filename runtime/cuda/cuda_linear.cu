@@ -33,6 +33,8 @@ class CudaLinear final : public QuantLinear {
                                                  ", " + std::to_string(weight.cols) + "]");
       qn_ = upload_qn_weight(weight, act, paired_half);  // s7 runs on the same kernel (kernels/s7/gemv_s7.h)
       bias_ = qn_.bias;                     // shared by the dense path of large M
+      if (paired_half == 0)  // here, not at the first forward_residual, which may be inside a graph capture
+        sum_squares_ = device_tensor(ctx_, DType::F32, kGemvMaxM, gemv_qn_blocks(qn_), "a projection's sum of squares");
     } else if (is_fpx()) {
       require_device_memory(weight.nbytes(), "a " + format().name() + " weight [" + std::to_string(weight.rows) +
                                                  ", " + std::to_string(weight.cols) + "]");
@@ -40,6 +42,8 @@ class CudaLinear final : public QuantLinear {
       bias_ = fpx_.bias;
     } else {
       upload_dense();  // the only path dense formats have
+      sum_squares_ = device_tensor(ctx_, DType::F32, kGemvMaxM, gemv_dense_blocks(weight.rows),
+                                   "a projection's sum of squares");
       const auto bias = weight.parts.find("bias");
       if (bias != weight.parts.end()) {
         own_bias_ = device_alloc(ctx_, bias->second.nbytes(), "a bias");
@@ -105,11 +109,63 @@ class CudaLinear final : public QuantLinear {
 
   // A qN SwiGLU pair at M <= 8: gemv_qn_swiglu (silu(gate) * up in the GEMV's epilogue, one
   // launch where the GEMV and silu_mul were two: 2.8 us of a Llama-2-7B layer, ncu).
-  bool forward_swiglu(const Tensor& x, Tensor& y) const override {
+  bool forward_swiglu(const Tensor& x, Tensor& y, const PendingNorm* norm) const override {
     if (qn_.paired_half == 0 || x.rows > kGemvMaxM) return false;
     check_shapes(x, y, qn_.paired_half);
-    gemv_qn_swiglu(qn_, x.data, y.data, int(x.rows), act_, ctx_->stream);
+    const QnPendingNorm pending = pending_norm(norm, x.rows);
+    gemv_qn_swiglu(qn_, x.data, y.data, int(x.rows), act_, ctx_->stream, {}, norm ? &pending : nullptr);
     return true;
+  }
+
+  // The RMSNorm between blocks in the GEMVs' epilogues (gemv_qn_residual, gemv_dense's
+  // DenseGemvNorm): at Llama-2-7B decode the add + RMSNorm kernels cost 7 % of a token
+  // (q4g64 tg128 401 vs 433 tok/s without them, H100). fp6 / fp5 (gemm_fpx) do not have it.
+  bool fuses_rmsnorm(int64_t M) const override { return M <= kGemvMaxM && (qn_.qweight || is_dense()); }
+
+  PendingNorm forward_residual(const Tensor& x, Tensor& residual, const Tensor& norm_weight, float eps,
+                               Tensor& scaled) const override {
+    const int64_t M = x.rows, N = out_features();
+    if (!fuses_rmsnorm(M) || qn_.paired_half != 0)
+      return QuantLinear::forward_residual(x, residual, norm_weight, eps, scaled);
+    check_shapes(x, scaled, N);
+    if (residual.rows != M || residual.cols != N || residual.dtype != act_ || norm_weight.dtype != DType::F32 ||
+        norm_weight.numel() != N)
+      throw Error("cuda linear " + format().name() + ": residual [" + std::to_string(residual.rows) + ", " +
+                  std::to_string(residual.cols) + "] " + dtype_name(residual.dtype) + " and norm weight of " +
+                  std::to_string(norm_weight.numel()) + " " + dtype_name(norm_weight.dtype) + " for an output [" +
+                  std::to_string(M) + ", " + std::to_string(N) + "]");
+    PendingNorm pending{sum_squares_.slice_rows(0, M), eps};
+    if (qn_.qweight) {
+      gemv_qn_residual(qn_, x.data, residual.data, norm_weight.as<float>(), scaled.data,
+                       pending.sum_squares.as<float>(), int(M), act_, ctx_->stream);
+    } else {
+      DenseGemvNorm norm;
+      norm.residual = residual.data;
+      norm.norm_weight = norm_weight.as<float>();
+      norm.sum_squares = pending.sum_squares.as<float>();
+      launch_gemv_dense(dense_.get(), x.data, bias_, scaled.data, int(M), N, in_features(), act_, ctx_->stream, norm);
+    }
+    return pending;
+  }
+
+  void forward_normed(const Tensor& scaled, const PendingNorm& norm, Tensor& y) const override {
+    const int64_t M = scaled.rows;
+    if (!fuses_rmsnorm(M) || qn_.paired_half != 0) {
+      QuantLinear::forward_normed(scaled, norm, y);
+      return;
+    }
+    check_shapes(scaled, y, out_features());
+    const QnPendingNorm pending = pending_norm(&norm, M);
+    if (qn_.qweight) {
+      gemv_qn(qn_, scaled.data, y.data, int(M), act_, ctx_->stream, {}, &pending);
+    } else {
+      DenseGemvNorm dense_norm;
+      dense_norm.pending_sum_squares = pending.sum_squares;
+      dense_norm.pending_parts = pending.parts;
+      dense_norm.eps = pending.eps;
+      launch_gemv_dense(dense_.get(), scaled.data, bias_, y.data, int(M), out_features(), in_features(), act_,
+                        ctx_->stream, dense_norm);
+    }
   }
 
  private:
@@ -120,9 +176,17 @@ class CudaLinear final : public QuantLinear {
                   std::to_string(x.cols) + "] " + dtype_name(x.dtype) + " and y [" + std::to_string(y.rows) + ", " +
                   std::to_string(y.cols) + "] " + dtype_name(y.dtype));
   }
+  QnPendingNorm pending_norm(const PendingNorm* norm, int64_t M) const {
+    if (!norm) return {};
+    if (norm->sum_squares.dtype != DType::F32 || norm->sum_squares.rows != M)
+      throw Error("cuda linear " + format().name() + ": a pending norm of " +
+                  std::to_string(norm->sum_squares.rows) + " rows for " + std::to_string(M));
+    return QnPendingNorm{norm->sum_squares.as<float>(), int(norm->sum_squares.cols), norm->eps};
+  }
   bool is_qn() const { return format().kind == FormatKind::QN; }
   bool is_s7() const { return format().kind == FormatKind::S7; }
   bool is_fpx() const { return format().kind == FormatKind::FPX; }
+  bool is_dense() const { return format().kind == FormatKind::Dense; }
   size_t dense_bytes() const { return size_t(out_features() * in_features()) * dtype_size(act_); }
   std::string dense_what() const {
     return "the dense copy of a " + format().name() + " weight [" + std::to_string(out_features()) + ", " +
@@ -175,6 +239,7 @@ class CudaLinear final : public QuantLinear {
   mutable std::shared_ptr<void> dense_;   // [N, K] act, or null until first needed
   std::shared_ptr<void> own_bias_;        // [N] F32 of non-qN formats
   const float* bias_ = nullptr;           // [N] F32 or null
+  Tensor sum_squares_;                    // [kGemvMaxM, GEMV blocks] F32 (qN not paired, dense): forward_residual's
 };
 
 }  // namespace

@@ -43,19 +43,23 @@ __device__ __forceinline__ void fma_chunk(const uint4& w, const Act* x, int64_t 
 }
 
 // PRECOND: blockDim.x = 32 * kWarpsPerBlock; vectorized => K % 8 == 0 and W, x 16-byte aligned.
+// The fused RMSNorm (DenseGemvNorm, as gemv_qn's, see gemv_qn.h): a pending norm scales
+// the outputs; a residual output adds them to the residual stream, writes y = residual ∘
+// norm_weight and per block of 8 rows the sum of the residual's squares.
 template <typename Act>
 __global__ void gemv_dense_kernel(const Act* W, const Act* x, const float* bias, Act* y, int M, int64_t N,
-                                  int64_t K, bool vectorized) {
-  const int lane = threadIdx.x % 32;
-  const int64_t n = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+                                  int64_t K, bool vectorized, DenseGemvNorm norm) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t n = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
+  const bool live = n < N;  // no early return: the norm's epilogue synchronises the block
   // PDL (kernels/pdl.cuh): launched while the kernel before it runs; the next kernel may
   // start as soon as all blocks run.
   pdl_launch_dependents();
   pdl_wait();
-  if (n >= N) return;
-  const Act* row = W + n * K;  // [K]
+  const Act* row = W + (live ? n : 0) * K;  // [K]
   float acc[kGemvMaxM] = {};
-  if (vectorized) {
+  if (!live) {
+  } else if (vectorized) {
     const uint4* chunks = reinterpret_cast<const uint4*>(row);  // [K / 8]
     const int64_t n_chunks = K / 8;
     int64_t c = lane;
@@ -73,19 +77,62 @@ __global__ void gemv_dense_kernel(const Act* W, const Act* x, const float* bias,
       for (int m = 0; m < M; ++m) acc[m] = fmaf(w, to_float(x[m * K + k]), acc[m]);
     }
   }
+  __shared__ float inv_rms[kGemvMaxM];
+  if (norm.pending_sum_squares) {  // one warp sums the parts in a fixed order
+    if (warp == 0) {
+      for (int m = 0; m < M; ++m) {
+        float sum = 0;
+        for (int i = lane; i < norm.pending_parts; i += 32) sum += norm.pending_sum_squares[int64_t(m) * norm.pending_parts + i];
+        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        if (lane == 0) inv_rms[m] = rsqrtf(sum / float(K) + norm.eps);
+      }
+    }
+    __syncthreads();
+  }
+  __shared__ float squares[kGemvMaxM][kWarpsPerBlock];
 #pragma unroll
   for (int m = 0; m < kGemvMaxM; ++m) {
     if (m >= M) break;
     float sum = acc[m];
     for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (lane == 0) y[m * N + n] = from_float<Act>(sum + (bias ? bias[n] : 0.0f));
+    if (lane != 0) continue;
+    if (norm.pending_sum_squares) sum *= inv_rms[m];
+    if (live && bias) sum += bias[n];
+    if (!norm.residual) {
+      if (live) y[m * N + n] = from_float<Act>(sum);
+      continue;
+    }
+    float square = 0;
+    if (live) {
+      Act* residual = static_cast<Act*>(norm.residual);
+      const Act total = from_float<Act>(to_float(residual[m * N + n]) + sum);
+      residual[m * N + n] = total;
+      const float v = to_float(total);
+      y[m * N + n] = from_float<Act>(v * norm.norm_weight[n]);
+      square = v * v;
+    }
+    squares[m][warp] = square;
+  }
+  if (norm.residual) {
+    __syncthreads();
+    if (threadIdx.x < M) {
+      float sum = 0;
+      for (int w = 0; w < kWarpsPerBlock; ++w) sum += squares[threadIdx.x][w];
+      norm.sum_squares[int64_t(threadIdx.x) * gridDim.x + blockIdx.x] = sum;
+    }
   }
 }
 
 }  // namespace
 
+int64_t gemv_dense_blocks(int64_t N) { return (N + kWarpsPerBlock - 1) / kWarpsPerBlock; }
+
 void launch_gemv_dense(const void* W, const void* x, const float* bias, void* y, int M, int64_t N, int64_t K,
-                       DType act, cudaStream_t stream) {
+                       DType act, cudaStream_t stream, const DenseGemvNorm& norm) {
+  if (norm.pending_sum_squares && (norm.pending_parts < 1 || !(norm.eps >= 0)))
+    throw Error("gemv_dense: a pending norm of " + std::to_string(norm.pending_parts) + " parts");
+  if (norm.residual && (!norm.norm_weight || !norm.sum_squares))
+    throw Error("gemv_dense: a residual output needs the norm weight and the sum of squares");
   if (M < 1 || M > kGemvMaxM)
     throw Error("gemv_dense: M = " + std::to_string(M) + " (expected 1.." + std::to_string(kGemvMaxM) + ")");
   const bool vectorized =
@@ -95,7 +142,7 @@ void launch_gemv_dense(const void* W, const void* x, const float* bias, void* y,
     using Act = decltype(tag);
     launch_pdl("gemv_dense_kernel", gemv_dense_kernel<Act>, dim3(blocks), dim3(32 * kWarpsPerBlock), 0, stream,
                static_cast<const Act*>(W), static_cast<const Act*>(x), bias, static_cast<Act*>(y), M, N, K,
-               vectorized);
+               vectorized, norm);
   });
 }
 

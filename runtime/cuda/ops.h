@@ -77,7 +77,20 @@ void launch_attention(const void* key_cache, const void* value_cache, const int*
 
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias [N] F32 or null), W [N, K] (act), M = 1..8
 // (Error otherwise): the dense formats' decode path (gemv_dense.cu).
+// The RMSNorm fused into gemv_dense, as into gemv_qn (QnPendingNorm, gemv_qn_residual in
+// kernels/qn/gemv_qn.h): pending_sum_squares [M, pending_parts] set: y scaled by
+// rsqrt(Σ / K + eps) before the bias; residual [M, N] set: residual += y, y = residual ∘
+// norm_weight [N], sum_squares [M, gemv_dense_blocks(N)] Σ residual² per block.
+struct DenseGemvNorm {
+  const float* pending_sum_squares = nullptr;
+  int pending_parts = 0;
+  float eps = 0;
+  void* residual = nullptr;
+  const float* norm_weight = nullptr;
+  float* sum_squares = nullptr;
+};
+int64_t gemv_dense_blocks(int64_t N);
 void launch_gemv_dense(const void* W, const void* x, const float* bias, void* y, int M, int64_t N, int64_t K,
-                       DType act, cudaStream_t stream);
+                       DType act, cudaStream_t stream, const DenseGemvNorm& norm = {});
 
 }  // namespace gemlite

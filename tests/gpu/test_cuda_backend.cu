@@ -57,6 +57,7 @@
 #include "models/synthetic_model.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "kernels/cuda_check.h"
+#include "tests/gpu/gpu_test_helpers.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/ops.h"
 #include "runtime/error.h"
@@ -418,6 +419,102 @@ TEST(CudaBackendGreedy, F16ReproducesReferenceIds) {
 TEST(CudaBackendFactory, DefaultIsCudaWithADevice) {
   EXPECT_EQ(default_backend_name(), "cuda");
   EXPECT_EQ(make_backend("cuda")->name(), "cuda");
+}
+
+// gemv_dense's fused RMSNorm (DenseGemvNorm) against float64: the producer's residual
+// within the bound above, scaled = residual ∘ g exactly as rounded, the parts summing to
+// Σ residual²; the consumer within the bound above of rmsnorm(residual) ∘ g · W2ᵀ + bias.
+TEST(CudaGemvDense, FusedNormMatchesFloat64) {
+  struct Shape { int M; int64_t K, D, N2; };
+  const Shape shapes[] = {{1, 4096, 4096, 1000}, {3, 1000, 37, 257}, {8, 172, 64, 64}};
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> around_one(0.5f, 1.5f);
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  const float eps = 1e-5f;
+  for (DType act : {DType::F16, DType::BF16}) {
+    const bool bf16 = act == DType::BF16;
+    auto to_bits = [&](float f) { return bf16 ? float_to_bf16(f) : float_to_half(f); };
+    auto from_bits = [&](uint16_t b) { return bf16 ? bf16_to_float(b) : half_to_float(b); };
+    const double rel = bf16 ? 0x1p-7 : 0x1p-9;
+    for (const Shape& sh : shapes) {
+      const int M = sh.M;
+      const int64_t K = sh.K, D = sh.D, N2 = sh.N2, parts = gemv_dense_blocks(D);
+      SCOPED_TRACE(std::string(dtype_name(act)) + " M " + std::to_string(M) + " K " + std::to_string(K) + " D " +
+                   std::to_string(D));
+      std::vector<uint16_t> w1(size_t(D * K)), w2(size_t(N2 * D)), x(size_t(M * K)), r(size_t(M * D));
+      std::vector<float> g(static_cast<size_t>(D)), bias(static_cast<size_t>(N2));
+      for (auto& v : w1) v = to_bits(normal(rng) / 16);
+      for (auto& v : w2) v = to_bits(normal(rng));
+      for (auto& v : x) v = to_bits(normal(rng));
+      for (auto& v : r) v = to_bits(normal(rng));
+      for (auto& v : g) v = around_one(rng);
+      for (auto& v : bias) v = normal(rng);
+      DeviceBuffer dw1(w1.size() * 2), dw2(w2.size() * 2), dx(x.size() * 2), dr(r.size() * 2), dg(g.size() * 4),
+          dbias(bias.size() * 4), dscaled(size_t(M * D) * 2), dss(size_t(M * parts) * 4), dy(size_t(M * N2) * 2);
+      CUDA_CHECK(cudaMemcpy(dw1.ptr, w1.data(), w1.size() * 2, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dw2.ptr, w2.data(), w2.size() * 2, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dx.ptr, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dr.ptr, r.data(), r.size() * 2, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dg.ptr, g.data(), g.size() * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dbias.ptr, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemset(dscaled.ptr, 0xff, size_t(M * D) * 2));
+      CUDA_CHECK(cudaMemset(dss.ptr, 0xff, size_t(M * parts) * 4));
+      CUDA_CHECK(cudaMemset(dy.ptr, 0xff, size_t(M * N2) * 2));
+      DenseGemvNorm produce;
+      produce.residual = dr.ptr;
+      produce.norm_weight = static_cast<const float*>(dg.ptr);
+      produce.sum_squares = static_cast<float*>(dss.ptr);
+      launch_gemv_dense(dw1.ptr, dx.ptr, nullptr, dscaled.ptr, M, D, K, act, stream, produce);
+      DenseGemvNorm consume;
+      consume.pending_sum_squares = static_cast<const float*>(dss.ptr);
+      consume.pending_parts = int(parts);
+      consume.eps = eps;
+      launch_gemv_dense(dw2.ptr, dscaled.ptr, static_cast<const float*>(dbias.ptr), dy.ptr, M, N2, D, act, stream,
+                        consume);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::vector<uint16_t> r_out(r.size()), scaled(size_t(M * D)), y(size_t(M * N2));
+      std::vector<float> ss(size_t(M * parts));
+      CUDA_CHECK(cudaMemcpy(r_out.data(), dr.ptr, r_out.size() * 2, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(scaled.data(), dscaled.ptr, scaled.size() * 2, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(ss.data(), dss.ptr, ss.size() * 4, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(y.data(), dy.ptr, y.size() * 2, cudaMemcpyDeviceToHost));
+      for (int m = 0; m < M; ++m) {
+        double sum_squares = 0;
+        for (int64_t n = 0; n < D; ++n) {
+          double want = from_bits(r[size_t(m * D + n)]), magnitude = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double p = double(from_bits(w1[size_t(n * K + k)])) * from_bits(x[size_t(m * K + k)]);
+            want += p;
+            magnitude += std::fabs(p);
+          }
+          const float got = from_bits(r_out[size_t(m * D + n)]);
+          ASSERT_LE(std::fabs(got - want), rel * std::fabs(want) + 0x1p-16 * magnitude + 1e-6)
+              << "residual (" << m << ", " << n << "): " << got << " vs " << want;
+          ASSERT_EQ(scaled[size_t(m * D + n)], to_bits(got * g[size_t(n)])) << "scaled (" << m << ", " << n << ")";
+          sum_squares += double(got) * got;
+        }
+        double parts_sum = 0;
+        for (int64_t p = 0; p < parts; ++p) parts_sum += ss[size_t(m * parts + p)];
+        EXPECT_NEAR(parts_sum, sum_squares, 1e-5 * sum_squares) << "row " << m;
+        const double inv_rms = 1.0 / std::sqrt(sum_squares / double(D) + eps);
+        for (int64_t n = 0; n < N2; ++n) {
+          double dot = 0, magnitude = 0;
+          for (int64_t k = 0; k < D; ++k) {
+            const double p = double(from_bits(w2[size_t(n * D + k)])) * from_bits(scaled[size_t(m * D + k)]);
+            dot += p;
+            magnitude += std::fabs(p);
+          }
+          const double want = inv_rms * dot + bias[size_t(n)], got = from_bits(y[size_t(m * N2 + n)]);
+          const double err = std::isfinite(got) ? std::fabs(got - want) : INFINITY;
+          ASSERT_LE(err, rel * std::fabs(want) + 0x1p-16 * inv_rms * magnitude + 1e-6)
+              << "y (" << m << ", " << n << "): " << got << " vs " << want;
+        }
+      }
+    }
+  }
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace

@@ -401,6 +401,128 @@ TEST(GemvQnSwiglu, PairedLayoutMatchesPlainBitwise) {
   EXPECT_THROW(upload_qn_weight(odd, DType::F16, 8), Error);   // 2 x 8 != 24 rows
 }
 
+// The RMSNorm fused into the projections around it (gemv_qn_residual, then gemv_qn /
+// gemv_qn_swiglu with a QnPendingNorm) against the CPU: the residual within the GEMV's
+// tolerance (above) plus one rounding of the sum; scaled and the sum of squares exactly
+// what the kernel's own residual gives; the next projection within the GEMV tolerance of
+// rmsnorm(residual) ∘ g · Wᵀ; its SwiGLU pass bit for bit the plain pass + silu_mul.
+TEST(GemvQnFusedNorm, ResidualThenPendingNormMatchTheCpu) {
+  std::mt19937_64 rng(test_seed() + 53);
+  StreamGuard stream;
+  struct Case {
+    int64_t K_in, D, N_next;  // producer [D, K_in], next projection [N_next, D]
+    DType act;
+  };
+  for (const Case c : {Case{4096, 4096, 1000, DType::F16}, Case{11008, 4096, 256, DType::BF16},
+                       Case{200, 1000, 24, DType::F16}, Case{64, 40, 16, DType::BF16}}) {
+    const int64_t D = c.D, K = c.K_in, N2 = c.N_next;
+    const float eps = 1e-5f;
+    const auto to_float = [&](uint16_t v) { return c.act == DType::BF16 ? bf16_to_float(v) : half_to_float(v); };
+    const auto round_act = [&](float v) { return c.act == DType::BF16 ? float_to_bf16(v) : float_to_half(v); };
+    const double u = c.act == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    const double tol = c.act == DType::BF16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -9);  // as run_and_compare
+    std::vector<float> w1 = random_weight(D, K, rng), w2 = random_weight(N2, D, rng), w3 = random_weight(2 * N2, D, rng);
+    for (float& v : w1) v *= 1.0f / 32;  // keeps residual sums inside fp16's range at K = 11008
+    for (float& v : w3) v *= 1.0f / 16;  // and gate * up (|x . w| reaches ~300 at D = 4096)
+    const PackedWeight p1 = quantize_weight(w1.data(), D, K, qn_format(4, 64));
+    PackedWeight p2 = quantize_weight(w2.data(), N2, D, qn_format(6, 32));
+    const PackedWeight p3 = quantize_weight(w3.data(), 2 * N2, D, qn_format(3, 128));
+    std::vector<float> bias(static_cast<size_t>(N2));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& b : bias) b = normal(rng);
+    p2.parts["bias"] = HostTensor::copy_of(DType::F32, {N2}, bias.data());
+    QnDeviceWeight d1 = upload_qn_weight(p1, c.act), d2 = upload_qn_weight(p2, c.act),
+                   d3 = upload_qn_weight(p3, c.act), d3_paired = upload_qn_weight(p3, c.act, N2);
+    std::vector<float> g(static_cast<size_t>(D));
+    std::uniform_real_distribution<float> around_one(0.5f, 1.5f);
+    for (float& v : g) v = around_one(rng);
+    DeviceBuffer dg(size_t(D) * 4);
+    CUDA_CHECK(cudaMemcpyAsync(dg.ptr, g.data(), g.size() * 4, cudaMemcpyHostToDevice, stream.stream));
+    const int64_t parts = gemv_qn_blocks(d1);
+    EXPECT_EQ(parts, (D + 15) / 16);
+    for (int M : {1, 3, 8}) {
+      SCOPED_TRACE(std::string(dtype_name(c.act)) + " K=" + std::to_string(K) + " D=" + std::to_string(D) +
+                   " M=" + std::to_string(M) + " seed=" + std::to_string(test_seed()));
+      std::vector<uint16_t> x_bits, r_bits;
+      std::vector<float> x, r;
+      random_activations(M, K, c.act, rng, &x_bits, &x);
+      random_activations(M, D, c.act, rng, &r_bits, &r);
+      DeviceBuffer dx(x_bits.size() * 2), dr(r_bits.size() * 2), dscaled(size_t(M * D) * 2),
+          dss(size_t(M * parts) * 4), dy2(size_t(M * N2) * 2), dy3(size_t(M * 2 * N2) * 2),
+          dgated(size_t(M * N2) * 2), dfused(size_t(M * N2) * 2);
+      CUDA_CHECK(cudaMemcpyAsync(dx.ptr, x_bits.data(), x_bits.size() * 2, cudaMemcpyHostToDevice, stream.stream));
+      CUDA_CHECK(cudaMemcpyAsync(dr.ptr, r_bits.data(), r_bits.size() * 2, cudaMemcpyHostToDevice, stream.stream));
+      for (DeviceBuffer* b : {&dscaled, &dss, &dy2, &dy3, &dgated, &dfused})  // NaN everywhere
+        CUDA_CHECK(cudaMemsetAsync(b->ptr, 0xFF, b == &dss ? size_t(M * parts) * 4 : b == &dscaled ? size_t(M * D) * 2
+                                                 : b == &dy3 ? size_t(M * 2 * N2) * 2 : size_t(M * N2) * 2,
+                                   stream.stream));
+      gemv_qn_residual(d1, dx.ptr, dr.ptr, static_cast<const float*>(dg.ptr), dscaled.ptr,
+                       static_cast<float*>(dss.ptr), M, c.act, stream.stream);
+      const QnPendingNorm norm{static_cast<const float*>(dss.ptr), int(parts), eps};
+      gemv_qn(d2, dscaled.ptr, dy2.ptr, M, c.act, stream.stream, {}, &norm);
+      gemv_qn(d3, dscaled.ptr, dy3.ptr, M, c.act, stream.stream, {}, &norm);
+      launch_silu_mul(dy3.ptr, M, N2, dgated.ptr, c.act, stream.stream);
+      gemv_qn_swiglu(d3_paired, dscaled.ptr, dfused.ptr, M, c.act, stream.stream, {}, &norm);
+      std::vector<uint16_t> r_out(size_t(M * D)), scaled(size_t(M * D)), y2(size_t(M * N2)), gated(size_t(M * N2)),
+          fused(size_t(M * N2));
+      std::vector<float> ss(size_t(M * parts));
+      CUDA_CHECK(cudaMemcpyAsync(r_out.data(), dr.ptr, r_out.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+      CUDA_CHECK(cudaMemcpyAsync(scaled.data(), dscaled.ptr, scaled.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+      CUDA_CHECK(cudaMemcpyAsync(ss.data(), dss.ptr, ss.size() * 4, cudaMemcpyDeviceToHost, stream.stream));
+      CUDA_CHECK(cudaMemcpyAsync(y2.data(), dy2.ptr, y2.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+      CUDA_CHECK(cudaMemcpyAsync(gated.data(), dgated.ptr, gated.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+      CUDA_CHECK(cudaMemcpyAsync(fused.data(), dfused.ptr, fused.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+
+      // The residual: r + x · W1ᵀ, the GEMV's tolerance plus the rounding of the sum.
+      std::vector<float> y1(size_t(M * D));
+      linear_reference(p1, x.data(), M, y1.data());
+      const ErrorScales s1 = error_scales(p1, x, M);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < M * D; ++i) {
+        const double want = double(r[size_t(i)]) + y1[size_t(i)], got = to_float(r_out[size_t(i)]);
+        if (!(std::abs(got - want) <= tol * s1.dequant[size_t(i)] + u * std::abs(want)) && bad++ == 0)
+          ADD_FAILURE() << "residual[" << i << "] = " << got << ", reference " << want;
+      }
+      EXPECT_EQ(bad, 0);
+      // scaled = residual ∘ g exactly as rounded; the parts add up to Σ residual² per row.
+      std::vector<float> scaled_values(size_t(M * D));
+      for (int64_t m = 0; m < M; ++m) {
+        double sum_squares = 0;
+        for (int64_t n = 0; n < D; ++n) {
+          const size_t i = size_t(m * D + n);
+          const float v = to_float(r_out[i]);
+          sum_squares += double(v) * v;
+          scaled_values[i] = to_float(scaled[i]);
+          ASSERT_EQ(scaled[i], round_act(v * g[size_t(n)])) << "scaled[" << m << ", " << n << "]";
+        }
+        double parts_sum = 0;
+        for (int64_t p = 0; p < parts; ++p) parts_sum += ss[size_t(m * parts + p)];
+        EXPECT_NEAR(parts_sum, sum_squares, 1e-5 * sum_squares) << "row " << m;
+      }
+      // The next projection: inv_rms · (scaled · W2ᵀ) + bias.
+      std::vector<float> y2_ref(size_t(M * N2));
+      linear_reference(p2, scaled_values.data(), M, y2_ref.data());
+      const ErrorScales s2 = error_scales(p2, scaled_values, M);
+      for (int64_t m = 0; m < M; ++m) {
+        double sum_squares = 0;
+        for (int64_t n = 0; n < D; ++n) sum_squares += double(to_float(r_out[size_t(m * D + n)])) * to_float(r_out[size_t(m * D + n)]);
+        const double inv_rms = 1.0 / std::sqrt(sum_squares / double(D) + eps);
+        for (int64_t n = 0; n < N2; ++n) {
+          const size_t i = size_t(m * N2 + n);
+          const double want = inv_rms * (double(y2_ref[i]) - bias[size_t(n)]) + bias[size_t(n)];
+          const double got = to_float(y2[i]);
+          EXPECT_LE(std::abs(got - want), tol * (inv_rms * s2.dequant[i] + std::abs(bias[size_t(n)])))
+              << "y[" << m << ", " << n << "] = " << got << ", reference " << want;
+        }
+      }
+      EXPECT_EQ(gated, fused) << "gemv_qn_swiglu with a pending norm differs from gemv_qn + silu_mul";
+      ASSERT_TRUE(std::all_of(gated.begin(), gated.end(), [&](uint16_t v) { return std::isfinite(to_float(v)); }));
+    }
+    for (QnDeviceWeight* w : {&d1, &d2, &d3, &d3_paired}) free_qn_weight(w);
+  }
+}
+
 TEST(GemvQnEdges, RejectsWhatItCannotRun) {
   std::mt19937_64 rng(test_seed() + 43);
   const std::vector<float> w = random_weight(16, 192, rng);
@@ -413,6 +535,9 @@ TEST(GemvQnEdges, RejectsWhatItCannotRun) {
   EXPECT_THROW(gemv_qn(dw, dx.ptr, dy.ptr, 0, DType::F16, nullptr), Error);
   EXPECT_THROW(gemv_qn(dw, dx.ptr, dy.ptr, 9, DType::F16, nullptr), Error);
   EXPECT_THROW(gemv_qn(dw, dx.ptr, dy.ptr, 1, DType::BF16, nullptr), Error);
+  const QnPendingNorm no_parts{static_cast<const float*>(dx.ptr), 0, 1e-5f};
+  EXPECT_THROW(gemv_qn(dw, dx.ptr, dy.ptr, 1, DType::F16, nullptr, {}, &no_parts), Error);
+  EXPECT_THROW(gemv_qn_residual(dw, dx.ptr, dy.ptr, nullptr, dy.ptr, nullptr, 1, DType::F16, nullptr), Error);
   free_qn_weight(&dw);
 }
 
