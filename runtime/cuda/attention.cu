@@ -90,18 +90,46 @@ constexpr int kPositionsPerGroup = 4;
 // rows (checked by launch_attention).
 static_assert(kMaxAttentionHeadDim <= kAttentionThreads && kMaxAttentionHeadDim <= 8 * 32,
               "threads tid < head_dim finish the output; a group of at most 32 lanes covers a row");
+// RoPE of the 8 dimensions 8 piece .. 8 piece + 7 of a head row held by this thread, the
+// other element of each rotate-half pair (i, i + hd/2) coming from the lane that holds it
+// (piece +- pieces/2 of the same group). Rounded to Act as rope_store_kernel stores it, with
+// its fp32 arithmetic. PRECOND: head_dim % 16 == 0; called by all threads of the warp.
+template <typename Act>
+__device__ __forceinline__ void rope_piece(float (&x)[8], int piece, int pieces, int pos, const float* inv_freq) {
+  const int half_pieces = pieces / 2;
+  const bool first = piece < half_pieces;
+  const int lane = threadIdx.x % 32;
+  const int partner = piece < pieces ? (first ? lane + half_pieces : lane - half_pieces) : lane;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const float other = __shfl_sync(0xffffffffu, x[e], partner);
+    if (piece >= pieces) continue;
+    const int i = 8 * (first ? piece : piece - half_pieces) + e;  // pair index in [0, hd/2)
+    const float angle = float(pos) * inv_freq[i];
+    float sin_a, cos_a;
+    sincosf(angle, &sin_a, &cos_a);
+    const float a = first ? x[e] : other, b = first ? other : x[e];
+    x[e] = to_float(from_float<Act>(first ? a * cos_a - b * sin_a : b * cos_a + a * sin_a));
+  }
+}
+
 template <typename Act>
 __global__ void __launch_bounds__(kAttentionThreads)
-    attention_kernel(const Act* key_cache, const Act* value_cache, const Act* q, int64_t q_stride, const int* pos0,
-                     int n_heads, int group, int head_dim, int kv_dim, float scale, AttentionSplits splits, Act* out) {
+    attention_kernel(Act* key_cache, Act* value_cache, const Act* q, int64_t q_stride, const int* pos0,
+                     int n_heads, int group, int head_dim, int kv_dim, float scale, AttentionSplits splits,
+                     const float* rope_inv_freq, Act* out) {
   pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
-  pdl_wait();
   __shared__ float slot_max[kAttentionThreads];          // [n_slots]
   __shared__ float slot_sum[kAttentionThreads];          // [n_slots]
   __shared__ float slot_acc[8 * kAttentionThreads];      // [n_slots, hd] (n_slots * hd <= 8 * threads)
   const int h = int(blockIdx.x % unsigned(n_heads)), t = int(blockIdx.x / unsigned(n_heads)), tid = threadIdx.x;
-  const int n_pos = *pos0 + t + 1;  // causal: positions [0, pos0 + t]
+  // *pos0 came from the host before the step's first kernel: readable before the wait.
+  const int pos = *pos0 + t, n_pos = pos + 1;  // causal: positions [0, pos0 + t]
   const int begin = int(blockIdx.y) * splits.span, end = min(n_pos, begin + splits.span);  // this block's
+  // With rope_inv_freq (T = 1), this token's k and v come from qkv, not the cache.
+  const bool fused_rope = rope_inv_freq != nullptr;
+  const int cached_end = fused_rope ? min(end, pos) : end;  // positions read from the cache
+  const int earlier_end = min(cached_end, *pos0);            // those written by earlier steps
   const int kv_offset = (h / group) * head_dim;
   const int64_t row = (int64_t(t) * n_heads + h) * head_dim;  // this head in out [T, n_heads*hd]
 
@@ -110,30 +138,64 @@ __global__ void __launch_bounds__(kAttentionThreads)
   while (lanes < pieces) lanes *= 2;
   const int slot = tid / lanes, piece = tid % lanes, n_slots = blockDim.x / lanes;
   const bool active = piece < pieces;  // threads past the row (hd / 8 not a power of two) idle
-
-  float query[8] = {};  // this thread's dimensions of q, times the softmax scale
-  if (active) {
-    unpack8<Act>(*reinterpret_cast<const uint4*>(q + t * q_stride + h * head_dim + 8 * piece), query);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) query[i] *= scale;
-  }
   const Act* keys = key_cache + kv_offset + 8 * piece;      // + p * kv_dim: position p's piece
   const Act* values = value_cache + kv_offset + 8 * piece;  // + p * kv_dim
 
-  float running_max = -INFINITY, running_sum = 0, acc[8] = {};
-  // Rounds are the same for every thread (shuffles need the whole warp): a position past
-  // `end` scores -inf and weighs 0.
-  for (int base = begin; base < end; base += kPositionsPerGroup * n_slots) {
-    uint4 k[kPositionsPerGroup], v[kPositionsPerGroup];
+  // Round `base`'s keys and values at positions [lo, hi) (others left as they are).
+  uint4 k[kPositionsPerGroup], v[kPositionsPerGroup];
+  const auto load_round = [&](int base, int lo, int hi) {
 #pragma unroll
     for (int u = 0; u < kPositionsPerGroup; ++u) {
       const int p = base + u * n_slots + slot;
-      if (active && p < end) {
+      if (active && p >= lo && p < hi) {
         k[u] = *reinterpret_cast<const uint4*>(keys + int64_t(p) * kv_dim);
         v[u] = *reinterpret_cast<const uint4*>(values + int64_t(p) * kv_dim);
-      } else {
-        k[u] = v[u] = make_uint4(0, 0, 0, 0);
       }
+    }
+  };
+#pragma unroll
+  for (int u = 0; u < kPositionsPerGroup; ++u) k[u] = v[u] = make_uint4(0, 0, 0, 0);
+  // The first round's positions of earlier steps do not depend on the kernels before:
+  // fetched while they finish.
+  load_round(begin, begin, earlier_end);
+  pdl_wait();
+  load_round(begin, earlier_end, cached_end);
+
+  float query[8] = {};  // this thread's dimensions of q, times the softmax scale
+  if (active) unpack8<Act>(*reinterpret_cast<const uint4*>(q + t * q_stride + h * head_dim + 8 * piece), query);
+  float key_now[8] = {}, value_now[8] = {};  // fused_rope: this token's k (rotated) and v
+  if (fused_rope) {
+    const Act* kv_row = q + int64_t(n_heads) * head_dim + kv_offset + 8 * piece;  // this token's k piece
+    uint4 key_bits = make_uint4(0, 0, 0, 0), value_bits = key_bits;
+    if (active) {
+      key_bits = *reinterpret_cast<const uint4*>(kv_row);
+      value_bits = *reinterpret_cast<const uint4*>(kv_row + kv_dim);
+      unpack8<Act>(key_bits, key_now);
+      unpack8<Act>(value_bits, value_now);
+    }
+    rope_piece<Act>(query, piece, pieces, pos, rope_inv_freq);
+    rope_piece<Act>(key_now, piece, pieces, pos, rope_inv_freq);
+    // The first q head of a kv head stores the token's k and v, in the split that holds pos.
+    if (h % group == 0 && pos >= begin && pos < end && slot == 0 && active) {
+      Act rotated[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) rotated[i] = from_float<Act>(key_now[i]);
+      *reinterpret_cast<uint4*>(key_cache + int64_t(pos) * kv_dim + kv_offset + 8 * piece) =
+          *reinterpret_cast<const uint4*>(rotated);
+      *reinterpret_cast<uint4*>(value_cache + int64_t(pos) * kv_dim + kv_offset + 8 * piece) = value_bits;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) query[i] *= scale;
+
+  float running_max = -INFINITY, running_sum = 0, acc[8] = {};
+  // Rounds are the same for every thread (shuffles need the whole warp): a position past
+  // `cached_end` scores -inf and weighs 0.
+  for (int base = begin; base < cached_end; base += kPositionsPerGroup * n_slots) {
+    if (base != begin) {
+#pragma unroll
+      for (int u = 0; u < kPositionsPerGroup; ++u) k[u] = v[u] = make_uint4(0, 0, 0, 0);
+      load_round(base, base, cached_end);
     }
     float score[kPositionsPerGroup];
     float new_max = running_max;
@@ -145,7 +207,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 #pragma unroll
       for (int i = 0; i < 8; ++i) dot += query[i] * key[i];
       for (int offset = lanes / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-      score[u] = base + u * n_slots + slot < end ? dot : -INFINITY;
+      score[u] = base + u * n_slots + slot < cached_end ? dot : -INFINITY;
       new_max = fmaxf(new_max, score[u]);
     }
     if (new_max == -INFINITY) continue;  // no position of this group yet
@@ -163,6 +225,20 @@ __global__ void __launch_bounds__(kAttentionThreads)
       for (int i = 0; i < 8; ++i) acc[i] += w * value[i];
     }
     running_max = new_max;
+  }
+  if (fused_rope && pos >= begin && pos < end) {  // this token's position, from registers, in slot 0
+    float dot = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dot += query[i] * key_now[i];
+    for (int offset = lanes / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+    if (slot == 0) {
+      const float new_max = fmaxf(running_max, dot);
+      const float rescale = expf(running_max - new_max), w = expf(dot - new_max);
+      running_sum = running_sum * rescale + w;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = acc[i] * rescale + w * value_now[i];
+      running_max = new_max;
+    }
   }
 
   // The groups' (max, sum, acc) -> the block's, relative to the block's max.
@@ -247,9 +323,12 @@ void launch_rope_store(void* key_cache, void* value_cache, const int* pos0, cons
   });
 }
 
-void launch_attention(const void* key_cache, const void* value_cache, const int* pos0, const void* qkv, int64_t T,
+void launch_attention(void* key_cache, void* value_cache, const int* pos0, const void* qkv, int64_t T,
                       int n_heads, int n_kv_heads, int head_dim, const AttentionSplits& splits, void* out, DType act,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, const float* rope_inv_freq) {
+  if (rope_inv_freq && (T != 1 || !attention_fuses_rope(head_dim)))
+    throw Error("cuda attention: RoPE inside attention needs one token and heads of a multiple of 16 dimensions (" +
+                std::to_string(T) + " tokens, " + std::to_string(head_dim) + " dimensions)");
   if (head_dim < 8 || head_dim % 8 != 0 || head_dim > kMaxAttentionHeadDim || n_kv_heads < 1 ||
       n_heads % n_kv_heads != 0)
     throw Error("cuda attention: head_dim " + std::to_string(head_dim) + " with " + std::to_string(n_heads) +
@@ -270,8 +349,8 @@ void launch_attention(const void* key_cache, const void* value_cache, const int*
     using Act = decltype(tag);
     const dim3 grid(unsigned(T * n_heads), unsigned(splits.count));
     launch_pdl("attention_kernel", attention_kernel<Act>, grid, dim3(kAttentionThreads), 0, stream,
-               static_cast<const Act*>(key_cache), static_cast<const Act*>(value_cache), static_cast<const Act*>(qkv),
-               qkv_stride, pos0, n_heads, n_heads / n_kv_heads, head_dim, kv_dim, scale, splits,
+               static_cast<Act*>(key_cache), static_cast<Act*>(value_cache), static_cast<const Act*>(qkv),
+               qkv_stride, pos0, n_heads, n_heads / n_kv_heads, head_dim, kv_dim, scale, splits, rope_inv_freq,
                static_cast<Act*>(out));
   });
 }

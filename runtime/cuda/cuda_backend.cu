@@ -182,7 +182,8 @@ class CudaBackend final : public Backend {
   }
 
   // RoPE + KV store, then attention: long chunks (prefill) on tensor cores, decode and
-  // short chunks with the kernel that reads the position from device memory (graphs).
+  // short chunks with the kernel that reads the position from device memory (graphs); at
+  // decode that kernel also does the RoPE and the store.
   void attention(KVCache& kv, int layer, Tensor& qkv, const Tensor& inv_freq, const AttentionShape& shape,
                  Tensor& out) override {
     check_attention_shapes(qkv, shape, out);
@@ -195,6 +196,13 @@ class CudaBackend final : public Backend {
                   std::to_string(cache.shape.head_dim));
     void* keys = cache.layer_slice(cache.keys, layer);
     void* values = cache.layer_slice(cache.values, layer);
+    // Decode: RoPE and the KV store inside the attention kernel, one launch fewer a layer
+    // (llama2-7b tg128, H100, same day: f16 189.9 -> 191.7 tok/s, q4g64 423.4 -> 423.6).
+    if (qkv.rows == 1 && attention_fuses_rope(shape.head_dim)) {
+      launch_attention(keys, values, step_pos0(), qkv.data, 1, shape.n_heads, shape.n_kv_heads, shape.head_dim,
+                       cache.splits, out.data, qkv.dtype, ctx_->stream, inv_freq.as<float>());
+      return;
+    }
     launch_rope_store(keys, values, step_pos0(), inv_freq.as<float>(), qkv.data, qkv.rows, shape.n_heads,
                       shape.n_kv_heads, shape.head_dim, qkv.dtype, ctx_->stream);
     if (qkv.rows >= kPrefillAttentionMinTokens && !ctx_->capturing()) {

@@ -71,9 +71,14 @@ AttentionSplits attention_splits_for(int capacity);
 // n_heads % n_kv_heads == 0; splits.count > 1 only with T == 1.
 constexpr int kAttentionThreads = 256;
 constexpr int kMaxAttentionHeadDim = 256;
-void launch_attention(const void* key_cache, const void* value_cache, const int* pos0, const void* qkv, int64_t T,
+//
+// rope_inv_freq set (decode: T = 1, head_dim % 16 == 0, see attention_fuses_rope): q and
+// this token's k in qkv are not rotated yet and its k, v not stored; the kernel does both
+// (launch_rope_store's work) and takes them from registers: one launch fewer per layer.
+void launch_attention(void* key_cache, void* value_cache, const int* pos0, const void* qkv, int64_t T,
                       int n_heads, int n_kv_heads, int head_dim, const AttentionSplits& splits, void* out, DType act,
-                      cudaStream_t stream);
+                      cudaStream_t stream, const float* rope_inv_freq = nullptr);
+inline bool attention_fuses_rope(int head_dim) { return head_dim % 16 == 0; }
 
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias [N] F32 or null), W [N, K] (act), M = 1..8
 // (Error otherwise): the dense formats' decode path (gemv_dense.cu).

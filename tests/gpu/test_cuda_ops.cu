@@ -303,5 +303,84 @@ TEST(AttentionSplits, MatchOneBlockPerHead) {
   }
 }
 
+// Decode attention with RoPE and the KV store inside (launch_attention with rope_inv_freq)
+// against launch_rope_store followed by the plain kernel, on copies of the same cache and
+// qkv: GQA with the cache split (positions in the first split, on a boundary, at the end)
+// and plain heads without splits (positions 0 and 5). The stored value row is the same bits,
+// the stored key the same up to one rounding (fp32 contraction may differ between the two
+// kernels), the output within kTolerance (this token's term joins the softmax last).
+TEST(AttentionFusedRope, MatchesRopeStoreThenAttention) {
+  std::mt19937_64 rng{test_seed() + 9};
+  auto ctx = std::make_shared<CudaContext>();
+  struct Case {
+    AttentionShape shape;
+    int capacity;
+    std::vector<int> positions;
+  };
+  for (const Case& c : {Case{{32, 8, 128}, 4096, {100, 256, 4095}}, Case{{4, 4, 64}, 64, {0, 5}},
+                        Case{{6, 2, 48}, 300, {7, 299}}}) {
+    const AttentionShape& shape = c.shape;
+    const int kv_dim = shape.n_kv_heads * shape.head_dim, q_dim = shape.n_heads * shape.head_dim;
+    const int width = q_dim + 2 * kv_dim;
+    AttentionSplits splits = attention_splits_for(c.capacity);
+    Tensor partials = device_tensor(ctx, DType::F32, int64_t(shape.n_heads) * splits.count, shape.head_dim + 2);
+    Tensor counters = device_tensor(ctx, DType::I32, 1, shape.n_heads);
+    CUDA_CHECK(cudaMemset(counters.data, 0, size_t(shape.n_heads) * sizeof(int)));
+    if (splits.count > 1) {
+      splits.partials = partials.as<float>();
+      splits.counters = reinterpret_cast<unsigned*>(counters.as<int>());
+    }
+    std::vector<float> inv_freq(size_t(shape.head_dim / 2));
+    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * float(i) / shape.head_dim);
+    Tensor freq = device_tensor(ctx, DType::F32, 1, int64_t(inv_freq.size()));
+    CUDA_CHECK(cudaMemcpy(freq.data, inv_freq.data(), inv_freq.size() * 4, cudaMemcpyHostToDevice));
+    Tensor pos0 = device_tensor(ctx, DType::I32, 1, 1);
+    const size_t cache_bytes = size_t(c.capacity) * kv_dim * 2;
+    for (const int position : c.positions) {
+      SCOPED_TRACE(std::to_string(shape.n_heads) + "/" + std::to_string(shape.n_kv_heads) + " x " +
+                   std::to_string(shape.head_dim) + " at " + std::to_string(position));
+      const Tensor keys = random_device_halves(ctx, size_t(c.capacity) * kv_dim, rng);
+      const Tensor values = random_device_halves(ctx, size_t(c.capacity) * kv_dim, rng);
+      const Tensor qkv = random_device_halves(ctx, size_t(width), rng);  // [1, width], not rotated
+      Tensor keys2 = device_tensor(ctx, DType::F16, c.capacity, kv_dim), values2 = device_tensor(ctx, DType::F16, c.capacity, kv_dim);
+      Tensor qkv2 = device_tensor(ctx, DType::F16, 1, width);
+      CUDA_CHECK(cudaMemcpy(keys2.data, keys.data, cache_bytes, cudaMemcpyDeviceToDevice));
+      CUDA_CHECK(cudaMemcpy(values2.data, values.data, cache_bytes, cudaMemcpyDeviceToDevice));
+      CUDA_CHECK(cudaMemcpy(qkv2.data, qkv.data, size_t(width) * 2, cudaMemcpyDeviceToDevice));
+      CUDA_CHECK(cudaMemcpy(pos0.data, &position, sizeof(int), cudaMemcpyHostToDevice));
+      const std::vector<float> want = poisoned_output_of(ctx, 1, q_dim, [&](void* out) {
+        launch_rope_store(keys.data, values.data, pos0.as<int>(), freq.as<float>(), qkv.data, 1, shape.n_heads,
+                          shape.n_kv_heads, shape.head_dim, DType::F16, ctx->stream);
+        launch_attention(keys.data, values.data, pos0.as<int>(), qkv.data, 1, shape.n_heads, shape.n_kv_heads,
+                         shape.head_dim, splits, out, DType::F16, ctx->stream);
+      });
+      const std::vector<float> got = poisoned_output_of(ctx, 1, q_dim, [&](void* out) {
+        launch_attention(keys2.data, values2.data, pos0.as<int>(), qkv2.data, 1, shape.n_heads, shape.n_kv_heads,
+                         shape.head_dim, splits, out, DType::F16, ctx->stream, freq.as<float>());
+      });
+      double squares = 0;
+      for (float v : want) squares += double(v) * v;
+      const float rms = float(std::sqrt(squares / q_dim));
+      for (int i = 0; i < q_dim; ++i) {
+        const float a = want[size_t(i)], b = got[size_t(i)];
+        const float err = std::isfinite(b) ? std::fabs(a - b) / std::max(std::fabs(a), rms) : INFINITY;
+        ASSERT_LE(err, kTolerance) << "column " << i << ": rope_store + attention " << a << ", fused " << b;
+      }
+      const size_t row_size = static_cast<size_t>(kv_dim);
+      std::vector<uint16_t> k1(row_size), k2(row_size), v1(row_size), v2(row_size);
+      const size_t row = size_t(position) * kv_dim;
+      CUDA_CHECK(cudaMemcpy(k1.data(), keys.as<uint16_t>() + row, size_t(kv_dim) * 2, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(k2.data(), keys2.as<uint16_t>() + row, size_t(kv_dim) * 2, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(v1.data(), values.as<uint16_t>() + row, size_t(kv_dim) * 2, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(v2.data(), values2.as<uint16_t>() + row, size_t(kv_dim) * 2, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(v1, v2) << "the stored value row";
+      for (int i = 0; i < kv_dim; ++i)
+        ASSERT_LE(std::fabs(half_to_float(k1[size_t(i)]) - half_to_float(k2[size_t(i)])),
+                  std::ldexp(std::fabs(half_to_float(k1[size_t(i)])), -10) + 1e-7f)
+            << "stored key " << i << ": " << half_to_float(k1[size_t(i)]) << " vs " << half_to_float(k2[size_t(i)]);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gemlite
