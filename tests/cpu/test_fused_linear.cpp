@@ -175,6 +175,26 @@ TEST(FusedLinear, WrongShapesAreErrorsNotOverruns) {
   EXPECT_THROW(fused.forward(x.slice_rows(0, 2), narrow), Error);  // y has 31 columns, not 32
 }
 
+// The CPU backend's linears keep the RMSNorm a separate op (fuses_rmsnorm false), so the
+// model never hands them a pending norm; asked anyway, they refuse instead of computing
+// something else.
+TEST(FusedLinear, CpuLinearsDoNotTakeAPendingNorm) {
+  std::mt19937 rng(26);
+  const PackedWeight a = random_weight(16, 32, "q4g32", rng), b = random_weight(16, 32, "q4g32", rng);
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  const FusedLinear fused({&a, &b}, *backend, /*max_rows=*/2, StackedUse::SwiGLU);
+  const std::unique_ptr<QuantLinear> one = backend->make_linear(a);
+  EXPECT_FALSE(fused.fuses_rmsnorm(1));
+  EXPECT_FALSE(one->fuses_rmsnorm(1));
+  Tensor x = backend->alloc(1, 32), y = backend->alloc(1, 32), h = backend->alloc(1, 16), r = backend->alloc(1, 16);
+  const PendingNorm pending{backend->alloc(1, 2), 1e-5f};
+  EXPECT_THROW(fused.forward(x, y, &pending), Error);
+  Tensor gate_up = backend->alloc(1, 32);
+  EXPECT_THROW(fused.forward_swiglu(x, gate_up, h, &pending), Error);
+  EXPECT_THROW(one->forward_normed(x, pending, h), Error);
+  EXPECT_THROW(one->forward_residual(x, r, backend->alloc(1, 16), 1e-5f, h), Error);
+}
+
 TEST(BackendOps, FusedLayoutShapesAreChecked) {
   std::unique_ptr<Backend> backend = make_cpu_backend();
   Tensor gate_up = backend->alloc(2, 10), out = backend->alloc(2, 4);
