@@ -122,8 +122,8 @@ void gemv_qn_swiglu(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
 
 // ---- The RMSNorm between two projections, fused into both (the model's residual stream
 // at decode: QuantLinear::forward_residual). Saves the norm kernel's launch and its wait
-// on the critical path, twice a layer: a separate add + RMSNorm cost llama2-7b q4g64
-// tg128 401 -> 433 tok/s when left out (H100, 2026-11-23).
+// on the critical path, twice a layer: llama2-7b tg128 q4g64 401 -> 423 tok/s, q8 313 ->
+// 336 (H100, 2026-11-23; leaving the norm kernels out altogether gave 433).
 //
 // The projection that ends a block (o, down): gemv_qn_residual
 //   residual [M, N] += x · Wᵀ (+ bias)   (fp32 sum, rounded once to act)
