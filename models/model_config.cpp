@@ -147,7 +147,10 @@ void parse_rope(const KeyReader& keys, const std::string& where, ModelConfig* co
 int attention_window(const KeyReader& keys, const std::string& architecture) {
   const bool windowed = architecture == "mistral" || architecture == "phi3" ||
                         (architecture == "qwen2" && keys.optional_bool("use_sliding_window", false));
-  return windowed ? keys.optional_int("sliding_window", 0) : 0;
+  if (!windowed) return 0;
+  const int window = keys.optional_int("sliding_window", 0);  // null or absent: no window
+  if (window < 0) keys.bad("sliding_window", "must be positive or null, got " + std::to_string(window));
+  return window;
 }
 
 // JSON numbers are doubles; writing a float's shortest decimal keeps 1e-5 from becoming

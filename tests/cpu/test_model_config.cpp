@@ -205,6 +205,9 @@ TEST(ModelConfig, Phi3SlidingWindowAndRefusedRopeVariants) {
   const ModelConfig c = parse_hf_config(config, kWhere);
   EXPECT_EQ(c.architecture, "phi3");
   EXPECT_EQ(c.max_seq_len, 2047);
+  json negative = config;
+  negative["sliding_window"] = -1;
+  expect_config_error(negative, {"sliding_window", "must be positive or null, got -1"});
   json partial = config;
   partial["partial_rotary_factor"] = 0.75;
   expect_config_error(partial, {"partial_rotary_factor", "only 1"});
