@@ -117,11 +117,9 @@ std::string parse_architecture(const json& config, const KeyReader& keys, const 
   return architecture->model_type;
 }
 
-// transformers 5 keeps theta and scaling together in "rope_parameters"; transformers 4 has a
-// top-level "rope_theta" and a "rope_scaling" object (null for plain RoPE) beside it.
-void parse_rope(const KeyReader& keys, const std::string& where, ModelConfig* config) {
-  config->rope_theta = keys.optional_float("rope_theta", 10000.0f);
-  const char* group = keys.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+// One RoPE object (`group`: "rope_parameters" or "rope_scaling") into config: theta where it
+// has one, and the scaling.
+void parse_rope_group(const KeyReader& keys, const char* group, const std::string& where, ModelConfig* config) {
   if (!keys.has(group)) return;
   const KeyReader rope(keys.object(group), where, std::string(group) + ".");
 
@@ -140,6 +138,25 @@ void parse_rope(const KeyReader& keys, const std::string& where, ModelConfig* co
   scaling.low_freq_factor = rope.required_float("low_freq_factor");
   scaling.high_freq_factor = rope.required_float("high_freq_factor");
   scaling.original_max_position = rope.required_int("original_max_position_embeddings");
+}
+
+// transformers 5 keeps theta and scaling together in "rope_parameters"; transformers 4 has a
+// top-level "rope_theta" and a "rope_scaling" object (null for plain RoPE) beside it.
+void parse_rope(const KeyReader& keys, const std::string& where, ModelConfig* config) {
+  config->rope_theta = keys.optional_float("rope_theta", 10000.0f);
+  if (keys.has("rope_parameters") && keys.has("rope_scaling")) {  // both: they must say the same
+    ModelConfig legacy = *config;
+    parse_rope_group(keys, "rope_scaling", where, &legacy);
+    parse_rope_group(keys, "rope_parameters", where, config);
+    const ModelConfig::RopeScaling &a = legacy.rope_scaling, &b = config->rope_scaling;
+    const auto rope_type = [](const std::string& t) { return t == "none" ? std::string("default") : t; };
+    if (a.type != b.type || a.factor != b.factor || a.low_freq_factor != b.low_freq_factor ||
+        a.high_freq_factor != b.high_freq_factor || a.original_max_position != b.original_max_position)
+      fail(where, "'rope_parameters' and 'rope_scaling' describe different RoPE scalings (" + rope_type(b.type) +
+                      " vs " + rope_type(a.type) + "); remove one");
+    return;
+  }
+  parse_rope_group(keys, keys.has("rope_parameters") ? "rope_parameters" : "rope_scaling", where, config);
 }
 
 // The runtime attends over the whole context, which matches sliding-window attention only

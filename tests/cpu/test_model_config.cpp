@@ -167,6 +167,19 @@ TEST(ModelConfig, MistralDerivesNullHeadDimAndStopsAtItsWindow) {
   EXPECT_EQ(c.rope_scaling.type, "none");
 }
 
+// A config with both groups (a transformers 5 file that kept its old key): used when they
+// agree, an error naming both when they do not (one of them would be silently ignored).
+TEST(ModelConfig, RopeParametersAndRopeScalingMustAgree) {
+  const json old_style = llama31_transformers4();
+  ASSERT_TRUE(old_style.contains("rope_scaling"));
+  json both = old_style;
+  both["rope_parameters"] = old_style["rope_scaling"];
+  both["rope_parameters"]["rope_theta"] = old_style["rope_theta"];
+  expect_same_config(parse_hf_config(both, kWhere), parse_hf_config(old_style, kWhere));
+  both["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+  expect_config_error(both, {"'rope_parameters' and 'rope_scaling' describe different", "default vs llama3"});
+}
+
 TEST(ModelConfig, ArchitecturesListStandsInForModelType) {
   json config = qwen2_05b();
   config.erase("model_type");
