@@ -39,7 +39,29 @@ cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv
       if (word == alias) word = long_name;
   std::vector<char*> rewritten;
   for (auto& word : words) rewritten.push_back(word.data());
-  auto result = options.parse(int(rewritten.size()), rewritten.data());
+  cxxopts::ParseResult result;
+  try {
+    result = options.parse(int(rewritten.size()), rewritten.data());
+  } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
+    // cxxopts names the value only ("Argument 'abc' failed to parse"); the flag it was
+    // given to is the word before it, or the part before '=' of the same word.
+    const std::string message = e.what();
+    const auto names = [&](const std::string& value) {  // cxxopts quotes with ' ' or with ‘ ’
+      return message.find("'" + value + "'") != std::string::npos ||
+             message.find("\u2018" + value + "\u2019") != std::string::npos;
+    };
+    std::string flag;
+    for (size_t i = 1; i < words.size() && flag.empty(); ++i) {
+      const std::string& word = words[i];
+      if (word.rfind("-", 0) != 0) continue;
+      const size_t equals = word.find('=');
+      if (equals != std::string::npos && names(word.substr(equals + 1)))
+        flag = word.substr(0, equals);
+      else if (equals == std::string::npos && i + 1 < words.size() && names(words[i + 1]))
+        flag = word;
+    }
+    throw Error((flag.empty() ? std::string() : flag + ": ") + e.what() + " (see --help)");
+  }
   if (result.count("help")) {
     std::printf("%s\n", options.help().c_str());
     std::exit(0);

@@ -148,7 +148,10 @@ TEST(Programs, BadFlagValuesAreOneLineErrors) {
   expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " --chat-template nope", "nope");
   expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --device tpu", "tpu");
   expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " -f /nonexistent.txt", "/nonexistent.txt");
-  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --temp abc", "abc");
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --temp abc", "--temp: Argument");
+  // The flag is named whichever way its value is given (cxxopts names only the value).
+  expect_one_line_error("gemlite-bench", "--synthetic stories260k -t 2x", "-t: Argument");
+  expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " --ctx-size=1e3", "--ctx-size: Argument");
 }
 
 TEST(Programs, NonsenseNumbersAreOneLineErrors) {
