@@ -125,15 +125,16 @@ void LlamaModel::run_ops(int T, bool all_rows) {
               last ? lm_head_->fuses_rmsnorm(logit_rows) : layers_[l + 1].qkv->fuses_rmsnorm(T));
   }
 
-  // h is now the final-normed residual stream; only the rows whose logits are wanted go
+  // h is now the final-normed residual stream (or, with `pending`, residual ∘ final norm
+  // weight, the classifier finishing the norm); only the rows whose logits are wanted go
   // through the classifier.
-  const Tensor normed = all_rows ? h : h.slice_rows(T - 1, 1);  // [logit_rows, dim]
-  Tensor logits = workspace_.logits.slice_rows(0, normed.rows);  // [logit_rows, vocab]
+  const Tensor last_h = all_rows ? h : h.slice_rows(T - 1, 1);  // [logit_rows, dim]
+  Tensor logits = workspace_.logits.slice_rows(0, last_h.rows);  // [logit_rows, vocab]
   if (pending) {
     const PendingNorm rows{all_rows ? pending->sum_squares : pending->sum_squares.slice_rows(T - 1, 1), pending->eps};
-    lm_head_->forward_normed(normed, rows, logits);
+    lm_head_->forward_normed(last_h, rows, logits);
   } else {
-    lm_head_->forward(normed, logits);
+    lm_head_->forward(last_h, logits);
   }
 }
 

@@ -45,7 +45,8 @@ class QuantLinear {
 
   // The RMSNorm between blocks fused into the projections on either side (the CUDA qN
   // GEMV at M <= 8; LlamaModel takes it where both sides have it). Whether this linear
-  // runs both passes below at M rows:
+  // takes a PendingNorm at M rows (forward_normed, forward_swiglu) and, unless it is a
+  // SwiGLU pair, runs forward_residual:
   virtual bool fuses_rmsnorm(int64_t /*M*/) const { return false; }
   // The projection that ends a block: residual [M, N] += x · Wᵀ, scaled [M, N] = residual ∘
   // norm_weight [1, N] (F32), and the returned PendingNorm (whose sum_squares this linear

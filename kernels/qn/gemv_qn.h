@@ -135,7 +135,8 @@ void gemv_qn_swiglu(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
 // parts in the same order, so the result does not depend on scheduling.
 int64_t gemv_qn_blocks(const QnDeviceWeight& w);  // = ceil(N / 16)
 // PRECOND (Error): w.paired_half == 0, and those of gemv_qn. residual and scaled must not
-// overlap x.
+// overlap x or each other. In fp16, scaled = residual ∘ norm_weight can overflow where the
+// normed value would not (a norm weight far above 1 on a large residual); bf16 cannot.
 void gemv_qn_residual(const QnDeviceWeight& w, const void* x, void* residual, const float* norm_weight,
                       void* scaled, float* sum_squares, int M, DType act, cudaStream_t stream,
                       const GemvQnConfig& config = {});

@@ -149,7 +149,9 @@ class CudaBackend final : public Backend {
   // The position and the ids go to the device through pinned memory with one copy. The
   // previous step's copy must have read the pinned buffer before it is rewritten: the
   // event makes the host wait for that copy only (a prefill of several chunks queues
-  // them back to back).
+  // them back to back). Kernels read *pos0 (and the KV cache below it) before their PDL
+  // wait (attention.cu): that is safe only because this plain copy, which no kernel
+  // overlaps, is what sets the position; a kernel that moved it would have to change that.
   void set_step(const std::vector<int>& ids, int pos0) override {
     if (ids.empty() || int(ids.size()) > kMaxStepTokens)
       throw Error("cuda backend: a step of " + std::to_string(ids.size()) + " tokens (1.." +

@@ -240,7 +240,7 @@ class CudaLinear final : public QuantLinear {
   mutable std::shared_ptr<void> dense_;   // [N, K] act, or null until first needed
   std::shared_ptr<void> own_bias_;        // [N] F32 of non-qN formats
   const float* bias_ = nullptr;           // [N] F32 or null
-  Tensor sum_squares_;                    // [kGemvMaxM, GEMV blocks] F32 (qN not paired, dense): forward_residual's
+  Tensor sum_squares_;                    // [kGemvMaxM, GEMV blocks] F32 (qN not paired, dense): forward_residual's output
 };
 
 }  // namespace
