@@ -1,6 +1,8 @@
 #include "runtime/backend.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
@@ -15,6 +17,23 @@ std::string shape_of(const Tensor& t) {
   return "[" + std::to_string(t.rows) + ", " + std::to_string(t.cols) + "] " + dtype_name(t.dtype);
 }
 }  // namespace
+
+void Backend::top_k(const Tensor& x, int k, int* ids, float* values) {
+  const int64_t n = x.numel();
+  if (x.rows != 1 || k < 1 || k > n || k > max_top_k())
+    throw Error("top_k: " + std::to_string(k) + " of " + shape_of(x));
+  std::vector<float> all(static_cast<size_t>(n));
+  copy_to_host(x, all.data());
+  std::vector<int> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[size_t(i)] = int(i);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+    return all[size_t(a)] != all[size_t(b)] ? all[size_t(a)] > all[size_t(b)] : a < b;
+  });
+  for (int i = 0; i < k; ++i) {
+    ids[i] = order[size_t(i)];
+    values[i] = all[size_t(order[size_t(i)])];
+  }
+}
 
 void check_attention_shapes(const Tensor& qkv, const AttentionShape& shape, const Tensor& out) {
   const int64_t q_dim = int64_t(shape.n_heads) * shape.head_dim;

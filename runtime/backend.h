@@ -77,6 +77,12 @@ class Backend {
   // Sampler's greedy choice; NaNs skipped, 0 when all are NaN); waits for the work before
   // it. Only the index crosses.
   virtual int argmax(const Tensor& x) = 0;
+  // The k largest elements of x [1, N] (1 <= k <= min(N, max_top_k())) and their column
+  // ids, largest first, equal ones by lower id (the Sampler's order); waits for the work
+  // before it. Here over a host copy; the CUDA backend selects on the device, so only the
+  // k pairs cross (Sampler::sample_top draws from them).
+  virtual void top_k(const Tensor& x, int k, int* ids, float* values);
+  virtual int max_top_k() const { return 1 << 30; }
 
   // ---- the step: ids [T] at positions [pos0, pos0 + T). Ids are checked by the caller.
   // At most max_step_tokens() per step.

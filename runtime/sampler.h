@@ -8,6 +8,12 @@
 
 namespace gemlite {
 
+// A token and its logit (after any repetition penalty).
+struct TokenCandidate {
+  int id;
+  float logit;
+};
+
 struct SamplerParams {
   float temperature = 0.8f;    // <= 0: greedy, the argmax after the repetition penalty
   int top_k = 40;              // <= 0: no limit
@@ -26,6 +32,16 @@ class Sampler {
   // The same seed and inputs give the same tokens on every platform.
   int sample(const float* logits, int vocab, const std::vector<int>& recent_tokens);
 
+  // How many of the largest logits decide the draw: top_k (1 when greedy) plus the distinct
+  // recent tokens a repetition penalty may push out of them; 0 when all of them may matter
+  // (top_k <= 0 at a temperature). A penalty only lowers logits, so the k best after it
+  // are among the k + |penalized| best before it.
+  int candidates_needed(const std::vector<int>& recent_tokens) const;
+  // sample() from only those: ids / logits [count] the count = min(candidates_needed, vocab)
+  // largest logits, largest first and equal ones by lower id (Backend::top_k). The same
+  // token as sample() on all the logits, for the same seed and draws so far.
+  int sample_top(const int* ids, const float* logits, int count, const std::vector<int>& recent_tokens);
+
   // True when sample() is the plain argmax of the logits (greedy, no repetition penalty):
   // then the caller may take the argmax where the logits are (on the GPU) instead.
   bool is_plain_argmax() const {
@@ -33,6 +49,10 @@ class Sampler {
   }
 
  private:
+  // The token from the penalized candidates (any order): greedy, or top-k, top-p, min-p
+  // and a draw at the temperature.
+  int choose(std::vector<TokenCandidate>& candidates);
+
   SamplerParams params_;
   std::mt19937_64 rng_;
 };

@@ -17,8 +17,9 @@ class Generation {
   // Appends ids to the cache. Throws Error when they do not fit in the context.
   void feed(const std::vector<int>& ids);
   // Draws the next token from the last logits (feed() must have run). A plain-argmax
-  // sampler takes the argmax on the backend, so only the id crosses to the host; others
-  // copy the logits [vocab] to the host first.
+  // sampler takes the argmax on the backend, so only the id crosses to the host; a top-k
+  // sampler gets the few largest logits from the backend (Backend::top_k); others copy the
+  // logits [vocab] to the host first.
   int sample(Sampler& sampler);
   // Waits until the backend has finished the work fed so far (for timing).
   void wait() { model_.backend().synchronize(); }
@@ -37,7 +38,9 @@ class Generation {
   std::vector<int> tokens_;         // [position] every token in the KV cache
   Tensor logits_;                   // [1, vocab] on the backend, after the last token fed
   bool has_logits_ = false;
-  std::vector<float> host_logits_;  // [vocab] for samplers that need them
+  std::vector<float> host_logits_;  // [vocab] for samplers that need them all
+  std::vector<int> top_ids_;        // [count] the largest logits' ids (Backend::top_k)
+  std::vector<float> top_logits_;   // [count] and values
 };
 
 }  // namespace gemlite

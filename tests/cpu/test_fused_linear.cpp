@@ -208,6 +208,20 @@ TEST(BackendOps, FusedLayoutShapesAreChecked) {
   EXPECT_THROW(backend->attention(*cache, 0, qkv, backend->alloc(1, 2), AttentionShape{2, 1, 4}, attn), Error);
 }
 
+// top_k: the k largest, largest first, equal values by lower index; k out of range is an Error.
+TEST(BackendOps, TopKTakesTheLargestInTheSamplersOrder) {
+  auto backend = make_cpu_backend();
+  const std::vector<float> values = {1, 5, 3, 5, -2, 3, 7};
+  const Tensor t = backend->upload(HostTensor::copy_of(DType::F32, {1, int64_t(values.size())}, values.data()));
+  int ids[4];
+  float top[4];
+  backend->top_k(t, 4, ids, top);
+  EXPECT_EQ(std::vector<int>(ids, ids + 4), (std::vector<int>{6, 1, 3, 2}));
+  EXPECT_EQ(std::vector<float>(top, top + 4), (std::vector<float>{7, 5, 5, 3}));
+  EXPECT_THROW(backend->top_k(t, 0, ids, top), Error);
+  EXPECT_THROW(backend->top_k(t, 8, ids, top), Error);
+}
+
 // Greedy argmax: the lowest index among equal maxima, NaNs skipped (the CUDA kernel's
 // rule, runtime/cuda/argmax.cu), 0 when every value is NaN.
 TEST(BackendOps, ArgmaxSkipsNanAndTakesTheLowestIndexOfATie) {

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
+#include <vector>
 
 namespace gemlite {
 namespace {
@@ -124,6 +127,52 @@ TEST(Sampler, TemperatureFlattensTheDistribution) {
   const std::vector<int> counts =
       histogram(draws(plain(2.0f, 4), log_probabilities({0.64f, 0.36f}), n), 2);
   EXPECT_NEAR(double(counts[0]) / n, 0.8 / 1.4, 0.01);
+}
+
+// sample_top over the candidates_needed largest logits draws exactly what sample draws
+// over all of them, with penalties pushing tokens out of the top k, ties (logits on a
+// grid of 0.25) and every truncation, over sequences of draws from the same seed.
+TEST(Sampler, SampleTopOfTheLargestLogitsEqualsSampleOverAll) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  int compared = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int vocab = std::vector<int>{5, 50, 1000}[trial % 3];
+    SamplerParams params;
+    params.temperature = std::vector<float>{0.0f, 0.7f, 1.5f}[(trial / 3) % 3];
+    params.top_k = std::vector<int>{1, 5, 40}[(trial / 9) % 3];
+    params.top_p = trial % 2 ? 0.9f : 1.0f;
+    params.min_p = trial % 5 ? 0.05f : 0.0f;
+    params.repeat_penalty = (trial / 27) % 2 ? 1.3f : 1.0f;
+    params.repeat_last_n = std::vector<int>{8, -1, 0}[(trial / 54) % 3];
+    params.seed = uint64_t(trial);
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    for (float& v : logits) v = std::round(normal(rng) * 4) / 4;
+    std::vector<int> recent;
+    for (int i = 0; i < 12; ++i) recent.push_back(int(rng() % uint32_t(std::min(vocab, 20))));
+    Sampler all(params), top(params);
+    const int needed = top.candidates_needed(recent);
+    ASSERT_GT(needed, 0);
+    const int count = std::min(needed, vocab);
+    std::vector<int> order(static_cast<size_t>(vocab));
+    for (int i = 0; i < vocab; ++i) order[size_t(i)] = i;
+    std::partial_sort(order.begin(), order.begin() + count, order.end(), [&](int a, int b) {
+      return logits[size_t(a)] != logits[size_t(b)] ? logits[size_t(a)] > logits[size_t(b)] : a < b;
+    });
+    std::vector<float> values;
+    for (int i = 0; i < count; ++i) values.push_back(logits[size_t(order[size_t(i)])]);
+    for (int draw = 0; draw < 5; ++draw) {
+      const int want = all.sample(logits.data(), vocab, recent);
+      ASSERT_EQ(top.sample_top(order.data(), values.data(), count, recent), want)
+          << "trial " << trial << " draw " << draw;
+      recent.push_back(want);
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 2000);
+  SamplerParams unlimited;
+  unlimited.top_k = 0;  // every logit may matter at a temperature
+  EXPECT_EQ(Sampler(unlimited).candidates_needed({}), 0);
 }
 
 }  // namespace
