@@ -31,6 +31,12 @@
 // through fp32 (0x4B000000 | q) - 2^23 instead. s7 (kernels/s7/gemv_s7.h) is the same
 // kernel with SPARSE: a pair byte's 7-bit value, masked into one of two 32-k blocks.
 //
+// Epilogues (after the warps' partial sums meet in shared memory): plain y = x · Wᵀ + bias;
+// SwiGLU of a paired weight, silu(gate) * up; a pending RMSNorm (QnPendingNorm: outputs
+// scaled by rsqrt of the producer's summed parts); the residual stream (gemv_qn_residual:
+// residual += y, y = residual ∘ norm weight, per-block sums of squares). gemv_qn.h has
+// the contracts; none of them changes the loop.
+//
 // Per chunk of 2 k blocks a lane loads one 8-byte {scale, bias} pair per block (rows gid
 // and gid + 8 side by side: the device layout of scale_bias, see gemv_qn.h) and one
 // 16-byte x fragment per block; the next chunk's (or next tile's first chunk's) loads are issued
