@@ -6,6 +6,7 @@
 
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
+#include "runtime/sampler.h"
 #ifdef GEMLITE_WITH_CUDA
 #include "runtime/cuda/cuda_backend.h"
 #endif
@@ -24,14 +25,12 @@ void Backend::top_k(const Tensor& x, int k, int* ids, float* values) {
     throw Error("top_k: " + std::to_string(k) + " of " + shape_of(x));
   std::vector<float> all(static_cast<size_t>(n));
   copy_to_host(x, all.data());
-  std::vector<int> order(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) order[size_t(i)] = int(i);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
-    return all[size_t(a)] != all[size_t(b)] ? all[size_t(a)] > all[size_t(b)] : a < b;
-  });
+  std::vector<TokenCandidate> candidates(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) candidates[size_t(i)] = {int(i), all[size_t(i)]};
+  std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end(), more_likely);
   for (int i = 0; i < k; ++i) {
-    ids[i] = order[size_t(i)];
-    values[i] = all[size_t(order[size_t(i)])];
+    ids[i] = candidates[size_t(i)].id;
+    values[i] = candidates[size_t(i)].logit;
   }
 }
 

@@ -78,7 +78,8 @@ class Backend {
   // it. Only the index crosses.
   virtual int argmax(const Tensor& x) = 0;
   // The k largest elements of x [1, N] (1 <= k <= min(N, max_top_k())) and their column
-  // ids, largest first, equal ones by lower id (the Sampler's order); waits for the work
+  // ids in the Sampler's order (more_likely: largest first, equal by lower id, NaN last);
+  // waits for the work
   // before it. Here over a host copy; the CUDA backend selects on the device, so only the
   // k pairs cross (Sampler::sample_top draws from them).
   virtual void top_k(const Tensor& x, int k, int* ids, float* values);

@@ -5,12 +5,15 @@
 #include <unordered_set>
 
 namespace gemlite {
-namespace {
 
-// Higher logits first; equal logits by lower id, so every choice is reproducible.
 bool more_likely(const TokenCandidate& a, const TokenCandidate& b) {
-  return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+  const bool a_nan = std::isnan(a.logit), b_nan = std::isnan(b.logit);
+  if (a_nan != b_nan) return b_nan;
+  if (!a_nan && a.logit != b.logit) return a.logit > b.logit;
+  return a.id < b.id;
 }
+
+namespace {
 
 // As llama.cpp: each distinct recent token is penalized once, however often it occurred.
 std::unordered_set<int> penalized_ids(const std::vector<int>& recent_tokens, const SamplerParams& params) {

@@ -14,6 +14,10 @@ struct TokenCandidate {
   float logit;
 };
 
+// The order every choice follows, so each is reproducible: higher logits first, equal
+// logits by lower id, NaN below everything (a strict weak order even with NaNs).
+bool more_likely(const TokenCandidate& a, const TokenCandidate& b);
+
 struct SamplerParams {
   float temperature = 0.8f;    // <= 0: greedy, the argmax after the repetition penalty
   int top_k = 40;              // <= 0: no limit

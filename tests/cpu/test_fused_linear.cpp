@@ -211,15 +211,19 @@ TEST(BackendOps, FusedLayoutShapesAreChecked) {
 // top_k: the k largest, largest first, equal values by lower index; k out of range is an Error.
 TEST(BackendOps, TopKTakesTheLargestInTheSamplersOrder) {
   auto backend = make_cpu_backend();
-  const std::vector<float> values = {1, 5, 3, 5, -2, 3, 7};
+  const std::vector<float> values = {1, 5, std::nanf(""), 3, 5, -2, 3, 7};
   const Tensor t = backend->upload(HostTensor::copy_of(DType::F32, {1, int64_t(values.size())}, values.data()));
   int ids[4];
   float top[4];
   backend->top_k(t, 4, ids, top);
-  EXPECT_EQ(std::vector<int>(ids, ids + 4), (std::vector<int>{6, 1, 3, 2}));
+  EXPECT_EQ(std::vector<int>(ids, ids + 4), (std::vector<int>{7, 1, 4, 3}));
   EXPECT_EQ(std::vector<float>(top, top + 4), (std::vector<float>{7, 5, 5, 3}));
+  int all_ids[8];
+  float all_values[8];
+  backend->top_k(t, 8, all_ids, all_values);
+  EXPECT_EQ(all_ids[7], 2) << "NaN ranks last";
   EXPECT_THROW(backend->top_k(t, 0, ids, top), Error);
-  EXPECT_THROW(backend->top_k(t, 8, ids, top), Error);
+  EXPECT_THROW(backend->top_k(t, 9, all_ids, all_values), Error);
 }
 
 // Greedy argmax: the lowest index among equal maxima, NaNs skipped (the CUDA kernel's

@@ -56,6 +56,21 @@ TEST(Sampler, GreedyBreaksTiesTowardsLowestId) {
   EXPECT_EQ(Sampler(greedy()).sample(logits.data(), logits.size(), {}), 1);
 }
 
+// NaN ranks below everything (as the GPU argmax skips it): greedy and top-k pass over it.
+TEST(Sampler, NanLogitsAreNeverChosen) {
+  const std::vector<float> logits = {std::nanf(""), 2.0f, std::nanf(""), 1.0f};
+  EXPECT_EQ(Sampler(greedy()).sample(logits.data(), logits.size(), {}), 1);
+  SamplerParams top2;
+  top2.top_k = 2;
+  top2.min_p = 0.0f;
+  top2.top_p = 1.0f;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    top2.seed = seed;
+    const int id = Sampler(top2).sample(logits.data(), logits.size(), {});
+    EXPECT_TRUE(id == 1 || id == 3) << id;
+  }
+}
+
 TEST(Sampler, TopKOfOneIsGreedyAtAnyTemperature) {
   const std::vector<float> logits = {0.5f, 0.6f, 0.55f, -1.0f};
   for (float temperature : {0.5f, 1.0f, 5.0f}) {
