@@ -79,9 +79,8 @@ class Backend {
   virtual int argmax(const Tensor& x) = 0;
   // The k largest elements of x [1, N] (1 <= k <= min(N, max_top_k())) and their column
   // ids in the Sampler's order (more_likely: largest first, equal by lower id, NaN last);
-  // waits for the work
-  // before it. Here over a host copy; the CUDA backend selects on the device, so only the
-  // k pairs cross (Sampler::sample_top draws from them).
+  // waits for the work before it. Here over a host copy; the CUDA backend selects on the
+  // device, so only the k pairs cross (Sampler::sample_top draws from them).
   virtual void top_k(const Tensor& x, int k, int* ids, float* values);
   virtual int max_top_k() const { return 1 << 30; }
 
