@@ -75,8 +75,21 @@
 //     a __threadfence and an atomic ticket): 4096 x 4096 q4g64 45.8 -> 27.1, 8192 x 57344
 //     84.7 -> 79.3, 4096 x 22016 64.8 -> 64.0; tg128 388.9 -> 347.9. The fence and the
 //     last warp's sum cost more than the block starts and drains they remove.
-// Not done: fewer instructions per weight (the fma2 pair per two weights is half of them;
-// int8 activations with integer mma would remove them at a cost in accuracy).
+// Then (2026-11-24) the loop's overhead: the SASS of the q4 fp16 loop issued ~472
+// instructions per tile, of which 187 were loads, their address arithmetic (64-bit
+// pointers rebuilt per chunk), a K check per chunk and 16 SELs copying the next tile's
+// words. Now the loop runs over the tiles below K only, without any per-chunk check,
+// unrolled twice so that the two word buffers swap roles; the last tile, reaching past K,
+// goes out of line (last_tile), with a check per chunk. ~392 instructions per tile (-17 %).
+// A/B in one device session (fp16, M = 1, cold L2, % of copy, before -> after): q4g64
+// 8192 x 57344 85.2 -> 92.2, 4096 x 4096 48.1 -> 53.0, 4096 x 12288 56.4 -> 62.6, 11008 x
+// 4096 63.2 -> 70.1; q6g64 4096 x 4096 56.5 -> 64.5, 11008 x 4096 75.8 -> 84.5; q3g64 and
+// q2g64 +0.5..8 points; llama2-7b q4g64 tg128 421.0 -> 450.5 tok/s. Kept out: x loaded one
+// element at a time (K % 8 != 0 or unaligned x) sent through last_tile for every tile, to
+// drop a uniform branch per chunk from the loop: measured slower (tg128 450.5 -> 441.5).
+// Not done: fewer instructions per weight in the dequantization (the fma2 pair per two
+// weights is now ~40 % of the loop; int8 activations with integer mma would remove them
+// at a cost in accuracy).
 #include "kernels/qn/gemv_qn.h"
 
 #include <cuda_bf16.h>
@@ -339,50 +352,41 @@ struct ChunkInputs {
   uint2 xb[JC][2];
 };
 
-// Loads the inputs of the chunk starting at k block b0 (JC blocks). Loads carry no
-// branches, so all of them are in flight together (the first version loaded next to each
-// use, behind branches, and ran at ~40 % of copy). Only a chunk reaching past K needs
-// clamped addresses and zeroed x.
-template <int JC, int CAP>
+// Loads the inputs of the chunk starting at k block b0 (JC blocks).
+// Loads carry no branches, so all of them are in flight together (the first version
+// loaded next to each use, behind branches, and ran at ~40 % of copy). FULL: the chunk
+// lies below K (every chunk of a tile below K, decided once per tile); otherwise groups
+// are clamped and x is zero for k >= K.
+template <int JC, bool FULL, int CAP>
 __device__ __forceinline__ void load_chunk_inputs(const GemvQnParams& p, const LaneInputs& in, int b0,
                                                   ChunkInputs<CAP>& ci) {
   static_assert(JC <= CAP, "chunk larger than its buffer");
+  const uint16_t* x = in.x_lane + uint32_t(b0) * 32u;  // + 32 j + 4 c + i: k
   auto& sb = ci.sb;
   auto& xb = ci.xb;
-  // Addresses as a 32-bit index times a pointer (one IMAD.WIDE.U32 each).
-  const uint16_t* x = in.x_lane + uint32_t(b0) * 32u;  // + 32 j + 4 c + i: k
-  if ((b0 + JC) * 32 <= p.K) {
+#pragma unroll
+  for (int j = 0; j < JC; ++j) {
+    const int g = FULL ? (b0 + j) >> p.group_shift : min((b0 + j) >> p.group_shift, p.n_groups - 1);
+    const uint2 v = __ldg(in.sb_lane + uint32_t(g) * p.sb_group_stride);
+    sb[j][0] = v.x;
+    sb[j][1] = v.y;
+  }
+  if (FULL && p.x_vectorized) {
 #pragma unroll
     for (int j = 0; j < JC; ++j) {
-      const uint32_t g = uint32_t(b0 + j) >> p.group_shift;
-      const uint2 v = __ldg(in.sb_lane + g * p.sb_group_stride);
-      sb[j][0] = v.x;
-      sb[j][1] = v.y;
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + 32 * j));
+      xb[j][0] = make_uint2(v.x, v.y);
+      xb[j][1] = make_uint2(v.z, v.w);
     }
-    if (p.x_vectorized) {
+  } else if (FULL) {
 #pragma unroll
-      for (int j = 0; j < JC; ++j) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + 32 * j));
-        xb[j][0] = make_uint2(v.x, v.y);
-        xb[j][1] = make_uint2(v.z, v.w);
+    for (int j = 0; j < JC; ++j)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const uint16_t* e = x + 32 * j + 4 * c;
+        xb[j][c] = make_uint2(__ldg(e) | uint32_t(__ldg(e + 1)) << 16, __ldg(e + 2) | uint32_t(__ldg(e + 3)) << 16);
       }
-    } else {
-#pragma unroll
-      for (int j = 0; j < JC; ++j)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const uint16_t* e = x + 32 * j + 4 * c;
-          xb[j][c] = make_uint2(__ldg(e) | uint32_t(__ldg(e + 1)) << 16, __ldg(e + 2) | uint32_t(__ldg(e + 3)) << 16);
-        }
-    }
-  } else {  // the chunk reaching past K: groups clamped, x zero for k >= K
-#pragma unroll
-    for (int j = 0; j < JC; ++j) {
-      const uint32_t g = uint32_t(min((b0 + j) >> p.group_shift, p.n_groups - 1));
-      const uint2 v = __ldg(in.sb_lane + g * p.sb_group_stride);
-      sb[j][0] = v.x;
-      sb[j][1] = v.y;
-    }
+  } else {  // the chunk reaching past K: x zero for k >= K
     const int k0 = b0 * 32 + 8 * (threadIdx.x % 4);
 #pragma unroll
     for (int j = 0; j < JC; ++j) {
@@ -429,6 +433,11 @@ __device__ __forceinline__ void prefetch_l1(const void* p) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 }
 
+// Pulls a 2 KB tile (`tile` = its words + 4 lane, as load_tile takes it) into L2, 64 bytes a lane.
+__device__ __forceinline__ void prefetch_l2(const uint32_t* tile, int lane) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(tile - 4 * lane + 16 * lane));
+}
+
 
 // Pulls tile t's scale/bias and x lines into L1 a tile ahead, so tile_chunk's loads hit
 // (without it they waited on DRAM every few tiles: the scale/bias pairs are weight bytes
@@ -466,10 +475,12 @@ constexpr int kChunks = (E + kChunkBlocks - 1) / kChunkBlocks;
 template <int E>
 constexpr int kFirstChunkBlocks = E < kChunkBlocks ? E : kChunkBlocks;
 
-// The 16-row x 32E-column tile starting at 32-column block `block32`: 2E mmas into acc[c].
+// The 16-row x 32E-column tile starting at 32-column block `block32`: 2E mmas into
+// acc[c]. FULL: every k of the tile is below K; otherwise each chunk is checked: below K
+// it takes the fast loads, across K the clamped ones, past K it is skipped.
 // PRECOND: `a` holds the inputs of the tile's first chunk. POSTCOND: when next_block32 >= 0,
 // `a` holds those of the tile starting there.
-template <int BITS, bool BF16, bool SPARSE>
+template <int BITS, bool BF16, bool SPARSE, bool FULL>
 __device__ __forceinline__ void tile_step(const GemvQnParams& p, const LaneInputs& in,
                                           const uint4 (&words)[2][2], int block32, int next_block32,
                                           ChunkInputs<kChunkBlocks>& a, ChunkInputs<kChunkBlocks>& b,
@@ -491,11 +502,16 @@ __device__ __forceinline__ void tile_step(const GemvQnParams& p, const LaneInput
     ChunkInputs<kChunkBlocks>& other = h % 2 == 0 ? b : a;
     if constexpr (h + 1 < H) {
       constexpr int NJC = E - J0 - kChunkBlocks < kChunkBlocks ? E - J0 - kChunkBlocks : kChunkBlocks;
-      load_chunk_inputs<NJC>(p, in, block32 + J0 + kChunkBlocks, other);
-    } else {
-      if (next_block32 >= 0) load_chunk_inputs<kFirstChunkBlocks<E>>(p, in, next_block32, other);
+      constexpr int NJ0 = J0 + kChunkBlocks;
+      if (FULL || (block32 + NJ0 + NJC) * 32 <= p.K)
+        load_chunk_inputs<NJC, true>(p, in, block32 + NJ0, other);
+      else if ((block32 + NJ0) * 32 < p.K)
+        load_chunk_inputs<NJC, false>(p, in, block32 + NJ0, other);
+    } else if (next_block32 >= 0) {  // the next tile lies below K as well
+      load_chunk_inputs<kFirstChunkBlocks<E>, true>(p, in, next_block32, other);
     }
-    compute_chunk<BITS, BF16, SPARSE, J0, JC>(in, pairs, cur, acc);
+    // Past K (only when !FULL) the chunk adds nothing.
+    if (FULL || (block32 + J0) * 32 < p.K) compute_chunk<BITS, BF16, SPARSE, J0, JC>(in, pairs, cur, acc);
   });
   if constexpr (H % 2 == 1) {
     if (next_block32 >= 0) a = b;  // the next tile's first chunk landed in b
@@ -533,11 +549,34 @@ __device__ __forceinline__ uint16_t to_activation(float v) {
   }
 }
 
+struct Accumulators {
+  float v[2][4];
+};
+struct TileWords {
+  uint4 v[2][2];  // as load_tile loads them
+};
+
+// The last tile t of a row block, reaching past K (its words loaded), added to `sum`. Out
+// of line: inlined into the kernel's loop, its slow path made the loop spill at 128
+// registers.
+template <int BITS, bool BF16, bool SPARSE>
+__device__ __noinline__ Accumulators last_tile(const GemvQnParams& p, const LaneInputs in, const TileWords words,
+                                               int t, Accumulators sum) {
+  constexpr int E = kTileBlocks<BITS, SPARSE>;
+  ChunkInputs<kChunkBlocks> inputs_a, inputs_b;
+  if ((t * E + kFirstChunkBlocks<E>) * 32 <= p.K)
+    load_chunk_inputs<kFirstChunkBlocks<E>, true>(p, in, t * E, inputs_a);
+  else
+    load_chunk_inputs<kFirstChunkBlocks<E>, false>(p, in, t * E, inputs_a);
+  tile_step<BITS, BF16, SPARSE, false>(p, in, words.v, t * E, -1, inputs_a, inputs_b, sum.v);
+  return sum;
+}
+
 // W (tiles of qN codes, qn_tile_word_index), x [M, K] -> y [M, N] (p.swiglu: y [M, N / 2] = silu(gate) * up).
 // PRECOND: blockDim.x = 32 * warps with warps <= kMaxWarps, grid.x = ceil(N / 16),
 // K < 2^31 - 64; p.paired_half = 0, or N = 2 * p.paired_half with p.paired_half % 8 == 0.
 template <int BITS, bool BF16, bool SPARSE>
-__global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const GemvQnParams p) {
+__global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_constant__ GemvQnParams p) {
   constexpr int E = kTileBlocks<BITS, SPARSE>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int gid = lane / 4, tig = lane % 4;
@@ -559,8 +598,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const GemvQnPar
   // 128 registers): the loop is bound by its instructions and their latencies, not by
   // bytes in flight.
   float acc[2][4] = {};  // two chains (c = 0, 1) halve the mma dependency chain
-  uint4 cur[2][2];
+  uint4 words_a[2][2], words_b[2][2];  // the tile being computed and the next, in turn
   ChunkInputs<kChunkBlocks> inputs_a, inputs_b;
+  // Tiles [0, full_tiles) lie below K; at most one more (the last) reaches past it.
+  const int full_tiles = p.K / (32 * E);
 
   // PDL (kernels/pdl.cuh): launched while the kernel before it runs, the block loads what
   // does not depend on it (its first tile of W) and only then waits for x; the next kernel
@@ -569,31 +610,54 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const GemvQnPar
   // (kernels/pdl.cuh has the command and the other formats); pulling the block's whole
   // slice of W into L2 here as well made it slower (237.4).
   pdl_launch_dependents();
-  if (warp < tiles) load_tile(block_words, warp, cur);
+  if (warp < tiles) load_tile(block_words, warp, words_a);
   // The residual epilogue's thread stores rows r = threadIdx.x % 16 (blockDim.x % 32 == 0):
   // its norm weight, not written by any kernel, is fetched now rather than after the loop.
   const int64_t norm_row = min(row_base + threadIdx.x % kRowsPerBlock, p.N - 1);
   const float norm_weight = p.residual ? p.norm_weight[norm_row] : 0.0f;
   pdl_wait();
-  if (warp < tiles) {
+  if (warp < full_tiles) {
     prefetch_tile_inputs<BITS, SPARSE>(p, in, warp, lane);
-    load_chunk_inputs<kFirstChunkBlocks<E>>(p, in, warp * E, inputs_a);
+    load_chunk_inputs<kFirstChunkBlocks<E>, true>(p, in, warp * E, inputs_a);
   }
-  for (int t = warp; t < tiles; t += warps) {
-    uint4 next[2][2];
-    const bool has_next = t + warps < tiles;
-    if (has_next) {
-      load_tile(block_words, t + warps, next);
-      prefetch_tile_inputs<BITS, SPARSE>(p, in, t + warps, lane);
+  // Each step loads the next tile's words (and, below K, its inputs) while it computes
+  // tile t < full_tiles. The loop is unrolled twice so that the two word buffers swap roles
+  // without copies (a loop of one step copied the next tile's 16 registers with 16 SELs a
+  // tile, 3 % of its instructions).
+  const auto full_step = [&](const uint4(&cur)[2][2], uint4(&next)[2][2], int t) {
+    const int t_next = t + warps;
+    if (t_next < tiles) load_tile(block_words, t_next, next);
+    const bool next_full = t_next < full_tiles;
+    if (next_full) prefetch_tile_inputs<BITS, SPARSE>(p, in, t_next, lane);
+    tile_step<BITS, BF16, SPARSE, true>(p, in, cur, t * E, next_full ? t_next * E : -1, inputs_a, inputs_b, acc);
+  };
+  int t = warp;
+  bool in_b = false;  // tile t's words are in words_b
+  for (; t < full_tiles; t += warps) {
+    full_step(words_a, words_b, t);
+    t += warps;
+    if (t >= full_tiles) {
+      in_b = true;
+      break;
     }
-    tile_step<BITS, BF16, SPARSE>(p, in, cur, t * E, has_next ? (t + warps) * E : -1, inputs_a, inputs_b, acc);
-    if (has_next) {
+    full_step(words_b, words_a, t);
+  }
+  if (t < tiles) {  // t == full_tiles: the tile reaching past K
+    TileWords words;
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        cur[0][c] = next[0][c];
-        cur[1][c] = next[1][c];
-      }
-    }
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) words.v[r][c] = in_b ? words_b[r][c] : words_a[r][c];
+    Accumulators sum;
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sum.v[c][i] = acc[c][i];
+    sum = last_tile<BITS, BF16, SPARSE>(p, in, words, t, sum);
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[c][i] = sum.v[c][i];
   }
 
   // C fragment: acc[.][0..1] = row gid, columns (m) 2tig, 2tig+1; acc[.][2..3] = row gid + 8.
