@@ -16,6 +16,7 @@
 # each worktree its own, e.g. .gpu-fpx, and name it in carry), GEMLITE_GPU_BUILD (default
 # build-gpu). Knobs for `run` (environment): GEMLITE_GPU_SKIP_TESTS=1, GEMLITE_GPU_SKIP_BENCH=1 (kernels),
 # GEMLITE_GPU_SKIP_MODEL_BENCH=1, GEMLITE_GPU_MODELS="tinyllama-1.1b llama2-7b" (synthetic shapes),
+# GEMLITE_GPU_FORMATS=q4g64,q8 (their formats; default q4g64,q8,fp6,f16),
 # GEMLITE_GPU_DEPTH=4096 (also pp512/tg128 of q4g64 after that many tokens, llama-bench's -d,
 # and tg128 there without the split decode attention),
 # GEMLITE_GPU_SKIP_COMPARE=1 (transformers), GEMLITE_GPU_SKIP_SANITIZER=1, GEMLITE_GPU_TEST_FILTER=<gtest filter>,
@@ -113,7 +114,7 @@ run() {
   if [ -z "${GEMLITE_GPU_SKIP_MODEL_BENCH:-}" ]; then
     for model in ${GEMLITE_GPU_MODELS:-tinyllama-1.1b}; do
       echo "== whole model on the GPU (synthetic $model shape, random weights, batch 1)"
-      "$dir"/gemlite-bench --device cuda --synthetic "$model" -f q4g64,q8,fp6,f16 -r 3 \
+      "$dir"/gemlite-bench --device cuda --synthetic "$model" -f "${GEMLITE_GPU_FORMATS:-q4g64,q8,fp6,f16}" -r 3 \
         2>>"$out/model-bench.log" | tee -a "$out/model-bench.md" || status=1
       if [ -n "${GEMLITE_GPU_DEPTH:-}" ]; then
         "$dir"/gemlite-bench --device cuda --synthetic "$model" -f q4g64 -r 2 -d "$GEMLITE_GPU_DEPTH" \
