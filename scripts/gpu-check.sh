@@ -22,6 +22,10 @@
 # GEMLITE_GPU_SKIP_COMPARE=1 (transformers), GEMLITE_GPU_SKIP_SANITIZER=1, GEMLITE_GPU_TEST_FILTER=<gtest filter>,
 # GEMLITE_BENCH_ARGS=<extra arguments of gemlite-bench --kernels>,
 # GEMLITE_GPU_SASS=1 (disassemble the qN GEMV kernels into $OUT/sass.txt),
+# GEMLITE_GPU_BASE_REV=<git revision> (pack also builds that revision's gemlite-bench into
+# <dir>/base/; run then times it against this build on the same machine, interleaved:
+# the kernel benchmarks and the models' tg128, two rounds each; scripts/ab_summary.py
+# prints the table. H100 machines differ by ~5 %: only such an A/B measures a change),
 # GEMLITE_GPU_PROFILE="llama2-7b q4g64" (ncu time per kernel of a decode step and of a
 # 512-token prefill of that synthetic model and format: where a token's time goes).
 set -euo pipefail
@@ -49,6 +53,18 @@ pack() {
   for bin in "$dir"/gemlite-*; do
     ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'libsentencepiece|libgomp|libprotobuf|libgtest' || true
   done | sort -u | while read -r lib; do cp -L "$lib" "$dir"/lib/; done
+  if [ -n "${GEMLITE_GPU_BASE_REV:-}" ]; then
+    local base_tree="$build-base-src"
+    rm -rf "$base_tree" && git worktree prune
+    git worktree add --detach "$base_tree" "$GEMLITE_GPU_BASE_REV" >/dev/null
+    cmake -S "$base_tree" -B "$base_tree/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DGEMLITE_TESTS=OFF >/dev/null
+    cmake --build "$base_tree/build" -j "$(nproc)" --target gemlite-bench
+    mkdir -p "$dir"/base
+    cp "$base_tree/build/gemlite-bench" "$dir"/base/
+    git -C "$base_tree" rev-parse --short HEAD >"$dir"/base/REV
+    git worktree remove --force "$base_tree"
+  fi
   du -sh "$dir"
   ls "$dir" "$dir"/lib
 }
@@ -124,6 +140,24 @@ run() {
           -d "$GEMLITE_GPU_DEPTH" 2>>"$out/model-bench.log" | tee -a "$out/model-bench.md" || status=1
       fi
     done
+  fi
+  if [ -x "$dir"/base/gemlite-bench ]; then
+    echo "== A/B: base $(cat "$dir"/base/REV) against this build, same machine, interleaved"
+    for round in 1 2; do
+      for side in base this; do
+        local bin="$dir"/gemlite-bench
+        [ "$side" = base ] && bin="$dir"/base/gemlite-bench
+        [ -n "${GEMLITE_GPU_SKIP_BENCH:-}" ] ||
+          "$bin" --kernels ${GEMLITE_BENCH_ARGS:-} >"$out/ab-kernels-$side-$round.log" 2>&1 || status=1
+        if [ -z "${GEMLITE_GPU_SKIP_MODEL_BENCH:-}" ]; then
+          for model in ${GEMLITE_GPU_MODELS:-tinyllama-1.1b}; do
+            "$bin" --device cuda --synthetic "$model" -f "${GEMLITE_GPU_FORMATS:-q4g64,q8,fp6,f16}" -p 0 -n 128 -r 3 \
+              2>>"$out/model-bench.log" >>"$out/ab-models-$side-$round.md" || status=1
+          done
+        fi
+      done
+    done
+    python3 scripts/ab_summary.py "$out" | tee "$out/ab.txt" || status=1
   fi
   if [ -z "${GEMLITE_GPU_SKIP_COMPARE:-}" ]; then
     echo "== against Hugging Face transformers (random models, 64-token prompt)"
