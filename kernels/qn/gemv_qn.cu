@@ -86,7 +86,10 @@
 // 4096 63.2 -> 70.1; q6g64 4096 x 4096 56.5 -> 64.5, 11008 x 4096 75.8 -> 84.5; q3g64 and
 // q2g64 +0.5..8 points; llama2-7b q4g64 tg128 421.0 -> 450.5 tok/s. Kept out: x loaded one
 // element at a time (K % 8 != 0 or unaligned x) sent through last_tile for every tile, to
-// drop a uniform branch per chunk from the loop: measured slower (tg128 450.5 -> 441.5).
+// drop a uniform branch per chunk from the loop: measured slower (tg128 450.5 -> 441.5);
+// x addressed from a pointer the loop advances (immediate offsets per chunk) with the
+// prefetch's group clamps dropped for tiles below K: neutral (q4g64 within 0.2 %, q3g64
+// 0.5-2 % slower, tg128 456.7 -> 454.0, `GEMLITE_GPU_BASE_REV` A/B).
 // Not done: fewer instructions per weight in the dequantization (the fma2 pair per two
 // weights is now ~40 % of the loop; int8 activations with integer mma would remove them
 // at a cost in accuracy).
@@ -431,11 +434,6 @@ constexpr int kTileBlocks = SPARSE ? 2 * (32 / BITS) : 32 / BITS;
 
 __device__ __forceinline__ void prefetch_l1(const void* p) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
-
-// Pulls a 2 KB tile (`tile` = its words + 4 lane, as load_tile takes it) into L2, 64 bytes a lane.
-__device__ __forceinline__ void prefetch_l2(const uint32_t* tile, int lane) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(tile - 4 * lane + 16 * lane));
 }
 
 
