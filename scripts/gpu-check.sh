@@ -23,9 +23,10 @@
 # GEMLITE_BENCH_ARGS=<extra arguments of gemlite-bench --kernels>,
 # GEMLITE_GPU_SASS=1 (disassemble the qN GEMV kernels into $OUT/sass.txt),
 # GEMLITE_GPU_BASE_REV=<git revision> (pack also builds that revision's gemlite-bench into
-# <dir>/base/; run then times it against this build on the same machine, interleaved:
-# the kernel benchmarks and the models' tg128, two rounds each; scripts/ab_summary.py
-# prints the table. H100 machines differ by ~5 %: only such an A/B measures a change),
+# <dir>/base/; run then times it against this build on the same machine, interleaved,
+# instead of the plain benchmarks: the kernel benchmarks and the models' tg128, two rounds
+# each; scripts/ab_summary.py prints the table. H100 machines differ by ~5 %: only such an
+# A/B measures a change),
 # GEMLITE_GPU_PROFILE="llama2-7b q4g64" (ncu time per kernel of a decode step and of a
 # 512-token prefill of that synthetic model and format: where a token's time goes).
 set -euo pipefail
@@ -113,7 +114,10 @@ run() {
     python3 scripts/ncu_summary.py "$out/ncu-prefill.csv" | head -24 || true
   fi
 
-  if [ -z "${GEMLITE_GPU_SKIP_BENCH:-}" ]; then
+  # With a base build the A/B below times this build (twice): the plain runs are skipped.
+  local ab=""
+  [ -x "$dir"/base/gemlite-bench ] && ab=1
+  if [ -z "${GEMLITE_GPU_SKIP_BENCH:-}" ] && [ -z "$ab" ]; then
     echo "== benchmarks"
     "$dir"/gemlite-bench --kernels ${GEMLITE_BENCH_ARGS:-} >"$out/bench.log" 2>&1 || status=1
   fi
@@ -127,7 +131,7 @@ run() {
          printf "%-48s %9s us %6s GB/s %5s %% %7s %s\n", $1, v[1], v[2], v[3], x, c}' \
       "$out/bench.log" | tee "$out/table.txt"
   fi
-  if [ -z "${GEMLITE_GPU_SKIP_MODEL_BENCH:-}" ]; then
+  if [ -z "${GEMLITE_GPU_SKIP_MODEL_BENCH:-}" ] && [ -z "$ab" ]; then
     for model in ${GEMLITE_GPU_MODELS:-tinyllama-1.1b}; do
       echo "== whole model on the GPU (synthetic $model shape, random weights, batch 1)"
       "$dir"/gemlite-bench --device cuda --synthetic "$model" -f "${GEMLITE_GPU_FORMATS:-q4g64,q8,fp6,f16}" -r 3 \
@@ -141,7 +145,7 @@ run() {
       fi
     done
   fi
-  if [ -x "$dir"/base/gemlite-bench ]; then
+  if [ -n "$ab" ]; then
     echo "== A/B: base $(cat "$dir"/base/REV) against this build, same machine, interleaved"
     for round in 1 2; do
       for side in base this; do
