@@ -358,8 +358,8 @@ struct ChunkInputs {
 // Loads the inputs of the chunk starting at k block b0 (JC blocks).
 // Loads carry no branches, so all of them are in flight together (the first version
 // loaded next to each use, behind branches, and ran at ~40 % of copy). FULL: the chunk
-// lies below K (every chunk of a tile below K, decided once per tile); otherwise groups
-// are clamped and x is zero for k >= K.
+// lies below K (decided once per tile in the kernel's loop, per chunk in last_tile);
+// otherwise groups are clamped and x is zero for k >= K.
 template <int JC, bool FULL, int CAP>
 __device__ __forceinline__ void load_chunk_inputs(const GemvQnParams& p, const LaneInputs& in, int b0,
                                                   ChunkInputs<CAP>& ci) {
@@ -547,6 +547,8 @@ __device__ __forceinline__ uint16_t to_activation(float v) {
   }
 }
 
+// The accumulators and a tile's words by value: arrays passed by reference to an out-of-line
+// function would live in local memory.
 struct Accumulators {
   float v[2][4];
 };
