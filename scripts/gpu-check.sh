@@ -147,6 +147,7 @@ run() {
   fi
   if [ -n "$ab" ]; then
     echo "== A/B: base $(cat "$dir"/base/REV) against this build, same machine, interleaved"
+    rm -f "$out"/ab-kernels-*.log "$out"/ab-models-*.md  # rounds of an earlier run into the same folder
     for round in 1 2; do
       for side in base this; do
         local bin="$dir"/gemlite-bench
