@@ -126,7 +126,7 @@ struct GemvQnParams {
   const uint16_t* x;           // [M, K] fp16/bf16 bits
   uint16_t* y;                 // [M, N]
   int64_t N, Kw;
-  int K, n_groups;  // K < 2^31 - 64 (checked at upload)
+  int K, n_groups;  // K <= 2^31 - 1024 (checked at upload): k block arithmetic reaches K + 32 E - 1
   uint32_t sb_group_stride;  // N16 / 2: uint2 pairs of scale_bias per group
   int group_shift;
   int M;
@@ -574,7 +574,7 @@ __device__ __noinline__ Accumulators last_tile(const GemvQnParams& p, const Lane
 
 // W (tiles of qN codes, qn_tile_word_index), x [M, K] -> y [M, N] (p.swiglu: y [M, N / 2] = silu(gate) * up).
 // PRECOND: blockDim.x = 32 * warps with warps <= kMaxWarps, grid.x = ceil(N / 16),
-// K < 2^31 - 64; p.paired_half = 0, or N = 2 * p.paired_half with p.paired_half % 8 == 0.
+// K <= 2^31 - 1024; p.paired_half = 0, or N = 2 * p.paired_half with p.paired_half % 8 == 0.
 template <int BITS, bool BF16, bool SPARSE>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_constant__ GemvQnParams p) {
   constexpr int E = kTileBlocks<BITS, SPARSE>;
