@@ -115,7 +115,7 @@ run() {
   fi
 
   # With a base build the A/B below times this build (twice): the plain runs are skipped.
-  local ab=""
+  local ab="" formats="${GEMLITE_GPU_FORMATS:-q4g64,q8,fp6,f16}"
   [ -x "$dir"/base/gemlite-bench ] && ab=1
   if [ -z "${GEMLITE_GPU_SKIP_BENCH:-}" ] && [ -z "$ab" ]; then
     echo "== benchmarks"
@@ -134,7 +134,7 @@ run() {
   if [ -z "${GEMLITE_GPU_SKIP_MODEL_BENCH:-}" ] && [ -z "$ab" ]; then
     for model in ${GEMLITE_GPU_MODELS:-tinyllama-1.1b}; do
       echo "== whole model on the GPU (synthetic $model shape, random weights, batch 1)"
-      "$dir"/gemlite-bench --device cuda --synthetic "$model" -f "${GEMLITE_GPU_FORMATS:-q4g64,q8,fp6,f16}" -r 3 \
+      "$dir"/gemlite-bench --device cuda --synthetic "$model" -f "$formats" -r 3 \
         2>>"$out/model-bench.log" | tee -a "$out/model-bench.md" || status=1
       if [ -n "${GEMLITE_GPU_DEPTH:-}" ]; then
         "$dir"/gemlite-bench --device cuda --synthetic "$model" -f q4g64 -r 2 -d "$GEMLITE_GPU_DEPTH" \
@@ -156,7 +156,7 @@ run() {
           "$bin" --kernels ${GEMLITE_BENCH_ARGS:-} >"$out/ab-kernels-$side-$round.log" 2>&1 || status=1
         if [ -z "${GEMLITE_GPU_SKIP_MODEL_BENCH:-}" ]; then
           for model in ${GEMLITE_GPU_MODELS:-tinyllama-1.1b}; do
-            "$bin" --device cuda --synthetic "$model" -f "${GEMLITE_GPU_FORMATS:-q4g64,q8,fp6,f16}" -p 0 -n 128 -r 3 \
+            "$bin" --device cuda --synthetic "$model" -f "$formats" -p 0 -n 128 -r 3 \
               2>>"$out/model-bench.log" >>"$out/ab-models-$side-$round.md" || status=1
           done
         fi

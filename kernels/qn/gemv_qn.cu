@@ -91,8 +91,8 @@
 // prefetch's group clamps dropped for tiles below K: neutral (q4g64 within 0.2 %, q3g64
 // 0.5-2 % slower, tg128 456.7 -> 454.0, `GEMLITE_GPU_BASE_REV` A/B).
 // Not done: fewer instructions per weight in the dequantization (the fma2 pair per two
-// weights is now a third of the loop, 128 of ~392 per q4 tile; int8 activations with integer mma would remove them
-// at a cost in accuracy).
+// weights is now a third of the loop, 128 of ~392 per q4 tile; int8 activations with
+// integer mma would remove them at a cost in accuracy).
 #include "kernels/qn/gemv_qn.h"
 
 #include <cuda_bf16.h>
