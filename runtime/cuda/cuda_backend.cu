@@ -1,6 +1,7 @@
 #include "runtime/cuda/cuda_backend.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -81,11 +82,13 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& options)
       : ctx_(std::make_shared<CudaContext>()), act_(options.activations), graphs_(options.graphs),
-        step_host_(1 + kMaxStepTokens), argmax_host_(1), prefill_attention_(ctx_, act_) {
+        step_host_(1 + kMaxStepTokens), argmax_host_(1), top_k_host_(2 * kMaxTopK),
+        prefill_attention_(ctx_, act_) {
     if (act_ != DType::F16 && act_ != DType::BF16)
       throw Error(std::string("cuda backend: activations of type ") + dtype_name(act_) + " (expected F16 or BF16)");
     step_device_ = device_tensor(ctx_, DType::I32, 1, 1 + kMaxStepTokens);  // [pos0, ids...]
     argmax_device_ = device_tensor(ctx_, DType::I32, 1, 1);
+    top_k_device_ = device_tensor(ctx_, DType::I32, 1, 2 * kMaxTopK);
     CUDA_CHECK(cudaEventCreateWithFlags(&step_copied_, cudaEventDisableTiming));
   }
   ~CudaBackend() override {
@@ -145,6 +148,20 @@ class CudaBackend final : public Backend {
     synchronize();
     return *argmax_host_.data;
   }
+
+  // Selected on the device: ids [k] then values [k] cross in one copy.
+  void top_k(const Tensor& x, int k, int* ids, float* values) override {
+    if (x.rows != 1 || k < 1 || k > x.numel() || k > kMaxTopK)
+      throw Error("top_k: " + std::to_string(k) + " of [" + std::to_string(x.rows) + ", " + std::to_string(x.cols) +
+                  "]");
+    int* device_ids = top_k_device_.as<int>();
+    launch_top_k(x.data, x.numel(), k, device_ids, reinterpret_cast<float*>(device_ids + k), x.dtype, ctx_->stream);
+    CUDA_CHECK(cudaMemcpyAsync(top_k_host_.data, device_ids, size_t(2 * k) * 4, cudaMemcpyDeviceToHost, ctx_->stream));
+    synchronize();
+    std::memcpy(ids, top_k_host_.data, size_t(k) * 4);
+    std::memcpy(values, top_k_host_.data + k, size_t(k) * 4);
+  }
+  int max_top_k() const override { return kMaxTopK; }
 
   // The position and the ids go to the device through pinned memory with one copy. The
   // previous step's copy must have read the pinned buffer before it is rewritten: the
@@ -277,6 +294,8 @@ class CudaBackend final : public Backend {
   cudaEvent_t step_copied_ = nullptr; // recorded after the last step's host -> device copy
   PinnedArray<int> argmax_host_;      // [1]
   Tensor argmax_device_;              // [1, 1] I32
+  PinnedArray<int> top_k_host_;       // [2 kMaxTopK]: ids, then values (float bits)
+  Tensor top_k_device_;               // [1, 2 kMaxTopK] I32, the same
   Tensor f32_scratch_;                // [1, n] F32 for copy_to_host, grown on demand
   PrefillAttention prefill_attention_;
 };

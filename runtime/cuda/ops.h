@@ -1,6 +1,6 @@
 #pragma once
-// Launchers of the CUDA backend's kernels (ops.cu, attention.cu, argmax.cu, dequant_qn.cu,
-// gemv_dense.cu).
+// Launchers of the CUDA backend's kernels (ops.cu, attention.cu, argmax.cu, top_k.cu,
+// dequant_qn.cu, gemv_dense.cu).
 // Pointers are device memory, rows contiguous; `act` is the activation type of x/y
 // pointers (F16 or BF16). Every launcher is asynchronous on `stream` and checks its
 // launch; none synchronizes, and none reads a per-step value (token ids, position) from
@@ -38,6 +38,12 @@ void launch_to_f32(const void* x, float* out, int64_t n, DType act, cudaStream_t
 // *index = the index of the largest element of x [n] (act), the lowest among equal ones
 // (NaNs are skipped). One block.
 void launch_argmax(const void* x, int64_t n, int* index, DType act, cudaStream_t stream);
+
+// ids [k], values [k] (F32) = the k largest elements of x [n] (act) and their indices, in
+// the Sampler's order (larger first, equal ones by lower index, NaN last); one block
+// (top_k.cu). Error unless 1 <= k <= min(n, kMaxTopK).
+constexpr int kMaxTopK = 256;
+void launch_top_k(const void* x, int64_t n, int k, int* ids, float* values, DType act, cudaStream_t stream);
 
 // qkv [T, (n_heads + 2 n_kv) hd] (act) holds each token's q, k, v side by side. Rotates
 // q (in place) and k by RoPE (pairs (i, i + hd/2), angle float(*pos0 + t) * inv_freq[i],

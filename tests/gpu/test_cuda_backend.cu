@@ -61,6 +61,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/ops.h"
 #include "runtime/error.h"
+#include "runtime/sampler.h"
 
 namespace gemlite {
 namespace {
@@ -302,6 +303,32 @@ TEST(CudaBackendGreedy, DeviceArgmaxReproducesReferenceIds) {
     ids.push_back(token);
   }
   EXPECT_EQ(ids, kReferenceIds);
+}
+
+// A top-k sampler's candidates, selected on the device from real logits (stories260K,
+// each position of a greedy run), equal the host's selection from a copy of all of them.
+TEST(CudaBackendSampling, DeviceTopKEqualsHostTopKOnModelLogits) {
+  const PackedCheckpoint checkpoint = stories260k_as("q4g64");
+  std::unique_ptr<Backend> backend = make_backend("cuda");
+  LlamaModel model(checkpoint, *backend);
+  const int k = 104;  // top_k 40 plus 64 penalized recent tokens: llama-cli's defaults
+  int token = 1;
+  for (int pos = 0; pos < 16; ++pos) {
+    const Tensor logits = model.forward_last({token}, pos);
+    std::vector<float> all(size_t(logits.numel()));
+    backend->copy_to_host(logits, all.data());
+    std::vector<TokenCandidate> expected(all.size());
+    for (size_t i = 0; i < all.size(); ++i) expected[i] = {int(i), all[i]};
+    std::stable_sort(expected.begin(), expected.end(), more_likely);
+    std::vector<int> ids(k);
+    std::vector<float> values(k);
+    backend->top_k(logits, k, ids.data(), values.data());
+    for (int i = 0; i < k; ++i) {
+      ASSERT_EQ(ids[size_t(i)], expected[size_t(i)].id) << "position " << pos << " rank " << i;
+      ASSERT_EQ(values[size_t(i)], expected[size_t(i)].logit) << "position " << pos << " rank " << i;
+    }
+    token = ids[0];
+  }
 }
 
 TEST(CudaBackendMemory, TooLargeKvCacheIsAClearError) {
