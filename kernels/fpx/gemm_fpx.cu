@@ -64,6 +64,12 @@ struct GemmFpxParams {
   int K, KT, RB, M;
   int warps_n, warps_k, splits, tiles_per_split;
   bool x_vectorized;         // K % 4 == 0 and x 8-byte aligned
+  // The fused RMSNorm (gemm_fpx.h; one M chunk, warps_n = 1): a pending norm of x, and
+  // the residual epilogue (residual [M, N], norm_weight [N], sum_squares [M, RB]).
+  QnPendingNorm norm;
+  uint16_t* residual;
+  const float* norm_weight;
+  float* sum_squares;
 };
 
 // ---- the code layout, at compile time -------------------------------------------------
@@ -270,6 +276,11 @@ __device__ __forceinline__ void tile_mma_loading_x(const uint32_t (&words)[Plane
 }
 
 template <bool BF16>
+__device__ __forceinline__ float from_activation(uint16_t bits) {
+  return BF16 ? __uint_as_float(uint32_t(bits) << 16) : __half2float(__ushort_as_half(bits));
+}
+
+template <bool BF16>
 __device__ __forceinline__ uint16_t to_activation(float v) {
   if constexpr (BF16) {
     const __nv_bfloat16 h = __float2bfloat16_rn(v);
@@ -362,11 +373,60 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
   for (int j = 0; j < MT; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) partial[((warp * MT + j) * 4 + i) * 32 + lane] = acc[j][i];
+  // A pending norm: r_m from the producer's parts, one warp per x row (a butterfly sum,
+  // the same order in every block).
+  __shared__ float inv_rms[8 * MT];
+  if (p.norm.sum_squares) {
+    for (int mc = warp; mc < 8 * MT && m0 + mc < p.M; mc += blockDim.x / 32) {
+      const float* parts = p.norm.sum_squares + int64_t(m0 + mc) * p.norm.parts;
+      float sum = 0;
+      for (int i = lane; i < p.norm.parts; i += 32) sum += parts[i];
+      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      if (lane == 0) inv_rms[mc] = rsqrtf(sum / float(p.K) + p.norm.eps);
+    }
+  }
   __syncthreads();
 
   const int outputs = p.warps_n * kFpxTileRows * 8 * MT;  // (row block, row, x row) of this block
   const bool split = gridDim.z > 1;
   const int64_t padded_n = int64_t(p.RB) * kFpxTileRows;
+  // Output (n, m) of x row mc of the chunk from its fp32 sum over K: y, or with the
+  // residual epilogue residual += y and y = residual ∘ norm weight (gemm_fpx_residual).
+  const auto finish = [&](float sum, int64_t n, int m, int mc) {
+    sum *= p.row_factor[n];
+    if (p.norm.sum_squares) sum *= inv_rms[mc];
+    if (p.bias) sum += p.bias[n];
+    const int64_t i = int64_t(m) * p.N + n;
+    if (!p.residual) {
+      p.y[i] = to_activation<BF16>(sum);
+      return;
+    }
+    const uint16_t updated = to_activation<BF16>(from_activation<BF16>(p.residual[i]) + sum);
+    p.residual[i] = updated;
+    p.y[i] = to_activation<BF16>(from_activation<BF16>(updated) * p.norm_weight[n]);
+  };
+  // With the residual epilogue, after all of a block's outputs: Σ residual² over its 16
+  // rows per x row, summed in row order by one thread (deterministic), into partial
+  // (free again: every thread has read its sums).
+  const auto sum_squares = [&] {
+    __syncthreads();  // the block's residual writes are visible, partial's reads done
+    for (int o = threadIdx.x; o < kFpxTileRows * 8 * MT; o += blockDim.x) {
+      const int mc = o / kFpxTileRows;
+      const int64_t n = int64_t(blockIdx.y) * kFpxTileRows + o % kFpxTileRows;
+      float square = 0;
+      if (n < p.N && m0 + mc < p.M) {
+        const float v = from_activation<BF16>(p.residual[int64_t(m0 + mc) * p.N + n]);
+        square = v * v;
+      }
+      partial[o] = square;
+    }
+    __syncthreads();
+    for (int mc = threadIdx.x; mc < 8 * MT && m0 + mc < p.M; mc += blockDim.x) {
+      float sum = 0;
+      for (int r = 0; r < kFpxTileRows; ++r) sum += partial[mc * kFpxTileRows + r];
+      p.sum_squares[int64_t(m0 + mc) * gridDim.y + blockIdx.y] = sum;
+    }
+  };
   for (int o = threadIdx.x; o < outputs; o += blockDim.x) {
     const int g = o / (kFpxTileRows * 8 * MT), rest = o % (kFpxTileRows * 8 * MT);
     const int mc = rest / kFpxTileRows, r = rest % kFpxTileRows;  // x row in the chunk, row in the block
@@ -380,12 +440,13 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
     if (split) {
       p.workspace[(int64_t(blockIdx.z) * kSplitMaxM + m) * padded_n + n] = sum;
     } else {
-      sum *= p.row_factor[n];
-      if (p.bias) sum += p.bias[n];
-      p.y[int64_t(m) * p.N + n] = to_activation<BF16>(sum);
+      finish(sum, n, m, mc);
     }
   }
-  if (!split) return;
+  if (!split) {
+    if (p.residual) sum_squares();
+    return;
+  }
 
   // Split-K: the last block of this row-block group to arrive sums all splits' partials.
   __shared__ bool is_last;
@@ -407,10 +468,9 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
     if (n >= p.N || m >= p.M) continue;
     float sum = 0;
     for (int z = 0; z < int(gridDim.z); ++z) sum += __ldcg(p.workspace + (int64_t(z) * kSplitMaxM + m) * padded_n + n);
-    sum *= p.row_factor[n];
-    if (p.bias) sum += p.bias[n];
-    p.y[int64_t(m) * p.N + n] = to_activation<BF16>(sum);
+    finish(sum, n, m, mc);
   }
+  if (p.residual) sum_squares();
 }
 
 // ---- larger M: x tiles shared through shared memory ----------------------------------
@@ -675,8 +735,18 @@ void free_fpx_weight(FpxDeviceWeight* w) {
   *w = FpxDeviceWeight{};
 }
 
-void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
-              const GemmFpxConfig& config) {
+namespace {
+
+// Epilogues besides y = x · Wᵀ (+ bias): a pending norm, the residual stream.
+struct Epilogue {
+  const QnPendingNorm* norm = nullptr;
+  void* residual = nullptr;
+  const float* norm_weight = nullptr;
+  float* sum_squares = nullptr;
+};
+
+void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
+                     const GemmFpxConfig& config, const Epilogue& epilogue) {
   if (M < 1) throw Error("gemm_fpx: M = " + std::to_string(M) + " (expected >= 1)");
   if (act != w.act)
     throw Error(std::string("gemm_fpx: activations are ") + dtype_name(act) + " but the weight was uploaded for " +
@@ -707,6 +777,14 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
   p.splits = s.splits;
   p.tiles_per_split = int((w.k_tiles + s.splits - 1) / s.splits);
   p.x_vectorized = w.K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0;
+  p.norm = epilogue.norm ? *epilogue.norm : QnPendingNorm{};
+  if (p.norm.sum_squares && (p.norm.parts < 1 || !(p.norm.eps >= 0)))
+    throw Error("gemm_fpx: a pending norm of " + std::to_string(p.norm.parts) + " parts, eps " +
+                std::to_string(p.norm.eps));
+  p.residual = static_cast<uint16_t*>(epilogue.residual);
+  p.norm_weight = epilogue.norm_weight;
+  p.sum_squares = epilogue.sum_squares;
+  const bool fused_norm = p.norm.sum_squares || p.residual;
   // The shared-memory kernel gives each warp a whole row block's K and no split, so it
   // needs many (row block, 64-row chunk) pairs to fill the GPU: measured on the H100 it won
   // from ~4 per SM (8192 x 57344 at M = 64: 287 us vs 845; 4096 x 4096 at M = 256: 62 vs
@@ -715,6 +793,10 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
   const bool smem_ok = w.K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool smem_pays = M >= kSmemMinM && m_chunks * w.row_blocks >= 4 * int64_t(sms);
   const bool use_smem = smem_ok && (config.smem_x > 0 || (config.smem_x < 0 && config.m_tile == 0 && smem_pays));
+  // The norm epilogues sit in the register kernel's one-chunk shape only (M <= kFpxMaxM).
+  if (fused_norm && (use_smem || s.warps_n != 1 || (M + 8 * s.mt - 1) / (8 * s.mt) != 1))
+    throw Error("gemm_fpx: a fused RMSNorm at M = " + std::to_string(M) + " (expected 1.." +
+                std::to_string(kFpxMaxM) + ", one chunk of x rows per block)");
   if (use_smem) {
     // 8 row blocks (128 rows of W) per block share each x tile; 4 or 2 when that leaves
     // fewer than two (one) blocks per SM.
@@ -744,6 +826,28 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
   }
   const KernelFn kernel = pick_kernel(w.ebits, w.mbits, act == DType::BF16, s.mt, ahead);
   launch_pdl("gemm_fpx_kernel", kernel, grid, dim3(unsigned(warps * 32)), smem, stream, p);
+}
+
+}  // namespace
+
+void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
+              const GemmFpxConfig& config, const QnPendingNorm* norm) {
+  Epilogue epilogue;
+  epilogue.norm = norm;
+  launch_gemm_fpx(w, x, y, M, act, stream, config, epilogue);
+}
+
+int64_t gemm_fpx_norm_parts(const FpxDeviceWeight& w) { return w.row_blocks; }
+
+void gemm_fpx_residual(const FpxDeviceWeight& w, const void* x, void* residual, const float* norm_weight,
+                       void* scaled, float* sum_squares, int M, DType act, cudaStream_t stream) {
+  if (!residual || !norm_weight || !sum_squares)
+    throw Error("gemm_fpx_residual: the residual, norm weight and sum-of-squares pointers must be set");
+  Epilogue epilogue;
+  epilogue.residual = residual;
+  epilogue.norm_weight = norm_weight;
+  epilogue.sum_squares = sum_squares;
+  launch_gemm_fpx(w, x, scaled, M, act, stream, {}, epilogue);
 }
 
 }  // namespace gemlite

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/packed_weight.h"
+#include "kernels/qn/gemv_qn.h"  // QnPendingNorm: the fused RMSNorm's contract
 #include "runtime/dtype.h"
 
 namespace gemlite {
@@ -63,7 +64,21 @@ struct GemmFpxConfig {
 
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias), on `stream`; x and y device pointers, rows
 // contiguous. Preconditions (checked, Error): M >= 1, act == w.act.
+// With `norm`, x is the `scaled` of a producer of the fused RMSNorm and y is scaled by
+// r_m = rsqrt(Σ_p sum_squares[m, p] / K + eps) before the bias (gemv_qn's QnPendingNorm;
+// M <= kFpxMaxM, Error otherwise).
 void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
-              const GemmFpxConfig& config = {});
+              const GemmFpxConfig& config = {}, const QnPendingNorm* norm = nullptr);
+
+// The RMSNorm between blocks, fused as in gemv_qn_residual (kernels/qn/gemv_qn.h has the
+// contract), for M <= kFpxMaxM:
+//   residual [M, N] += x · Wᵀ (+ bias)   (fp32 sum, rounded once to act)
+//   scaled [M, N] = residual ∘ norm_weight   (act)
+//   sum_squares [M, gemm_fpx_norm_parts(w)] = per row block of 16, Σ residual² (fp32)
+// residual and scaled must not overlap x or each other. Without it fp6 decode ran a
+// separate add + RMSNorm kernel twice a layer.
+int64_t gemm_fpx_norm_parts(const FpxDeviceWeight& w);  // = ceil(N / 16)
+void gemm_fpx_residual(const FpxDeviceWeight& w, const void* x, void* residual, const float* norm_weight,
+                       void* scaled, float* sum_squares, int M, DType act, cudaStream_t stream);
 
 }  // namespace gemlite

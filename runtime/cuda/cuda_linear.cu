@@ -40,6 +40,7 @@ class CudaLinear final : public QuantLinear {
                                                  ", " + std::to_string(weight.cols) + "]");
       fpx_ = upload_fpx_weight(weight, act);
       bias_ = fpx_.bias;
+      sum_squares_ = device_tensor(ctx_, DType::F32, kFpxMaxM, gemm_fpx_norm_parts(fpx_), "a projection's sum of squares");
     } else {
       upload_dense();  // the only path dense formats have
       sum_squares_ = device_tensor(ctx_, DType::F32, kGemvMaxM, gemv_dense_blocks(weight.rows),
@@ -120,8 +121,11 @@ class CudaLinear final : public QuantLinear {
   // The RMSNorm between blocks in the GEMVs' epilogues (gemv_qn_residual, gemv_dense's
   // DenseGemvNorm), where the add + RMSNorm kernels cost 7 % of a Llama-2-7B token (H100,
   // q4g64 tg128 401 vs 433 tok/s without them): fused, 423 (q8 313 -> 336, f16 186 -> 190).
-  // fp6 / fp5 (gemm_fpx) do not have it yet.
-  bool fuses_rmsnorm(int64_t M) const override { return M <= kGemvMaxM && (qn_.qweight || is_dense()); }
+  // fp6 / fp5: gemm_fpx_residual and gemm_fpx's pending norm, up to its decode M.
+  bool fuses_rmsnorm(int64_t M) const override {
+    if (fpx_.packed) return M <= kFpxMaxM;
+    return M <= kGemvMaxM && (qn_.qweight || is_dense());
+  }
 
   PendingNorm forward_residual(const Tensor& x, Tensor& residual, const Tensor& norm_weight, float eps,
                                Tensor& scaled) const override {
@@ -139,6 +143,9 @@ class CudaLinear final : public QuantLinear {
     if (qn_.qweight) {
       gemv_qn_residual(qn_, x.data, residual.data, norm_weight.as<float>(), scaled.data,
                        pending.sum_squares.as<float>(), int(M), act_, ctx_->stream);
+    } else if (fpx_.packed) {
+      gemm_fpx_residual(fpx_, x.data, residual.data, norm_weight.as<float>(), scaled.data,
+                        pending.sum_squares.as<float>(), int(M), act_, ctx_->stream);
     } else {
       DenseGemvNorm norm;
       norm.residual = residual.data;
@@ -159,6 +166,8 @@ class CudaLinear final : public QuantLinear {
     const QnPendingNorm pending = pending_norm(&norm, M);
     if (qn_.qweight) {
       gemv_qn(qn_, scaled.data, y.data, int(M), act_, ctx_->stream, {}, &pending);
+    } else if (fpx_.packed) {
+      gemm_fpx(fpx_, scaled.data, y.data, int(M), act_, ctx_->stream, {}, &pending);
     } else {
       DenseGemvNorm dense_norm;
       dense_norm.pending_sum_squares = pending.sum_squares;
@@ -240,7 +249,7 @@ class CudaLinear final : public QuantLinear {
   mutable std::shared_ptr<void> dense_;   // [N, K] act, or null until first needed
   std::shared_ptr<void> own_bias_;        // [N] F32 of non-qN formats
   const float* bias_ = nullptr;           // [N] F32 or null
-  Tensor sum_squares_;                    // [kGemvMaxM, GEMV blocks] F32 (qN not paired, dense): forward_residual's output
+  Tensor sum_squares_;                    // [kGemvMaxM (fp6/fp5: kFpxMaxM), blocks] F32 (not paired): forward_residual's output
 };
 
 }  // namespace

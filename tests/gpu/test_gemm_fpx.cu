@@ -253,6 +253,139 @@ TEST(GemmFpxEdges, SharedMemoryKernelSmall) {
   }
 }
 
+// x [M, K] (doubles) · decoded Wᵀ in float64, and S = Σ_k |x_k w_k| per output: the
+// reference and the scale of the fp32 accumulation error (the tolerance above).
+void reference_products(const PackedWeight& packed, const std::vector<double>& x, int64_t M, std::vector<double>* ref,
+                        std::vector<double>* s) {
+  const int64_t N = packed.rows, K = packed.cols;
+  const RowDecoder decode = make_row_decoder(packed);
+  std::vector<float> row(static_cast<size_t>(K));
+  ref->assign(size_t(M * N), 0.0);
+  s->assign(size_t(M * N), 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    decode(n, row.data());
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = x[size_t(m * K + k)] * double(row[size_t(k)]);
+        (*ref)[size_t(m * N + n)] += p;
+        (*s)[size_t(m * N + n)] += std::abs(p);
+      }
+  }
+}
+
+// The RMSNorm fused into gemm_fpx (gemm_fpx_residual, then gemm_fpx with a pending norm),
+// the contract of gemv_qn's fused norm: the residual r + x · W1ᵀ within the tolerance above
+// (its one rounding is the sum's); scaled = residual ∘ g exactly as rounded; the parts add
+// up to Σ residual² per row (fp32 sums of 16 squares, then of the parts: 1e-5 relative);
+// the next projection within the tolerance of inv_rms (scaled · W2ᵀ) + bias, plus 1e-5 of
+// |inv_rms (scaled · W2ᵀ)| for the fp32 rsqrt and sums. Shapes: a split-K producer (D =
+// 256: 16 row blocks) and a split-K consumer (N2 = 1000 at K = 4096), awkward K and N;
+// M up to kFpxMaxM (two n-tiles).
+TEST(GemmFpxFusedNorm, ResidualThenPendingNormMatchFloat64) {
+  std::mt19937_64 rng(test_seed() + 61);
+  StreamGuard stream;
+  struct Case {
+    int64_t K_in, D, N_next;  // producer [D, K_in], next projection [N_next, D]
+    DType act;
+  };
+  for (const Case c : {Case{4096, 4096, 1000, DType::F16}, Case{8192, 256, 200, DType::BF16},
+                       Case{200, 1000, 24, DType::F16}, Case{64, 40, 16, DType::BF16}}) {
+    const int64_t D = c.D, K = c.K_in, N2 = c.N_next;
+    const float eps = 1e-5f;
+    const double u = c.act == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    std::vector<float> w1 = random_weight(D, K, rng), w2 = random_weight(N2, D, rng);
+    for (float& v : w1) v *= 1.0f / 32;  // keeps the residual inside fp16's range at K = 8192
+    const PackedWeight p1 = quantize_weight(w1.data(), D, K, WeightFormat::parse("fp6"));
+    PackedWeight p2 = quantize_weight(w2.data(), N2, D, WeightFormat::parse("fp5"));
+    std::vector<float> bias(static_cast<size_t>(N2));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& b : bias) b = normal(rng);
+    p2.parts["bias"] = HostTensor::copy_of(DType::F32, {N2}, bias.data());
+    FpxDeviceWeight d1 = upload_fpx_weight(p1, c.act), d2 = upload_fpx_weight(p2, c.act);
+    std::vector<float> g(static_cast<size_t>(D));
+    std::uniform_real_distribution<float> around_one(0.5f, 1.5f);
+    for (float& v : g) v = around_one(rng);
+    DeviceBuffer dg(size_t(D) * 4);
+    CUDA_CHECK(cudaMemcpyAsync(dg.ptr, g.data(), g.size() * 4, cudaMemcpyHostToDevice, stream.stream));
+    const int64_t parts = gemm_fpx_norm_parts(d1);
+    EXPECT_EQ(parts, (D + 15) / 16);
+    std::cout << "[gemm_fpx fused norm] K=" << K << " D=" << D << " N2=" << N2 << ": max_splits " << d1.max_splits
+              << " / " << d2.max_splits << "\n";
+    for (int M : {1, 3, 8, 16}) {
+      SCOPED_TRACE(std::string(dtype_name(c.act)) + " K=" + std::to_string(K) + " D=" + std::to_string(D) +
+                   " M=" + std::to_string(M) + " seed=" + std::to_string(test_seed()));
+      std::vector<uint16_t> x_bits(size_t(M * K)), r_bits(size_t(M * D));
+      std::vector<double> x(x_bits.size()), r(r_bits.size());
+      for (size_t i = 0; i < x.size(); ++i) x[i] = from_bits(x_bits[i] = to_bits(normal(rng), c.act), c.act);
+      for (size_t i = 0; i < r.size(); ++i) r[i] = from_bits(r_bits[i] = to_bits(normal(rng), c.act), c.act);
+      DeviceBuffer dx(x_bits.size() * 2), dr(r_bits.size() * 2), dscaled(size_t(M * D) * 2),
+          dss(size_t(M * parts) * 4), dy(size_t(M * N2) * 2);
+      CUDA_CHECK(cudaMemcpyAsync(dx.ptr, x_bits.data(), x_bits.size() * 2, cudaMemcpyHostToDevice, stream.stream));
+      CUDA_CHECK(cudaMemcpyAsync(dr.ptr, r_bits.data(), r_bits.size() * 2, cudaMemcpyHostToDevice, stream.stream));
+      CUDA_CHECK(cudaMemsetAsync(dscaled.ptr, 0xFF, size_t(M * D) * 2, stream.stream));  // NaN
+      CUDA_CHECK(cudaMemsetAsync(dss.ptr, 0xFF, size_t(M * parts) * 4, stream.stream));
+      CUDA_CHECK(cudaMemsetAsync(dy.ptr, 0xFF, size_t(M * N2) * 2, stream.stream));
+      gemm_fpx_residual(d1, dx.ptr, dr.ptr, static_cast<const float*>(dg.ptr), dscaled.ptr,
+                        static_cast<float*>(dss.ptr), M, c.act, stream.stream);
+      const QnPendingNorm norm{static_cast<const float*>(dss.ptr), int(parts), eps};
+      gemm_fpx(d2, dscaled.ptr, dy.ptr, M, c.act, stream.stream, {}, &norm);
+      std::vector<uint16_t> r_out(size_t(M * D)), scaled(size_t(M * D)), y(size_t(M * N2));
+      std::vector<float> ss(size_t(M * parts));
+      CUDA_CHECK(cudaMemcpyAsync(r_out.data(), dr.ptr, r_out.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+      CUDA_CHECK(cudaMemcpyAsync(scaled.data(), dscaled.ptr, scaled.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+      CUDA_CHECK(cudaMemcpyAsync(ss.data(), dss.ptr, ss.size() * 4, cudaMemcpyDeviceToHost, stream.stream));
+      CUDA_CHECK(cudaMemcpyAsync(y.data(), dy.ptr, y.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+
+      std::vector<double> y1, s1;
+      reference_products(p1, x, M, &y1, &s1);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < M * D; ++i) {
+        const double want = r[size_t(i)] + y1[size_t(i)], got = from_bits(r_out[size_t(i)], c.act);
+        if (!(std::abs(got - want) <= u * std::abs(want) + std::ldexp(s1[size_t(i)], -14) + 1e-30) && bad++ == 0)
+          ADD_FAILURE() << "residual[" << i << "] = " << got << ", reference " << want;
+      }
+      EXPECT_EQ(bad, 0);
+      std::vector<double> scaled_values(size_t(M * D)), inv_rms(static_cast<size_t>(M));
+      for (int64_t m = 0; m < M; ++m) {
+        double sum_squares = 0;
+        for (int64_t n = 0; n < D; ++n) {
+          const size_t i = size_t(m * D + n);
+          const float v = from_bits(r_out[i], c.act);
+          sum_squares += double(v) * v;
+          scaled_values[i] = from_bits(scaled[i], c.act);
+          ASSERT_EQ(scaled[i], to_bits(v * g[size_t(n)], c.act)) << "scaled[" << m << ", " << n << "]";
+        }
+        double parts_sum = 0;
+        for (int64_t p = 0; p < parts; ++p) parts_sum += ss[size_t(m * parts + p)];
+        EXPECT_NEAR(parts_sum, sum_squares, 1e-5 * sum_squares) << "row " << m;
+        inv_rms[size_t(m)] = 1.0 / std::sqrt(sum_squares / double(D) + eps);
+      }
+      std::vector<double> y2, s2;
+      reference_products(p2, scaled_values, M, &y2, &s2);
+      bad = 0;
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N2; ++n) {
+          const size_t i = size_t(m * N2 + n);
+          const double dot = inv_rms[size_t(m)] * y2[i], want = dot + bias[size_t(n)];
+          const double got = from_bits(y[i], c.act);
+          const double tol = u * std::abs(want) + inv_rms[size_t(m)] * std::ldexp(s2[i], -14) + 1e-5 * std::abs(dot);
+          if (!(std::abs(got - want) <= tol) && bad++ == 0)
+            ADD_FAILURE() << "y[" << m << ", " << n << "] = " << got << ", reference " << want;
+        }
+      EXPECT_EQ(bad, 0);
+    }
+    free_fpx_weight(&d1);
+    free_fpx_weight(&d2);
+  }
+  // Beyond the decode batch the epilogues are refused, not run on a kernel without them.
+  const std::vector<float> w(32 * 64, 0.5f);
+  FpxDeviceWeight dw = upload_fpx_weight(quantize_weight(w.data(), 32, 64, WeightFormat::parse("fp6")), DType::F16);
+  const QnPendingNorm norm{reinterpret_cast<const float*>(16), 2, 1e-5f};
+  EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, kFpxMaxM + 1, DType::F16, nullptr, {}, &norm), Error);
+  free_fpx_weight(&dw);
+}
+
 TEST(GemmFpxEdges, RejectsWrongInputs) {
   const std::vector<float> w(16 * 64, 0.5f);
   const PackedWeight packed = quantize_weight(w.data(), 16, 64, WeightFormat::parse("fp6"));
