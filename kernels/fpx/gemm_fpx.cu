@@ -41,6 +41,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/fpx/fpx_format.h"
+#include "kernels/fpx/fpx_tile.cuh"
 #include "kernels/pdl.cuh"
 #include "runtime/error.h"
 
@@ -72,132 +73,6 @@ struct GemmFpxParams {
   float* sum_squares;
 };
 
-// ---- the code layout, at compile time -------------------------------------------------
-
-template <int EBITS, int MBITS>
-struct Planes {
-  static constexpr int kBits = 1 + EBITS + MBITS;
-  __host__ __device__ static constexpr int count() {
-    int n = 0, left = kBits;
-    for (int w = 4; w > 0; w /= 2)
-      while (left >= w) ++n, left -= w;
-    return n;
-  }
-  __host__ __device__ static constexpr int width(int j) {
-    int n = 0, left = kBits;
-    for (int w = 4; w > 0; w /= 2)
-      while (left >= w) {
-        if (n == j) return w;
-        ++n, left -= w;
-      }
-    return 0;
-  }
-  __host__ __device__ static constexpr int offset(int j) {  // bits of the code above plane j
-    int o = 0;
-    for (int i = 0; i < j; ++i) o += width(i);
-    return o;
-  }
-  // A lane's 32-bit words per tile: plane j's 2 w words start at word 2 offset(j).
-  static constexpr int kWords = 2 * kBits;
-};
-
-// Where the 16-bit float wants the code: sign at 15, exponent field = E, mantissa starting
-// right below it. X holds a code top-aligned in a byte; the half built from that byte
-// (high byte, low byte 0) is moved right by SH and masked.
-template <int EBITS, int MBITS, bool BF16>
-struct HalfPlacement {
-  static constexpr int kMantissa = BF16 ? 7 : 10;
-  static constexpr int kShift = 15 - kMantissa - EBITS;
-  static_assert(kShift >= 0 && kShift < 8 && MBITS <= kMantissa, "code does not fit this 16-bit float");
-  static constexpr uint32_t kMagnitude = ((1u << (EBITS + MBITS)) - 1) << (kMantissa - MBITS);
-  static constexpr uint32_t kHigh = (kMagnitude >> 8) * 0x01010101u;
-  static constexpr uint32_t kLow = (kMagnitude & 0xFFu) * 0x01010101u;
-};
-
-__device__ __forceinline__ uint4 load_streaming16(const void* p) {  // read once: skip L1
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint2 load_streaming8(const void* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
-
-// A lane's words of tile `tile` (all planes), in plane order.
-template <int EBITS, int MBITS>
-__device__ __forceinline__ void load_tile(const uint8_t* tile, int lane, uint32_t (&words)[Planes<EBITS, MBITS>::kWords]) {
-  using P = Planes<EBITS, MBITS>;
-#pragma unroll
-  for (int j = 0; j < P::count(); ++j) {
-    const int w = P::width(j);
-    const uint8_t* plane = tile + 256 * P::offset(j);
-    if (w >= 2) {
-#pragma unroll
-      for (int c = 0; c < w / 2; ++c) {
-        const uint4 v = load_streaming16(plane + c * 512 + lane * 16);
-        uint32_t* dst = words + 2 * P::offset(j) + 4 * c;
-        dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
-      }
-    } else {
-      const uint2 v = load_streaming8(plane + lane * 8);
-      words[2 * P::offset(j)] = v.x;
-      words[2 * P::offset(j) + 1] = v.y;
-    }
-  }
-}
-
-// The four codes (h = 0: k + 0/1, h = 1: k + 2/3; bytes 3 2 1 0 = rows gid, gid+8 of the
-// odd k, rows gid, gid+8 of the even k) of k-step S, top-aligned in the bytes; bits below
-// a code are garbage.
-template <int EBITS, int MBITS, int S, int H>
-__device__ __forceinline__ uint32_t code_bytes(const uint32_t (&words)[Planes<EBITS, MBITS>::kWords]) {
-  using P = Planes<EBITS, MBITS>;
-  uint32_t x = 0;
-#pragma unroll
-  for (int j = 0; j < P::count(); ++j) {
-    const int w = P::width(j), off = P::offset(j);
-    const int steps_per_word = 4 / w;
-    const uint32_t word = words[2 * off + S / steps_per_word];
-    const int u = (S % steps_per_word) * 2 + H;
-    const int shift = u * w - off;  // field top at byte bit 7 - u w, wanted at 7 - off
-    const uint32_t moved = shift >= 0 ? word << shift : word >> -shift;
-    if (j == 0) {
-      x = moved;
-    } else {
-      const uint32_t keep = ((0xFF00u >> off) & 0xFFu) * 0x01010101u;  // the bits above plane j
-      x = (x & keep) | (moved & ~keep);
-    }
-  }
-  return x;
-}
-
-// A fragment registers {a0, a1} (h = 0) or {a2, a3} (h = 1): rows gid and gid + 8.
-template <int EBITS, int MBITS, bool BF16>
-__device__ __forceinline__ void dequantize_pairs(uint32_t x, uint32_t& row_lo, uint32_t& row_hi) {
-  using L = HalfPlacement<EBITS, MBITS, BF16>;
-  const uint32_t d1 = (x & 0x80808080u) | ((x >> L::kShift) & L::kHigh);
-  const uint32_t d2 = L::kLow ? (x << (8 - L::kShift)) & L::kLow : 0u;
-  row_lo = __byte_perm(d1, d2, 0x3715);  // bytes 3 (k+1) and 1 (k): row gid
-  row_hi = __byte_perm(d1, d2, 0x2604);  // bytes 2 and 0: row gid + 8
-  if constexpr (BF16) {
-    constexpr int kBias = (1 << (EBITS - 1)) - 1;
-    constexpr uint32_t kTwoPow = uint32_t(254 - kBias) << 7;  // bf16 bits of 2^(127 - bias)
-    __nv_bfloat162 f, lo, hi;
-    const uint32_t f_bits = kTwoPow | kTwoPow << 16;
-    memcpy(&f, &f_bits, 4);
-    memcpy(&lo, &row_lo, 4);
-    memcpy(&hi, &row_hi, 4);
-    lo = __hmul2(lo, f);
-    hi = __hmul2(hi, f);
-    memcpy(&row_lo, &lo, 4);
-    memcpy(&row_hi, &hi, 4);
-  }
-}
-
 template <bool BF16>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint2 b) {
   if constexpr (BF16) {
@@ -212,14 +87,6 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
-  }
-}
-
-template <int BEGIN, int END, class F>
-__device__ __forceinline__ void static_for(F&& f) {
-  if constexpr (BEGIN < END) {
-    f(std::integral_constant<int, BEGIN>{});
-    static_for<BEGIN + 1, END>(f);
   }
 }
 

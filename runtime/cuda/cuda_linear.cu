@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "kernels/fpx/dequant_fpx.h"
 #include "kernels/fpx/gemm_fpx.h"
 #include "kernels/qn/dequant_qn.h"
 #include "kernels/qn/gemv_qn.h"
@@ -69,10 +70,10 @@ class CudaLinear final : public QuantLinear {
   //   fp6 / fp5, M <= kFpxMaxM (16) -> gemm_fpx, the tensor-core FPx matmul (bias too);
   //   dense f16/bf16/f32, M <= 8 -> gemv_dense;
   //   everything larger (prefill) -> cuBLAS over a dense copy of W, then the bias.
-  // qN's dense copy is transient: dequant_qn writes it into the context's scratch (shared
-  // by all layers) before each GEMM, so the model's memory stays that of its 4-bit
-  // weights. fp6 / fp5 / s7 keep a dense copy made once on the host at the first large-M
-  // call (they have no device dequantizer yet); dense f32 weights are rounded to fp16/bf16
+  // qN's and fp6 / fp5's dense copies are transient: dequant_qn / dequant_fpx write them
+  // into the context's scratch (shared by all layers) before each GEMM, so the model's
+  // memory stays that of its packed weights. s7 keeps a dense copy made once on the host at
+  // the first large-M call (it has no device dequantizer yet); dense f32 weights are rounded to fp16/bf16
   // like the activations.
   void forward(const Tensor& x, Tensor& y) const override {
     const int64_t M = x.rows, N = out_features(), K = in_features();
@@ -89,6 +90,10 @@ class CudaLinear final : public QuantLinear {
     if (is_qn()) {
       void* scratch = ctx_->scratch(dense_bytes(), dense_what());
       dequant_qn(qn_, scratch, ctx_->stream);
+      dense = scratch;
+    } else if (is_fpx()) {
+      void* scratch = ctx_->scratch(dense_bytes(), dense_what());
+      dequant_fpx(fpx_, scratch, ctx_->stream);
       dense = scratch;
     } else {
       if (!dense_) upload_dense();

@@ -29,6 +29,7 @@
 
 #include "kernels/cuda_check.h"
 #include "tests/gpu/gpu_test_helpers.h"
+#include "kernels/fpx/dequant_fpx.h"
 #include "kernels/fpx/fpx_format.h"
 #include "kernels/fpx/gemm_fpx.h"
 #include "kernels/packed_weight.h"
@@ -384,6 +385,44 @@ TEST(GemmFpxFusedNorm, ResidualThenPendingNormMatchFloat64) {
   const QnPendingNorm norm{reinterpret_cast<const float*>(16), 2, 1e-5f};
   EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, kFpxMaxM + 1, DType::F16, nullptr, {}, &norm), Error);
   free_fpx_weight(&dw);
+}
+
+// dequant_fpx (the transient dense copy of prefill) against the host's row decoder rounded
+// to the activation type: equal bit for bit (both round the exact product of a code's
+// value and its row's fp16 scale once). Awkward shapes: a partial last tile of K, K % 4 !=
+// 0 (scalar stores), N % 16 != 0 (rows of the last row block past N left untouched).
+TEST(DequantFpx, EqualsTheHostDecoderBitwise) {
+  std::mt19937_64 rng(test_seed() + 71);
+  StreamGuard stream;
+  for (const char* name : {"fp6", "fp5"})
+    for (const Shape shape : {Shape{300, 1000}, Shape{77, 515}, Shape{1024, 4096}, Shape{16, 128}}) {
+      const int64_t N = shape.N, K = shape.K;
+      const std::vector<float> w = random_weight(N, K, rng);
+      const PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse(name));
+      std::vector<float> decoded(size_t(N * K));
+      const RowDecoder decode = make_row_decoder(packed);
+      for (int64_t n = 0; n < N; ++n) decode(n, &decoded[size_t(n * K)]);
+      for (DType act : {DType::F16, DType::BF16}) {
+        SCOPED_TRACE(std::string(name) + " " + dtype_name(act) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+        FpxDeviceWeight dw = upload_fpx_weight(packed, act);
+        // One row of slack past the end, poisoned: a store past N x K shows there.
+        DeviceBuffer out(size_t((N + 1) * K) * 2);
+        CUDA_CHECK(cudaMemsetAsync(out.ptr, 0xFF, size_t((N + 1) * K) * 2, stream.stream));
+        dequant_fpx(dw, out.ptr, stream.stream);
+        std::vector<uint16_t> got(size_t((N + 1) * K));
+        CUDA_CHECK(cudaMemcpyAsync(got.data(), out.ptr, got.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+        free_fpx_weight(&dw);
+        int64_t failures = 0;
+        for (int64_t i = 0; i < N * K; ++i)
+          if (got[size_t(i)] != to_bits(decoded[size_t(i)], act) && failures++ == 0)
+            ADD_FAILURE() << "w[" << i / K << ", " << i % K << "]: host " << decoded[size_t(i)] << " gpu "
+                          << from_bits(got[size_t(i)], act);
+        EXPECT_EQ(failures, 0);
+        EXPECT_TRUE(std::all_of(got.begin() + N * K, got.end(), [](uint16_t v) { return v == 0xFFFF; }))
+            << "written past the last row";
+      }
+    }
 }
 
 TEST(GemmFpxEdges, RejectsWrongInputs) {
