@@ -68,10 +68,6 @@ struct GemmFpxParams {
   // The fused RMSNorm (gemm_fpx.h; one M chunk, warps_n = 1): a pending norm of x, and
   // the residual epilogue (residual [M, N], norm_weight [N], sum_squares [M, RB]).
   QnPendingNorm norm;
-  // A SwiGLU pair (gemm_fpx_swiglu): W = [gate; up], h = N / 2 rows each (h % 16 == 0);
-  // block b's two warp groups take gate row block b and up row block b + RB / 2, and y
-  // [M, h] = silu(gate) * up. 0: off.
-  int64_t swiglu_half;
   uint16_t* residual;
   const float* norm_weight;
   float* sum_squares;
@@ -172,11 +168,7 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int wn = warp / p.warps_k, wk = warp % p.warps_k;
   const int gid = lane / 4, tig = lane % 4;
-  // The row block of warp group g: neighbours, or for a SwiGLU pair gate and up.
-  const auto row_block = [&](int g) {
-    return p.swiglu_half ? int(blockIdx.y) + g * (p.RB / 2) : int(blockIdx.y) * p.warps_n + g;
-  };
-  const int rb = row_block(wn);
+  const int rb = blockIdx.y * p.warps_n + wn;
   const int m0 = blockIdx.x * 8 * MT;
   const int t_begin = blockIdx.z * p.tiles_per_split;
   const int t_end = min(p.KT, t_begin + p.tiles_per_split);
@@ -265,17 +257,12 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
   const int outputs = p.warps_n * kFpxTileRows * 8 * MT;  // (row block, row, x row) of this block
   const bool split = gridDim.z > 1;
   const int64_t padded_n = int64_t(p.RB) * kFpxTileRows;
-  // Output n of x row mc of the chunk from its fp32 sum over K.
-  const auto output = [&](float sum, int64_t n, int mc) {
+  // Output (n, m) of x row mc of the chunk from its fp32 sum over K: y, or with the
+  // residual epilogue residual += y and y = residual ∘ norm weight (gemm_fpx_residual).
+  const auto finish = [&](float sum, int64_t n, int m, int mc) {
     sum *= p.row_factor[n];
     if (p.norm.sum_squares) sum *= inv_rms[mc];
     if (p.bias) sum += p.bias[n];
-    return sum;
-  };
-  // Stores output (n, m): y, or with the residual epilogue residual += y and y = residual
-  // ∘ norm weight (gemm_fpx_residual).
-  const auto finish = [&](float sum, int64_t n, int m, int mc) {
-    sum = output(sum, n, mc);
     const int64_t i = int64_t(m) * p.N + n;
     if (!p.residual) {
       p.y[i] = to_activation<BF16>(sum);
@@ -284,19 +271,6 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
     const uint16_t updated = to_activation<BF16>(from_activation<BF16>(p.residual[i]) + sum);
     p.residual[i] = updated;
     p.y[i] = to_activation<BF16>(from_activation<BF16>(updated) * p.norm_weight[n]);
-  };
-  // y [m, n] = silu(gate) * up from the sums of gate row n and up row h + n, each rounded
-  // to the activation type first, as a plain output would be before silu_mul.
-  const auto finish_swiglu = [&](float gate_sum, float up_sum, int64_t n, int m, int mc) {
-    const float gate = from_activation<BF16>(to_activation<BF16>(output(gate_sum, n, mc)));
-    const float up = from_activation<BF16>(to_activation<BF16>(output(up_sum, p.swiglu_half + n, mc)));
-    p.y[int64_t(m) * p.swiglu_half + n] = to_activation<BF16>(gate / (1.0f + expf(-gate)) * up);
-  };
-  // The sum over the block's K-splitting warps of warp group g's C element (j, i, src).
-  const auto partial_sum = [&](int g, int j, int i, int src) {
-    float sum = 0;
-    for (int w = 0; w < p.warps_k; ++w) sum += partial[(((g * p.warps_k + w) * MT + j) * 4 + i) * 32 + src];
-    return sum;
   };
   // With the residual epilogue, after all of a block's outputs: Σ residual² over its 16
   // rows per x row, summed in row order by one thread (deterministic), into partial
@@ -320,26 +294,16 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
       p.sum_squares[int64_t(m0 + mc) * gridDim.y + blockIdx.y] = sum;
     }
   };
-  if (p.swiglu_half && !split) {  // both halves of an output in one thread
-    for (int o = threadIdx.x; o < kFpxTileRows * 8 * MT; o += blockDim.x) {
-      const int mc = o / kFpxTileRows, r = o % kFpxTileRows;
-      const int j = mc / 8, c = mc % 8;
-      const int i = (r >= 8 ? 2 : 0) + (c & 1), src = (r % 8) * 4 + c / 2;
-      const int m = m0 + mc;
-      if (m >= p.M) continue;
-      finish_swiglu(partial_sum(0, j, i, src), partial_sum(1, j, i, src), int64_t(blockIdx.y) * kFpxTileRows + r, m, mc);
-    }
-    return;
-  }
   for (int o = threadIdx.x; o < outputs; o += blockDim.x) {
     const int g = o / (kFpxTileRows * 8 * MT), rest = o % (kFpxTileRows * 8 * MT);
     const int mc = rest / kFpxTileRows, r = rest % kFpxTileRows;  // x row in the chunk, row in the block
     const int j = mc / 8, c = mc % 8;
     const int i = (r >= 8 ? 2 : 0) + (c & 1), src = (r % 8) * 4 + c / 2;
-    const int64_t n = int64_t(row_block(g)) * kFpxTileRows + r;
+    const int64_t n = int64_t(blockIdx.y * p.warps_n + g) * kFpxTileRows + r;
     const int m = m0 + mc;
     if (n >= p.N || m >= p.M) continue;
-    const float sum = partial_sum(g, j, i, src);
+    float sum = 0;
+    for (int w = 0; w < p.warps_k; ++w) sum += partial[(((g * p.warps_k + w) * MT + j) * 4 + i) * 32 + src];
     if (split) {
       p.workspace[(int64_t(blockIdx.z) * kSplitMaxM + m) * padded_n + n] = sum;
     } else {
@@ -363,26 +327,15 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
   __syncthreads();
   if (!is_last) return;
   __threadfence();
-  const auto split_sum = [&](int64_t n, int m) {
-    float sum = 0;
-    for (int z = 0; z < int(gridDim.z); ++z) sum += __ldcg(p.workspace + (int64_t(z) * kSplitMaxM + m) * padded_n + n);
-    return sum;
-  };
-  if (p.swiglu_half) {
-    for (int o = threadIdx.x; o < kFpxTileRows * 8 * MT; o += blockDim.x) {
-      const int mc = o / kFpxTileRows, m = m0 + mc;
-      const int64_t n = int64_t(blockIdx.y) * kFpxTileRows + o % kFpxTileRows;
-      if (m < p.M) finish_swiglu(split_sum(n, m), split_sum(p.swiglu_half + n, m), n, m, mc);
-    }
-    return;
-  }
   for (int o = threadIdx.x; o < outputs; o += blockDim.x) {
     const int g = o / (kFpxTileRows * 8 * MT), rest = o % (kFpxTileRows * 8 * MT);
     const int mc = rest / kFpxTileRows, r = rest % kFpxTileRows;
-    const int64_t n = int64_t(row_block(g)) * kFpxTileRows + r;
+    const int64_t n = int64_t(blockIdx.y * p.warps_n + g) * kFpxTileRows + r;
     const int m = m0 + mc;
     if (n >= p.N || m >= p.M) continue;
-    finish(split_sum(n, m), n, m, mc);
+    float sum = 0;
+    for (int z = 0; z < int(gridDim.z); ++z) sum += __ldcg(p.workspace + (int64_t(z) * kSplitMaxM + m) * padded_n + n);
+    finish(sum, n, m, mc);
   }
   if (p.residual) sum_squares();
 }
@@ -653,7 +606,6 @@ namespace {
 
 // Epilogues besides y = x · Wᵀ (+ bias): a pending norm, the residual stream.
 struct Epilogue {
-  bool swiglu = false;
   const QnPendingNorm* norm = nullptr;
   void* residual = nullptr;
   const float* norm_weight = nullptr;
@@ -700,11 +652,6 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   p.norm_weight = epilogue.norm_weight;
   p.sum_squares = epilogue.sum_squares;
   const bool fused_norm = p.norm.sum_squares || p.residual;
-  p.swiglu_half = epilogue.swiglu ? w.N / 2 : 0;
-  if (epilogue.swiglu && (w.N % (2 * kFpxTileRows) != 0 || M > kFpxMaxM))
-    throw Error("gemm_fpx_swiglu: N = " + std::to_string(w.N) + ", M = " + std::to_string(M) +
-                " (expected halves of a multiple of " + std::to_string(kFpxTileRows) + " rows and M <= " +
-                std::to_string(kFpxMaxM) + ")");
   // The shared-memory kernel gives each warp a whole row block's K and no split, so it
   // needs many (row block, 64-row chunk) pairs to fill the GPU: measured on the H100 it won
   // from ~4 per SM (8192 x 57344 at M = 64: 287 us vs 845; 4096 x 4096 at M = 256: 62 vs
@@ -713,17 +660,9 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   const bool smem_ok = w.K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool smem_pays = M >= kSmemMinM && m_chunks * w.row_blocks >= 4 * int64_t(sms);
   const bool use_smem = smem_ok && (config.smem_x > 0 || (config.smem_x < 0 && config.m_tile == 0 && smem_pays));
-  // A SwiGLU pair: each block the same row block of gate and of up (two warp groups).
-  if (epilogue.swiglu) {
-    s.warps_n = 2;
-    s.warps_k = std::min(s.warps_k, 8);
-    p.warps_n = s.warps_n;
-    p.warps_k = s.warps_k;
-  }
-  // The epilogues sit in the register kernel's one-chunk shape only (M <= kFpxMaxM).
-  const bool one_chunk = !use_smem && (M + 8 * s.mt - 1) / (8 * s.mt) == 1;
-  if ((fused_norm || epilogue.swiglu) && (!one_chunk || s.warps_n != (epilogue.swiglu ? 2 : 1)))
-    throw Error("gemm_fpx: a fused RMSNorm or SwiGLU at M = " + std::to_string(M) + " (expected 1.." +
+  // The norm epilogues sit in the register kernel's one-chunk shape only (M <= kFpxMaxM).
+  if (fused_norm && (use_smem || s.warps_n != 1 || (M + 8 * s.mt - 1) / (8 * s.mt) != 1))
+    throw Error("gemm_fpx: a fused RMSNorm at M = " + std::to_string(M) + " (expected 1.." +
                 std::to_string(kFpxMaxM) + ", one chunk of x rows per block)");
   if (use_smem) {
     // 8 row blocks (128 rows of W) per block share each x tile; 4 or 2 when that leaves
@@ -763,14 +702,6 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
   Epilogue epilogue;
   epilogue.norm = norm;
   launch_gemm_fpx(w, x, y, M, act, stream, config, epilogue);
-}
-
-void gemm_fpx_swiglu(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
-                     const QnPendingNorm* norm) {
-  Epilogue epilogue;
-  epilogue.swiglu = true;
-  epilogue.norm = norm;
-  launch_gemm_fpx(w, x, y, M, act, stream, {}, epilogue);
 }
 
 int64_t gemm_fpx_norm_parts(const FpxDeviceWeight& w) { return w.row_blocks; }

@@ -70,13 +70,6 @@ struct GemmFpxConfig {
 void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
               const GemmFpxConfig& config = {}, const QnPendingNorm* norm = nullptr);
 
-// A SwiGLU pair W = [gate; up] (the stacked gate/up projection, h = N / 2 rows each):
-// y [M, h] = silu(gate) * up, gate and up rounded to act first (what gemm_fpx then
-// silu_mul give, in one launch). Error unless h % 16 == 0 and M <= kFpxMaxM. `norm` as in
-// gemm_fpx.
-void gemm_fpx_swiglu(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
-                     const QnPendingNorm* norm = nullptr);
-
 // The RMSNorm between blocks, fused as in gemv_qn_residual (kernels/qn/gemv_qn.h has the
 // contract), for M <= kFpxMaxM:
 //   residual [M, N] += x · Wᵀ (+ bias)   (fp32 sum, rounded once to act)

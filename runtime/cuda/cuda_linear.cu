@@ -6,7 +6,6 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/fpx/dequant_fpx.h"
-#include "kernels/fpx/fpx_format.h"
 #include "kernels/fpx/gemm_fpx.h"
 #include "kernels/qn/dequant_qn.h"
 #include "kernels/qn/gemv_qn.h"
@@ -20,9 +19,8 @@ class CudaLinear final : public QuantLinear {
  public:
   // `weight` is what runs: `sources` stacked along N (concat_rows), or the one source.
   // The sources are views of the checkpoint's memory; `weight` may be a stacked host copy,
-  // used only here, so the lazy dense copy reads the sources. paired_half > 0: a SwiGLU
-  // pair [gate; up], for qN / s7 laid out in pairs (QnDeviceWeight::paired_half), for
-  // fp6 / fp5 as stacked (gemm_fpx_swiglu).
+  // used only here, so the lazy dense copy reads the sources. paired_half > 0: a qN SwiGLU
+  // pair [gate; up] (QnDeviceWeight::paired_half).
   CudaLinear(const PackedWeight& weight, const std::vector<const PackedWeight*>& sources,
              std::shared_ptr<CudaContext> ctx, DType act, int64_t paired_half = 0)
       : QuantLinear(weight), ctx_(std::move(ctx)), act_(act) {
@@ -43,7 +41,6 @@ class CudaLinear final : public QuantLinear {
                                                  ", " + std::to_string(weight.cols) + "]");
       fpx_ = upload_fpx_weight(weight, act);
       bias_ = fpx_.bias;
-      swiglu_half_ = paired_half;
       sum_squares_ = device_tensor(ctx_, DType::F32, kFpxMaxM, gemm_fpx_norm_parts(fpx_), "a projection's sum of squares");
     } else {
       upload_dense();  // the only path dense formats have
@@ -118,15 +115,7 @@ class CudaLinear final : public QuantLinear {
 
   // A qN SwiGLU pair at M <= 8: gemv_qn_swiglu (silu(gate) * up in the GEMV's epilogue, one
   // launch where the GEMV and silu_mul were two: 2.8 us of a Llama-2-7B layer, ncu).
-  // fp6 / fp5 at M <= kFpxMaxM: gemm_fpx_swiglu (each block the same row block of gate
-  // and up, no repacking).
   bool forward_swiglu(const Tensor& x, Tensor& y, const PendingNorm* norm) const override {
-    if (fpx_.packed && swiglu_half_ > 0 && x.rows <= kFpxMaxM) {
-      check_shapes(x, y, swiglu_half_);
-      const QnPendingNorm pending = pending_norm(norm, x.rows);
-      gemm_fpx_swiglu(fpx_, x.data, y.data, int(x.rows), act_, ctx_->stream, norm ? &pending : nullptr);
-      return true;
-    }
     if (qn_.paired_half == 0 || x.rows > kGemvMaxM) return false;
     check_shapes(x, y, qn_.paired_half);
     const QnPendingNorm pending = pending_norm(norm, x.rows);
@@ -262,7 +251,6 @@ class CudaLinear final : public QuantLinear {
   DType act_;
   QnDeviceWeight qn_;                     // qN / s7 only: the packed weight for gemv_qn
   FpxDeviceWeight fpx_;                   // fp6 / fp5 only: the packed weight for gemm_fpx
-  int64_t swiglu_half_ = 0;               // fp6 / fp5: rows of gate (= of up) of a SwiGLU pair, else 0
   mutable std::shared_ptr<void> dense_;   // [N, K] act, or null until first needed
   std::shared_ptr<void> own_bias_;        // [N] F32 of non-qN formats
   const float* bias_ = nullptr;           // [N] F32 or null
@@ -281,10 +269,8 @@ std::unique_ptr<QuantLinear> make_stacked_cuda_linear(const std::vector<const Pa
   const std::optional<PackedWeight> stacked = concat_rows(weights);  // dropped once uploaded
   if (!stacked) return nullptr;
   const FormatKind kind = stacked->format.kind;
-  // qN / s7: a paired layout (rows of 8); fp6 / fp5: the plain stack, row blocks of 16.
   const bool paired = use == StackedUse::SwiGLU && weights.size() == 2 && weights[0]->rows == weights[1]->rows &&
-                      ((weights[0]->rows % 8 == 0 && (kind == FormatKind::QN || kind == FormatKind::S7)) ||
-                       (weights[0]->rows % kFpxTileRows == 0 && kind == FormatKind::FPX));
+                      weights[0]->rows % 8 == 0 && (kind == FormatKind::QN || kind == FormatKind::S7);
   return std::make_unique<CudaLinear>(*stacked, weights, std::move(ctx), act, paired ? weights[0]->rows : 0);
 }
 

@@ -34,7 +34,6 @@
 #include "kernels/fpx/gemm_fpx.h"
 #include "kernels/packed_weight.h"
 #include "kernels/weight_format.h"
-#include "runtime/cuda/ops.h"
 #include "runtime/dtype.h"
 
 namespace gemlite {
@@ -424,63 +423,6 @@ TEST(DequantFpx, EqualsTheHostDecoderBitwise) {
             << "written past the last row";
       }
     }
-}
-
-// gemm_fpx_swiglu (gate/up in one launch, each block the same row block of both halves)
-// against the plain matmul of the stacked weight + silu_mul: equal bit for bit, with and
-// without a pending norm. Equal because each output's fp32 sum runs over the same tiles in
-// the same order: on these shapes the plain launch takes <= 8 warps along K, as the
-// pair's does (a launch of 16 would change the order and the low bits). Shapes: a split-K
-// one (K = 4096, h = 1024: 128 row blocks), a partial last tile, K % 4 != 0.
-TEST(GemmFpxSwiglu, EqualsThePlainMatmulThenSiluMulBitwise) {
-  std::mt19937_64 rng(test_seed() + 83);
-  StreamGuard stream;
-  struct Case {
-    int64_t h, K;
-  };
-  for (const Case c : {Case{1024, 4096}, Case{48, 1000}, Case{32, 515}})
-    for (DType act : {DType::F16, DType::BF16}) {
-      const int64_t N = 2 * c.h, K = c.K;
-      std::vector<float> w = random_weight(N, K, rng);
-      for (float& v : w) v *= 1.0f / 16;  // |gate * up| well inside fp16's range
-      PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse("fp6"));
-      std::vector<float> bias(static_cast<size_t>(N));
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      for (float& b : bias) b = normal(rng);
-      packed.parts["bias"] = HostTensor::copy_of(DType::F32, {N}, bias.data());
-      FpxDeviceWeight dw = upload_fpx_weight(packed, act);
-      for (int M : {1, 5, 16})
-        for (bool with_norm : {false, true}) {
-          SCOPED_TRACE(std::string(dtype_name(act)) + " h=" + std::to_string(c.h) + " K=" + std::to_string(K) +
-                       " M=" + std::to_string(M) + (with_norm ? " with a pending norm" : ""));
-          std::vector<uint16_t> x(size_t(M * K));
-          for (uint16_t& v : x) v = to_bits(normal(rng), act);
-          const int parts = 3;
-          std::vector<float> squares(size_t(M * parts));
-          for (float& v : squares) v = float(K) * (0.5f + std::abs(normal(rng)));
-          DeviceBuffer dx(x.size() * 2), dss(squares.size() * 4), dplain(size_t(M * N) * 2),
-              dgated(size_t(M * c.h) * 2), dfused(size_t(M * c.h) * 2);
-          CUDA_CHECK(cudaMemcpyAsync(dx.ptr, x.data(), x.size() * 2, cudaMemcpyHostToDevice, stream.stream));
-          CUDA_CHECK(cudaMemcpyAsync(dss.ptr, squares.data(), squares.size() * 4, cudaMemcpyHostToDevice, stream.stream));
-          CUDA_CHECK(cudaMemsetAsync(dgated.ptr, 0xFF, size_t(M * c.h) * 2, stream.stream));
-          CUDA_CHECK(cudaMemsetAsync(dfused.ptr, 0xFF, size_t(M * c.h) * 2, stream.stream));
-          const QnPendingNorm norm{static_cast<const float*>(dss.ptr), parts, 1e-5f};
-          gemm_fpx(dw, dx.ptr, dplain.ptr, M, act, stream.stream, {}, with_norm ? &norm : nullptr);
-          launch_silu_mul(dplain.ptr, M, c.h, dgated.ptr, act, stream.stream);
-          gemm_fpx_swiglu(dw, dx.ptr, dfused.ptr, M, act, stream.stream, with_norm ? &norm : nullptr);
-          std::vector<uint16_t> gated(size_t(M * c.h)), fused(size_t(M * c.h));
-          CUDA_CHECK(cudaMemcpyAsync(gated.data(), dgated.ptr, gated.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
-          CUDA_CHECK(cudaMemcpyAsync(fused.data(), dfused.ptr, fused.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
-          CUDA_CHECK(cudaStreamSynchronize(stream.stream));
-          EXPECT_EQ(gated, fused);
-          EXPECT_TRUE(std::all_of(fused.begin(), fused.end(), [&](uint16_t v) { return std::isfinite(from_bits(v, act)); }));
-        }
-      free_fpx_weight(&dw);
-    }
-  const std::vector<float> w(48 * 64, 0.5f);  // halves of 24 rows: not whole row blocks
-  FpxDeviceWeight odd = upload_fpx_weight(quantize_weight(w.data(), 48, 64, WeightFormat::parse("fp6")), DType::F16);
-  EXPECT_THROW(gemm_fpx_swiglu(odd, nullptr, nullptr, 1, DType::F16, nullptr), Error);
-  free_fpx_weight(&odd);
 }
 
 TEST(GemmFpxEdges, RejectsWrongInputs) {
