@@ -30,12 +30,16 @@ __device__ __forceinline__ __nv_bfloat16 from_float(float v, __nv_bfloat16) { re
 // with 16-byte loads and stores of 8 weights per thread measured no faster (17.0k), so
 // the stores are not what limits it; the 64-bit index arithmetic per word is the next
 // suspect (not yet profiled).
+// s7 (`sparse`, kernels/s7/s7_format.h): the word's 4 pair bytes, byte j covering k blocks
+// 2j and 2j + 1 of the tile (k0 and k0 + 32); the kept element gets value7 * scale + bias
+// of its own block's group, the other one exactly 0.
 template <typename Act>
 __global__ void dequant_qn_kernel(const uint32_t* qweight, const uint32_t* scale_bias, int64_t N, int64_t K,
-                                  int64_t Kw, int bits, int group_shift, int64_t n_groups, int64_t paired_half,
-                                  Act* out) {
+                                  int64_t Kw, int bits, bool sparse, int group_shift, int64_t n_groups,
+                                  int64_t paired_half, Act* out) {
   const int codes_per_word = 32 / bits;
-  const uint32_t mask = (1u << bits) - 1;
+  const int blocks_per_code = sparse ? 2 : 1;  // 32-k blocks a code covers
+  const uint32_t mask = sparse ? 0x7Fu : (1u << bits) - 1;
   const int64_t N16 = (N + 15) / 16 * 16;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < N * Kw; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t n = i / Kw, word_index = i % Kw;
@@ -43,14 +47,19 @@ __global__ void dequant_qn_kernel(const uint32_t* qweight, const uint32_t* scale
     const int64_t v = qn_block_row(n, paired_half);
     const uint32_t word = qweight[qn_tile_word_index(v, word_index, Kw / kWarpLanes)];
     for (int j = 0; j < codes_per_word; ++j) {
-      const int64_t k = (tile * codes_per_word + j) * kWarpLanes + lane;
-      if (k >= K) break;
-      const int64_t group = min((k / kWarpLanes) >> group_shift, n_groups - 1);
-      const uint32_t pair = scale_bias[qn_scale_bias_index(group, v, N16)];
-      const float scale = bits_to_float(uint16_t(pair & 0xffffu), Act{});
-      const float bias = bits_to_float(uint16_t(pair >> 16), Act{});
-      const float q = float(word >> (32 - bits * (j + 1)) & mask);
-      out[n * K + k] = from_float(fmaf(q, scale, bias), Act{});
+      const uint32_t code = word >> (32 - bits * (j + 1));
+      const float q = float(code & mask);
+      for (int e = 0; e < blocks_per_code; ++e) {
+        const int64_t block = (tile * codes_per_word + j) * blocks_per_code + e;
+        const int64_t k = block * kWarpLanes + lane;
+        if (k >= K) break;
+        const int64_t group = min(block >> group_shift, n_groups - 1);
+        const uint32_t pair = scale_bias[qn_scale_bias_index(group, v, N16)];
+        const float scale = bits_to_float(uint16_t(pair & 0xffffu), Act{});
+        const float bias = bits_to_float(uint16_t(pair >> 16), Act{});
+        const bool kept = !sparse || ((code >> 7 & 1u) == (e == 0 ? 1u : 0u));
+        out[n * K + k] = from_float(kept ? fmaf(q, scale, bias) : 0.0f, Act{});
+      }
     }
   }
 }
@@ -58,18 +67,18 @@ __global__ void dequant_qn_kernel(const uint32_t* qweight, const uint32_t* scale
 }  // namespace
 
 void dequant_qn(const QnDeviceWeight& w, void* out, cudaStream_t stream) {
-  if (w.sparse || w.bits < 1 || w.bits > 8)
-    throw Error("dequant_qn: " + std::string(w.sparse ? "s7" : std::to_string(w.bits) + "-bit") +
-                " weights (qN, N = 1..8, only)");
+  if (w.bits < 1 || w.bits > 8 || (w.sparse && w.bits != 8))
+    throw Error("dequant_qn: " + std::to_string(w.bits) + "-bit" + (w.sparse ? " s7" : "") +
+                " weights (qN, N = 1..8, or s7 pair bytes)");
   const int64_t words = w.N * w.Kw;
   const unsigned blocks = unsigned(std::min<int64_t>((words + 255) / 256, 65536));
   if (w.act == DType::BF16) {
     dequant_qn_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(w.qweight, w.scale_bias, w.N, w.K, w.Kw, w.bits,
-                                                                 w.group_shift, w.n_groups, w.paired_half,
+                                                                 w.sparse, w.group_shift, w.n_groups, w.paired_half,
                                                                  static_cast<__nv_bfloat16*>(out));
   } else {
     dequant_qn_kernel<__half><<<blocks, 256, 0, stream>>>(w.qweight, w.scale_bias, w.N, w.K, w.Kw, w.bits,
-                                                          w.group_shift, w.n_groups, w.paired_half,
+                                                          w.sparse, w.group_shift, w.n_groups, w.paired_half,
                                                           static_cast<__half*>(out));
   }
   CHECK_LAST_LAUNCH("dequant_qn_kernel");

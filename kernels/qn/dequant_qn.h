@@ -12,7 +12,8 @@ namespace gemlite {
 // out [N, K] (w.act: fp16 or bf16) = q * scale + (-zero * scale) from gemv_qn's own stored
 // scale and -zero * scale (rounded to the activation type): an fp32 fma, then one rounding
 // to the activation type (gemv_qn's half2 fma rounds once from the exact value, so the two
-// may differ by an ulp). qN only: s7 (w.sparse) is an Error. On `stream`, graph-safe.
+// may differ by an ulp). s7 (w.sparse): the kept element of each pair so, the other 0.
+// On `stream`, graph-safe.
 void dequant_qn(const QnDeviceWeight& w, void* out, cudaStream_t stream);
 
 }  // namespace gemlite

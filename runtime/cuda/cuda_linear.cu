@@ -70,11 +70,10 @@ class CudaLinear final : public QuantLinear {
   //   fp6 / fp5, M <= kFpxMaxM (16) -> gemm_fpx, the tensor-core FPx matmul (bias too);
   //   dense f16/bf16/f32, M <= 8 -> gemv_dense;
   //   everything larger (prefill) -> cuBLAS over a dense copy of W, then the bias.
-  // qN's and fp6 / fp5's dense copies are transient: dequant_qn / dequant_fpx write them
-  // into the context's scratch (shared by all layers) before each GEMM, so the model's
-  // memory stays that of its packed weights. s7 keeps a dense copy made once on the host at
-  // the first large-M call (it has no device dequantizer yet); dense f32 weights are rounded to fp16/bf16
-  // like the activations.
+  // qN's, s7's and fp6 / fp5's dense copies are transient: dequant_qn / dequant_fpx write
+  // them into the context's scratch (shared by all layers) before each GEMM, so the
+  // model's memory stays that of its packed weights; dense f32 weights are rounded to
+  // fp16/bf16 like the activations.
   void forward(const Tensor& x, Tensor& y) const override {
     const int64_t M = x.rows, N = out_features(), K = in_features();
     check_shapes(x, y, N);
@@ -87,7 +86,7 @@ class CudaLinear final : public QuantLinear {
       return;
     }
     const void* dense = nullptr;
-    if (is_qn()) {
+    if (is_qn() || is_s7()) {
       void* scratch = ctx_->scratch(dense_bytes(), dense_what());
       dequant_qn(qn_, scratch, ctx_->stream);
       dense = scratch;

@@ -289,6 +289,52 @@ TEST(DequantQn, MatchesTheCpuDecoder) {
 }
 
 // The launch must be capturable: no default-stream work, no synchronization inside.
+// dequant_qn on s7 weights (prefill's transient dense copy): within the tolerance of the
+// qN case above against the CPU decoder, and every pair's other element exactly 0 (at least
+// half of all weights: the kept one may be 0 too). K = 4100: a partial last tile, pairs
+// whose second element lies past K.
+TEST(DequantQn, S7MatchesTheCpuDecoder) {
+  std::mt19937_64 rng(test_seed() + 43);
+  StreamGuard stream;
+  for (const char* name : {"s7", "s7g64"})
+    for (const Shape shape : {Shape{4100, 37}, Shape{256, 16}}) {
+      const int64_t N = shape.N, K = shape.K;
+      const std::vector<float> w = random_weight(N, K, rng);
+      const PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse(name));
+      const int64_t G = packed.format.group, n_groups = (K + G - 1) / G;
+      const uint16_t* scales = packed.part("scales").as<uint16_t>();  // [N, n_groups]
+      const uint16_t* zeros = packed.part("zeros").as<uint16_t>();    // [N, n_groups]
+      std::vector<float> want(size_t(N * K));                          // [N, K]
+      const RowDecoder decode = make_row_decoder(packed);
+      for (int64_t n = 0; n < N; ++n) decode(n, &want[size_t(n * K)]);
+      for (DType act : {DType::F16, DType::BF16}) {
+        SCOPED_TRACE(std::string(name) + " " + dtype_name(act) + " K=" + std::to_string(K) + " N=" + std::to_string(N));
+        QnDeviceWeight dw = upload_qn_weight(packed, act);
+        DeviceBuffer out(size_t(N * K) * 2);
+        CUDA_CHECK(cudaMemsetAsync(out.ptr, 0xFF, size_t(N * K) * 2, stream.stream));
+        dequant_qn(dw, out.ptr, stream.stream);
+        std::vector<uint16_t> got(size_t(N * K));
+        CUDA_CHECK(cudaMemcpyAsync(got.data(), out.ptr, got.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+        free_qn_weight(&dw);
+        const double u = act == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+        int64_t failures = 0, zeros_seen = 0;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t k = 0; k < K; ++k) {
+            const size_t i = size_t(n * K + k);
+            const double s = half_to_float(scales[n * n_groups + k / G]), z = half_to_float(zeros[n * n_groups + k / G]);
+            const double v = act == DType::BF16 ? bf16_to_float(got[i]) : half_to_float(got[i]);
+            zeros_seen += v == 0.0;
+            const double tol = 2 * u * (std::abs(want[i]) + std::abs(127 * s) + std::abs(z * s));
+            if (!(std::abs(v - want[i]) <= tol) && failures++ == 0)
+              ADD_FAILURE() << "w[" << n << ", " << k << "]: cpu " << want[i] << " gpu " << v << " (tol " << tol << ")";
+          }
+        EXPECT_EQ(failures, 0);
+        EXPECT_GE(zeros_seen, N * (K / 64) * 32) << "pruned elements not zero";
+      }
+    }
+}
+
 TEST(GemvQnEdges, CapturesIntoCudaGraph) {
   std::mt19937_64 rng(test_seed() + 29);
   const int64_t K = 2048, N = 333, M = 2;
