@@ -1,9 +1,13 @@
 #include "kernels/bench/bench_util.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "runtime/error.h"
 
 namespace gemlite {
 
@@ -74,5 +78,56 @@ int copies_for(size_t bytes, size_t rotation_bytes) {
 }
 
 int launches_for(int copies) { return std::max(copies, 20) / copies * copies; }
+
+namespace {
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');)
+    if (!item.empty()) items.push_back(item);
+  return items;
+}
+
+int64_t parse_int(const std::string& text, const char* what) {
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0') throw Error(std::string(what) + ": '" + text + "' is not an integer");
+  return int64_t(v);
+}
+
+}  // namespace
+
+void env_strings(const char* name, std::vector<std::string>* out) {
+  if (const char* v = std::getenv(name)) *out = split_list(v);
+}
+
+void env_ints(const char* name, std::vector<int>* out) {
+  const char* v = std::getenv(name);
+  if (!v) return;
+  out->clear();
+  for (const std::string& item : split_list(v)) out->push_back(int(parse_int(item, name)));
+}
+
+void env_shapes(const char* name, std::vector<std::pair<int64_t, int64_t>>* out) {
+  const char* v = std::getenv(name);
+  if (!v) return;
+  out->clear();
+  for (const std::string& shape : split_list(v)) {
+    const size_t x = shape.find('x');
+    if (x == std::string::npos) throw Error(std::string(name) + ": '" + shape + "' is not KxN");
+    out->push_back({parse_int(shape.substr(0, x), name), parse_int(shape.substr(x + 1), name)});
+  }
+}
+
+void env_activations(const char* name, std::vector<DType>* out) {
+  const char* v = std::getenv(name);
+  if (!v) return;
+  out->clear();
+  for (const std::string& a : split_list(v)) {
+    if (a != "fp16" && a != "bf16") throw Error(std::string(name) + ": '" + a + "' (expected fp16 or bf16)");
+    out->push_back(a == "bf16" ? DType::BF16 : DType::F16);
+  }
+}
 
 }  // namespace gemlite

@@ -6,6 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/dtype.h"
 
@@ -34,5 +37,13 @@ double time_graph_us(cudaStream_t stream, int launches, int replays, const std::
 // and a launch count that cycles through them a whole number of times.
 int copies_for(size_t bytes, size_t rotation_bytes);
 int launches_for(int copies);
+
+// GEMLITE_BENCH_* variables narrow a kernel benchmark run (gemlite-bench --kernels takes no
+// options of its own). Each reader leaves `out` as it is when the variable is unset and
+// throws Error naming the variable for a malformed value.
+void env_strings(const char* name, std::vector<std::string>* out);                  // "q4g64,q2g64"
+void env_ints(const char* name, std::vector<int>* out);                             // "1,2,4,8"
+void env_shapes(const char* name, std::vector<std::pair<int64_t, int64_t>>* out);  // "8192x8192,4096x11008": K x N
+void env_activations(const char* name, std::vector<DType>* out);                    // "fp16,bf16"
 
 }  // namespace gemlite

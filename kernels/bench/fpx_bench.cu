@@ -120,7 +120,27 @@ FpxDeviceWeight random_fpx_weight(const WeightFormat& format, int64_t K, int64_t
 
 }  // namespace
 
-void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& options) {
+namespace {
+
+FpxBenchOptions with_environment(FpxBenchOptions options) {
+  env_strings("GEMLITE_BENCH_FPX_FORMATS", &options.formats);
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  env_shapes("GEMLITE_BENCH_SHAPES", &shapes);
+  if (!shapes.empty()) {
+    options.shapes.clear();
+    for (const auto& shape : shapes) options.shapes.push_back({shape.first, shape.second});
+  }
+  env_activations("GEMLITE_BENCH_ACT", &options.activations);
+  env_ints("GEMLITE_BENCH_M", &options.batch_sizes);
+  env_ints("GEMLITE_BENCH_FPX_WARPS_K", &options.warps_k);
+  env_ints("GEMLITE_BENCH_FPX_AHEAD", &options.tiles_ahead);
+  return options;
+}
+
+}  // namespace
+
+void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
+  const FpxBenchOptions options = with_environment(given);
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   cudaDeviceProp prop;
@@ -178,6 +198,19 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& options) {
           const std::vector<FpxDeviceWeight>& weights = fpx[f];
           const int copies = int(weights.size());
           std::vector<std::pair<std::string, GemmFpxConfig>> settings = {{"", GemmFpxConfig{}}};
+          if (!options.warps_k.empty() || !options.tiles_ahead.empty()) {
+            settings.clear();
+            const std::vector<int> warps_k = options.warps_k.empty() ? std::vector<int>{0} : options.warps_k;
+            const std::vector<int> ahead = options.tiles_ahead.empty() ? std::vector<int>{0} : options.tiles_ahead;
+            for (int w : warps_k)
+              for (int a : ahead) {
+                GemmFpxConfig config;
+                config.warps_k = w;
+                config.tiles_ahead = a;
+                settings.push_back({(w ? " warps_k=" + std::to_string(w) : "") + (a ? " ahead=" + std::to_string(a) : ""),
+                                    config});
+              }
+          }
           if (options.sweep_variants && M <= 8 && act == DType::F16) {
             GemmFpxConfig ahead1;
             ahead1.tiles_ahead = 1;

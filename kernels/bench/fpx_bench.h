@@ -33,10 +33,16 @@ struct FpxBenchOptions {
   // run: M <= 8 with one tile loaded ahead (" ahead=1"), M >= 16 the register kernel with
   // MT = 2 (" mt=2") and the shared-memory kernel (" smem").
   bool sweep_variants = false;
+  // Launch settings to time instead of the automatic choice (GemmFpxConfig's warps_k,
+  // tiles_ahead), every pair of them: empty = automatic.
+  std::vector<int> warps_k, tiles_ahead;
   size_t rotation_bytes = size_t(256) << 20;
   int replays = 20;
 };
 
+// GEMLITE_BENCH_SHAPES, _ACT and _M narrow a run as for the GEMV (gemv_bench.h), and
+// GEMLITE_BENCH_FPX_FORMATS ("fp6,fp5"), GEMLITE_BENCH_FPX_WARPS_K ("2,4,8,16"),
+// GEMLITE_BENCH_FPX_AHEAD ("1,2") set formats and launch settings.
 void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& options = {});
 
 }  // namespace gemlite

@@ -121,49 +121,19 @@ QnDeviceWeight random_qn_weight(const WeightFormat& format, int64_t K, int64_t N
   return w;
 }
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> items;
-  std::stringstream stream(text);
-  for (std::string item; std::getline(stream, item, ',');)
-    if (!item.empty()) items.push_back(item);
-  return items;
-}
-
-int parse_int(const std::string& text, const char* what) {
-  char* end = nullptr;
-  const long v = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0') throw Error(std::string(what) + ": '" + text + "' is not an integer");
-  return int(v);
-}
-
-// GEMLITE_BENCH_{FORMATS,SHAPES,ACT,M,WARPS} narrow a run (gemlite-bench --kernels takes
-// no options of its own): "q4g64,q2g64", "8192x8192,8192x57344", "fp16", "1,2,4,8", "4,8".
+// GEMLITE_BENCH_{FORMATS,SHAPES,ACT,M,WARPS} narrow a run: "q4g64,q2g64",
+// "8192x8192,8192x57344", "fp16", "1,2,4,8", "4,8" (bench_util.h).
 GemvBenchOptions with_environment(GemvBenchOptions options) {
-  if (const char* v = std::getenv("GEMLITE_BENCH_FORMATS")) options.formats = split_list(v);
-  if (const char* v = std::getenv("GEMLITE_BENCH_SHAPES")) {
+  env_strings("GEMLITE_BENCH_FORMATS", &options.formats);
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  env_shapes("GEMLITE_BENCH_SHAPES", &shapes);
+  if (!shapes.empty()) {
     options.shapes.clear();
-    for (const std::string& shape : split_list(v)) {
-      const size_t x = shape.find('x');
-      if (x == std::string::npos) throw Error("GEMLITE_BENCH_SHAPES: '" + shape + "' is not KxN");
-      options.shapes.push_back({parse_int(shape.substr(0, x), "GEMLITE_BENCH_SHAPES"),
-                                parse_int(shape.substr(x + 1), "GEMLITE_BENCH_SHAPES")});
-    }
+    for (const auto& shape : shapes) options.shapes.push_back({shape.first, shape.second});
   }
-  if (const char* v = std::getenv("GEMLITE_BENCH_ACT")) {
-    options.activations.clear();
-    for (const std::string& a : split_list(v)) {
-      if (a != "fp16" && a != "bf16") throw Error("GEMLITE_BENCH_ACT: '" + a + "' (expected fp16 or bf16)");
-      options.activations.push_back(a == "bf16" ? DType::BF16 : DType::F16);
-    }
-  }
-  if (const char* v = std::getenv("GEMLITE_BENCH_M")) {
-    options.Ms.clear();
-    for (const std::string& m : split_list(v)) options.Ms.push_back(parse_int(m, "GEMLITE_BENCH_M"));
-  }
-  if (const char* v = std::getenv("GEMLITE_BENCH_WARPS")) {
-    options.warps_per_block.clear();
-    for (const std::string& w : split_list(v)) options.warps_per_block.push_back(parse_int(w, "GEMLITE_BENCH_WARPS"));
-  }
+  env_activations("GEMLITE_BENCH_ACT", &options.activations);
+  env_ints("GEMLITE_BENCH_M", &options.Ms);
+  env_ints("GEMLITE_BENCH_WARPS", &options.warps_per_block);
   return options;
 }
 
