@@ -1,6 +1,7 @@
 #include "kernels/bench/bench_util.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -106,10 +107,14 @@ void env_ints(const char* name, std::vector<int>* out) {
   const char* v = std::getenv(name);
   if (!v) return;
   out->clear();
-  for (const std::string& item : split_list(v)) out->push_back(int(parse_int(item, name)));
+  for (const std::string& item : split_list(v)) {
+    const int64_t value = parse_int(item, name);
+    if (value < INT32_MIN || value > INT32_MAX) throw Error(std::string(name) + ": '" + item + "' is out of range");
+    out->push_back(int(value));
+  }
 }
 
-void env_shapes(const char* name, std::vector<std::pair<int64_t, int64_t>>* out) {
+void env_shapes(const char* name, std::vector<KernelShape>* out) {
   const char* v = std::getenv(name);
   if (!v) return;
   out->clear();

@@ -124,12 +124,7 @@ namespace {
 
 FpxBenchOptions with_environment(FpxBenchOptions options) {
   env_strings("GEMLITE_BENCH_FPX_FORMATS", &options.formats);
-  std::vector<std::pair<int64_t, int64_t>> shapes;
-  env_shapes("GEMLITE_BENCH_SHAPES", &shapes);
-  if (!shapes.empty()) {
-    options.shapes.clear();
-    for (const auto& shape : shapes) options.shapes.push_back({shape.first, shape.second});
-  }
+  env_shapes("GEMLITE_BENCH_SHAPES", &options.shapes);
   env_activations("GEMLITE_BENCH_ACT", &options.activations);
   env_ints("GEMLITE_BENCH_M", &options.batch_sizes);
   env_ints("GEMLITE_BENCH_FPX_WARPS_K", &options.warps_k);
@@ -159,7 +154,7 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
   const int max_m = *std::max_element(options.batch_sizes.begin(), options.batch_sizes.end());
 
   for (DType act : options.activations) {
-    for (const FpxBenchShape& shape : options.shapes) {
+    for (const KernelShape& shape : options.shapes) {
       const int64_t K = shape.K, N = shape.N;
       void *x = nullptr, *y = nullptr;
       CUDA_CHECK(cudaMalloc(&x, size_t(max_m) * size_t(K) * 2));
@@ -201,7 +196,9 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
           if (!options.warps_k.empty() || !options.tiles_ahead.empty()) {
             settings.clear();
             const std::vector<int> warps_k = options.warps_k.empty() ? std::vector<int>{0} : options.warps_k;
-            const std::vector<int> ahead = options.tiles_ahead.empty() ? std::vector<int>{0} : options.tiles_ahead;
+            // tiles_ahead applies to MT = 1 (M <= 8) only.
+            const std::vector<int> ahead =
+                options.tiles_ahead.empty() || M > 8 ? std::vector<int>{0} : options.tiles_ahead;
             for (int w : warps_k)
               for (int a : ahead) {
                 GemmFpxConfig config;

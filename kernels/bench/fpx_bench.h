@@ -14,17 +14,15 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bench/kernel_shape.h"
 #include "runtime/dtype.h"
 
 namespace gemlite {
 
-struct FpxBenchShape {
-  int64_t K, N;
-};
 
 struct FpxBenchOptions {
   std::vector<std::string> formats = {"fp6"};
-  std::vector<FpxBenchShape> shapes = {{8192, 8192},  {8192, 10240}, {8192, 57344}, {28672, 8192},
+  std::vector<KernelShape> shapes = {{8192, 8192},  {8192, 10240}, {8192, 57344}, {28672, 8192},
                                        {4096, 4096},  {4096, 11008}, {11008, 4096}, {4096, 14336},
                                        {14336, 4096}, {4096, 1024}};
   std::vector<int> batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};

@@ -125,12 +125,7 @@ QnDeviceWeight random_qn_weight(const WeightFormat& format, int64_t K, int64_t N
 // "8192x8192,8192x57344", "fp16", "1,2,4,8", "4,8" (bench_util.h).
 GemvBenchOptions with_environment(GemvBenchOptions options) {
   env_strings("GEMLITE_BENCH_FORMATS", &options.formats);
-  std::vector<std::pair<int64_t, int64_t>> shapes;
-  env_shapes("GEMLITE_BENCH_SHAPES", &shapes);
-  if (!shapes.empty()) {
-    options.shapes.clear();
-    for (const auto& shape : shapes) options.shapes.push_back({shape.first, shape.second});
-  }
+  env_shapes("GEMLITE_BENCH_SHAPES", &options.shapes);
   env_activations("GEMLITE_BENCH_ACT", &options.activations);
   env_ints("GEMLITE_BENCH_M", &options.Ms);
   env_ints("GEMLITE_BENCH_WARPS", &options.warps_per_block);
@@ -167,7 +162,7 @@ void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& given) {
   const double copy_gbs = copy_bandwidth_gbs(stream, out);
   for (const int M : options.Ms)
   for (DType act : options.activations) {
-    for (const GemvBenchShape& shape : options.shapes) {
+    for (const KernelShape& shape : options.shapes) {
       const int64_t K = shape.K, N = shape.N;
       void *x = nullptr, *y = nullptr;
       CUDA_CHECK(cudaMalloc(&x, size_t(M * K) * 2));

@@ -12,17 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bench/kernel_shape.h"
 #include "runtime/dtype.h"
 
 namespace gemlite {
 
-struct GemvBenchShape {
-  int64_t K, N;
-};
 
 struct GemvBenchOptions {
   std::vector<std::string> formats = {"q8", "q6g64", "q5g64", "q4g64", "q4g128", "q3g64", "q2g64", "s7"};
-  std::vector<GemvBenchShape> shapes = {{4096, 4096},  {4096, 11008},  {11008, 4096},
+  std::vector<KernelShape> shapes = {{4096, 4096},  {4096, 11008},  {11008, 4096},
                                         {4096, 14336}, {14336, 4096},  {8192, 8192},
                                         {8192, 10240}, {8192, 57344},  {28672, 8192}};
   std::vector<DType> activations = {DType::F16, DType::BF16};

@@ -3,6 +3,7 @@
 // value scaled by its row's factor in fp32 and stored as four consecutive k per row.
 #include "kernels/fpx/dequant_fpx.h"
 
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -22,20 +23,14 @@ __device__ __forceinline__ float2 to_float2_bits(uint32_t pair) {
   return __half22float2(*reinterpret_cast<const __half2*>(&pair));
 }
 
-template <bool BF16>
-__device__ __forceinline__ uint16_t to_bits(float v) {
-  if constexpr (BF16) return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  return __half_as_ushort(__float2half_rn(v));
-}
-
 // out[row, k .. k + 3] = the four decoded values {lo: k, k + 1; hi: k + 2, k + 3} times
 // factor, those inside K; one 8-byte store where all four are and the row is 8-byte aligned.
 template <bool BF16>
 __device__ __forceinline__ void store4(uint16_t* out_row, int k, int K, uint32_t lo, uint32_t hi, float factor,
                                        bool vector_ok) {
   const float2 a = to_float2_bits<BF16>(lo), b = to_float2_bits<BF16>(hi);
-  const uint16_t v[4] = {to_bits<BF16>(a.x * factor), to_bits<BF16>(a.y * factor), to_bits<BF16>(b.x * factor),
-                         to_bits<BF16>(b.y * factor)};
+  const uint16_t v[4] = {to_activation<BF16>(a.x * factor), to_activation<BF16>(a.y * factor),
+                         to_activation<BF16>(b.x * factor), to_activation<BF16>(b.y * factor)};
   if (vector_ok && k + 4 <= K) {
     *reinterpret_cast<uint2*>(out_row + k) = make_uint2(v[0] | uint32_t(v[1]) << 16, v[2] | uint32_t(v[3]) << 16);
     return;
@@ -45,11 +40,12 @@ __device__ __forceinline__ void store4(uint16_t* out_row, int k, int K, uint32_t
     if (k + i < K) out_row[k + i] = v[i];
 }
 
-// PRECOND: blockDim.x = 32 kDequantWarps, grid.x = ceil(RB KT / kDequantWarps).
+// PRECOND: blockDim.x = 32 kDequantWarps, grid.x = ceil(RB KT / kDequantWarps); vector_ok:
+// K % 4 == 0 and out 8-byte aligned.
 template <int EBITS, int MBITS, bool BF16>
 __global__ void __launch_bounds__(32 * kDequantWarps)
     dequant_fpx_kernel(const uint8_t* packed, const float* row_factor, int64_t N, int K, int KT, int64_t tiles,
-                       uint16_t* out) {
+                       bool vector_ok, uint16_t* out) {
   using P = Planes<EBITS, MBITS>;
   constexpr int kTileBytes = 256 * P::kBits;
   const int lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
@@ -61,7 +57,6 @@ __global__ void __launch_bounds__(32 * kDequantWarps)
   load_tile<EBITS, MBITS>(packed + tile * kTileBytes, lane, words);
   const int64_t row_lo = rb * kFpxTileRows + gid, row_hi = row_lo + 8;  // row_factor is padded to 16 RB
   const float factor_lo = row_factor[row_lo], factor_hi = row_factor[row_hi];
-  const bool vector_ok = K % 4 == 0;
   static_for<0, 8>([&](auto step) {
     constexpr int S = decltype(step)::value;
     const int k = t * kFpxTileK + 16 * S + 4 * tig;
@@ -73,7 +68,7 @@ __global__ void __launch_bounds__(32 * kDequantWarps)
   });
 }
 
-using DequantFn = void (*)(const uint8_t*, const float*, int64_t, int, int, int64_t, uint16_t*);
+using DequantFn = void (*)(const uint8_t*, const float*, int64_t, int, int, int64_t, bool, uint16_t*);
 
 template <bool BF16>
 DequantFn pick_kernel(int ebits, int mbits) {
@@ -91,7 +86,9 @@ void dequant_fpx(const FpxDeviceWeight& w, void* out, cudaStream_t stream) {
   const int64_t tiles = w.row_blocks * w.k_tiles;
   const int64_t blocks = (tiles + kDequantWarps - 1) / kDequantWarps;
   kernel<<<dim3(unsigned(blocks)), dim3(32 * kDequantWarps), 0, stream>>>(
-      w.packed, w.row_factor, w.N, int(w.K), int(w.k_tiles), tiles, static_cast<uint16_t*>(out));
+      w.packed, w.row_factor, w.N, int(w.K), int(w.k_tiles), tiles,
+      w.K % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0,  // every row 8-byte aligned
+      static_cast<uint16_t*>(out));
   check_last_launch("dequant_fpx_kernel", __FILE__, __LINE__);
 }
 

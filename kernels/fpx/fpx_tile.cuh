@@ -15,6 +15,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/device_util.cuh"  // static_for
+
 namespace gemlite {
 namespace {
 
@@ -139,16 +141,6 @@ __device__ __forceinline__ void dequantize_pairs(uint32_t x, uint32_t& row_lo, u
     hi = __hmul2(hi, f);
     memcpy(&row_lo, &lo, 4);
     memcpy(&row_hi, &hi, 4);
-  }
-}
-
-// f(integral_constant<int, i>) for i = BEGIN .. END - 1: the k-steps of a tile, unrolled
-// with S a compile-time constant (code_bytes takes it as a template argument).
-template <int BEGIN, int END, class F>
-__device__ __forceinline__ void static_for(F&& f) {
-  if constexpr (BEGIN < END) {
-    f(std::integral_constant<int, BEGIN>{});
-    static_for<BEGIN + 1, END>(f);
   }
 }
 

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "kernels/device_util.cuh"
 #include "kernels/fpx/fpx_format.h"
 #include "kernels/fpx/fpx_tile.cuh"
 #include "kernels/pdl.cuh"
@@ -148,21 +149,6 @@ __device__ __forceinline__ void tile_mma_loading_x(const uint32_t (&words)[Plane
   });
 }
 
-template <bool BF16>
-__device__ __forceinline__ float from_activation(uint16_t bits) {
-  return BF16 ? __uint_as_float(uint32_t(bits) << 16) : __half2float(__ushort_as_half(bits));
-}
-
-template <bool BF16>
-__device__ __forceinline__ uint16_t to_activation(float v) {
-  if constexpr (BF16) {
-    const __nv_bfloat16 h = __float2bfloat16_rn(v);
-    return *reinterpret_cast<const uint16_t*>(&h);
-  } else {
-    const __half h = __float2half_rn(v);
-    return *reinterpret_cast<const uint16_t*>(&h);
-  }
-}
 
 // PRECOND: blockDim.x = 32 warps_n warps_k; dynamic shared memory 512 MT bytes per warp;
 // grid = (ceil(M / 8 MT), ceil(RB / warps_n), splits); splits > 1 only with gridDim.x == 1
@@ -251,11 +237,9 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
   __shared__ float inv_rms[8 * MT];
   if (p.norm.sum_squares) {
     for (int mc = warp; mc < 8 * MT && m0 + mc < p.M; mc += blockDim.x / 32) {
-      const float* parts = p.norm.sum_squares + int64_t(m0 + mc) * p.norm.parts;
-      float sum = 0;
-      for (int i = lane; i < p.norm.parts; i += 32) sum += parts[i];
-      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      if (lane == 0) inv_rms[mc] = rsqrtf(sum / float(p.K) + p.norm.eps);
+      const float r =
+          pending_inv_rms(p.norm.sum_squares + int64_t(m0 + mc) * p.norm.parts, p.norm.parts, p.K, p.norm.eps);
+      if (lane == 0) inv_rms[mc] = r;
     }
   }
   __syncthreads();

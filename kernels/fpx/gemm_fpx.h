@@ -66,12 +66,13 @@ struct GemmFpxConfig {
 // contiguous. Preconditions (checked, Error): M >= 1, act == w.act.
 // With `norm`, x is the `scaled` of a producer of the fused RMSNorm and y is scaled by
 // r_m = rsqrt(Σ_p sum_squares[m, p] / K + eps) before the bias (gemv_qn's QnPendingNorm;
-// M <= kFpxMaxM, Error otherwise).
+// M <= kFpxMaxM and a config that keeps the register kernel with one chunk of x rows --
+// the default does -- Error otherwise).
 void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
               const GemmFpxConfig& config = {}, const QnPendingNorm* norm = nullptr);
 
 // The RMSNorm between blocks, fused as in gemv_qn_residual (kernels/qn/gemv_qn.h has the
-// contract), for M <= kFpxMaxM:
+// contract), for M <= kFpxMaxM (Error otherwise):
 //   residual [M, N] += x · Wᵀ (+ bias)   (fp32 sum, rounded once to act)
 //   scaled [M, N] = residual ∘ norm_weight   (act)
 //   sum_squares [M, gemm_fpx_norm_parts(w)] = per row block of 16, Σ residual² (fp32)

@@ -106,6 +106,7 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "kernels/device_util.cuh"
 #include "kernels/group_quant.h"
 #include "kernels/pdl.cuh"
 #include "kernels/qn/qn_format.h"
@@ -326,16 +327,6 @@ __device__ __forceinline__ uint32_t weight_pair(const WordPair& w, uint32_t scal
   }
 }
 
-// Calls f(std::integral_constant<int, J>) for J = BEGIN..END-1: an unrolled loop whose
-// index is a compile-time constant (code_pair needs one).
-template <int BEGIN, int END, class F>
-__device__ __forceinline__ void static_for(F&& f) {
-  if constexpr (BEGIN < END) {
-    f(std::integral_constant<int, BEGIN>{});
-    static_for<BEGIN + 1, END>(f);
-  }
-}
-
 // What a lane needs besides its words: its activation row and its two rows' scale/bias
 // pairs. Lanes whose m >= M read row 0 and rows past N read row N - 1: an mma output
 // element depends only on its own row of A and column of B, so those lanes produce
@@ -527,26 +518,6 @@ __device__ __forceinline__ void load_tile(const uint32_t* block_words, int t, ui
     for (int h = 0; h < 2; ++h) words[h][c] = load_streaming(w + (2 * c + h) * 128);
 }
 
-template <bool BF16>
-__device__ __forceinline__ float from_activation(uint16_t bits) {
-  if constexpr (BF16) {
-    return __bfloat162float(__ushort_as_bfloat16(bits));
-  } else {
-    return __half2float(__ushort_as_half(bits));
-  }
-}
-
-template <bool BF16>
-__device__ __forceinline__ uint16_t to_activation(float v) {
-  if constexpr (BF16) {
-    const __nv_bfloat16 h = __float2bfloat16_rn(v);
-    return *reinterpret_cast<const uint16_t*>(&h);
-  } else {
-    const __half h = __float2half_rn(v);
-    return *reinterpret_cast<const uint16_t*>(&h);
-  }
-}
-
 // The accumulators and a tile's words by value: arrays passed by reference to an out-of-line
 // function would live in local memory.
 struct Accumulators {
@@ -669,10 +640,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   __shared__ float inv_rms[kGemvMaxM];
   if (p.norm.sum_squares) {
     for (int m = warp; m < p.M; m += warps) {
-      float sum = 0;
-      for (int i = lane; i < p.norm.parts; i += 32) sum += p.norm.sum_squares[int64_t(m) * p.norm.parts + i];
-      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      if (lane == 0) inv_rms[m] = rsqrtf(sum / float(p.K) + p.norm.eps);
+      const float r = pending_inv_rms(p.norm.sum_squares + int64_t(m) * p.norm.parts, p.norm.parts, p.K, p.norm.eps);
+      if (lane == 0) inv_rms[m] = r;
     }
   }
   __syncthreads();

@@ -9,6 +9,7 @@
 // in fp32 and the warp reduces with shuffles. Rows whose K is not a multiple of 8, or
 // pointers not 16-byte aligned, take a scalar loop instead.
 #include "kernels/cuda_check.h"
+#include "kernels/device_util.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/qn/gemv_qn.h"
 #include "runtime/cuda/act_type.cuh"
@@ -81,10 +82,9 @@ __global__ void gemv_dense_kernel(const Act* W, const Act* x, const float* bias,
   if (norm.pending_sum_squares) {  // one warp sums the parts in a fixed order
     if (warp == 0) {
       for (int m = 0; m < M; ++m) {
-        float sum = 0;
-        for (int i = lane; i < norm.pending_parts; i += 32) sum += norm.pending_sum_squares[int64_t(m) * norm.pending_parts + i];
-        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-        if (lane == 0) inv_rms[m] = rsqrtf(sum / float(K) + norm.eps);
+        const float r = pending_inv_rms(norm.pending_sum_squares + int64_t(m) * norm.pending_parts, norm.pending_parts,
+                                        int(K), norm.eps);
+        if (lane == 0) inv_rms[m] = r;
       }
     }
     __syncthreads();

@@ -68,7 +68,7 @@ __device__ void find_bin(const unsigned* hist, int remaining, int* bin, int* abo
   }
 }
 
-// PRECOND: one block of kTopKThreads threads, 1 <= k <= min(n, kMaxTopK), n < 2^31.
+// PRECOND: one block of kTopKThreads threads, 1 <= k <= min(n, kMaxTopK), n <= INT32_MAX - kTopKThreads.
 template <typename Act>
 __global__ void __launch_bounds__(kTopKThreads) top_k_kernel(const Act* x, int n, int k, int* ids, float* values) {
   pdl_launch_dependents();
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kTopKThreads) top_k_kernel(const Act* x, int n
 }  // namespace
 
 void launch_top_k(const void* x, int64_t n, int k, int* ids, float* values, DType act, cudaStream_t stream) {
-  if (k < 1 || k > kMaxTopK || k > n || n > INT32_MAX)
+  if (k < 1 || k > kMaxTopK || k > n || n > INT32_MAX - kTopKThreads)  // i + kTopKThreads stays an int
     throw Error("top_k: " + std::to_string(k) + " of " + std::to_string(n) + " (k is 1.." +
                 std::to_string(kMaxTopK) + " and at most n)");
   dispatch_act(act, "top_k", [&](auto tag) {

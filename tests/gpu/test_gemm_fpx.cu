@@ -312,6 +312,9 @@ TEST(GemmFpxFusedNorm, ResidualThenPendingNormMatchFloat64) {
     EXPECT_EQ(parts, (D + 15) / 16);
     std::cout << "[gemm_fpx fused norm] K=" << K << " D=" << D << " N2=" << N2 << ": max_splits " << d1.max_splits
               << " / " << d2.max_splits << "\n";
+    // The split-K epilogues are covered: the producer splits at D = 256, the consumer at N2 = 1000.
+    if (D == 256) EXPECT_GT(d1.max_splits, 1);
+    if (N2 == 1000) EXPECT_GT(d2.max_splits, 1);
     for (int M : {1, 3, 8, 16}) {
       SCOPED_TRACE(std::string(dtype_name(c.act)) + " K=" + std::to_string(K) + " D=" + std::to_string(D) +
                    " M=" + std::to_string(M) + " seed=" + std::to_string(test_seed()));
@@ -384,6 +387,9 @@ TEST(GemmFpxFusedNorm, ResidualThenPendingNormMatchFloat64) {
   FpxDeviceWeight dw = upload_fpx_weight(quantize_weight(w.data(), 32, 64, WeightFormat::parse("fp6")), DType::F16);
   const QnPendingNorm norm{reinterpret_cast<const float*>(16), 2, 1e-5f};
   EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, kFpxMaxM + 1, DType::F16, nullptr, {}, &norm), Error);
+  EXPECT_THROW(gemm_fpx_residual(dw, nullptr, reinterpret_cast<void*>(16), reinterpret_cast<const float*>(16), nullptr,
+                                 reinterpret_cast<float*>(16), kFpxMaxM + 1, DType::F16, nullptr),
+               Error);
   free_fpx_weight(&dw);
 }
 

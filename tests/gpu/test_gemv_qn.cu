@@ -288,7 +288,6 @@ TEST(DequantQn, MatchesTheCpuDecoder) {
   }
 }
 
-// The launch must be capturable: no default-stream work, no synchronization inside.
 // dequant_qn on s7 weights (prefill's transient dense copy): within the tolerance of the
 // qN case above against the CPU decoder, and every pair's other element exactly 0 (at least
 // half of all weights: the kept one may be 0 too). K = 4100: a partial last tile, pairs
@@ -335,6 +334,7 @@ TEST(DequantQn, S7MatchesTheCpuDecoder) {
     }
 }
 
+// The launch must be capturable: no default-stream work, no synchronization inside.
 TEST(GemvQnEdges, CapturesIntoCudaGraph) {
   std::mt19937_64 rng(test_seed() + 29);
   const int64_t K = 2048, N = 333, M = 2;

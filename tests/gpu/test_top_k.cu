@@ -3,7 +3,8 @@
 // selection does no arithmetic, so there is no tolerance. Inputs: fp16 and bf16 vectors of
 // vocabulary sizes and awkward ones, with normal logits, heavy ties (five distinct values:
 // the k-th falls inside a run of equal ones, which must be cut by lower id), and NaN,
-// infinities, -0 and +0 mixed in; k from 1 to the device limit, and k = n.
+// infinities, -0 and +0 mixed in; k from 1 to the device limit, and k = n (n = 256: several
+// warps' keys, all taken).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -63,7 +64,8 @@ TEST(CudaTopK, EqualsAHostSortInTheSamplersOrder) {
   ASSERT_EQ(backend->max_top_k(), kMaxTopK);
   int cases = 0;
   for (DType dtype : {DType::F16, DType::BF16})
-    for (int64_t n : {int64_t(1), int64_t(5), int64_t(1000), int64_t(32000), int64_t(32003), int64_t(128256)})
+    for (int64_t n : {int64_t(1), int64_t(5), int64_t(256), int64_t(1000), int64_t(32000), int64_t(32003),
+                      int64_t(128256)})
       for (Values kind : {Values::Normal, Values::FiveValues, Values::Specials})
         for (int k : {1, 2, 40, 104, kMaxTopK, int(n)}) {
           if (k > n || k > kMaxTopK) continue;
@@ -82,7 +84,7 @@ TEST(CudaTopK, EqualsAHostSortInTheSamplersOrder) {
           }
           ++cases;
         }
-  EXPECT_EQ(cases, 150);  // every (dtype, kind): 2 + 3 + 5 + 3 x 5 (n, k) pairs
+  EXPECT_EQ(cases, 186);  // every (dtype, kind): 2 + 3 + 6 + 5 + 3 x 5 (n, k) pairs
 }
 
 TEST(CudaTopK, AllNaNGivesTheLowestIds) {
