@@ -18,8 +18,9 @@
 // Decode epilogues: the fused RMSNorm (gemm_fpx_residual, a pending norm; llama2-7b fp6
 // tg128 363.2 -> 371.4 tok/s, same-machine A/B). Tried and dropped: SwiGLU in the epilogue
 // (each block the same row block of gate and of up, no repacking; bitwise equal to
-// gemm_fpx + silu_mul): 371.8 -> 370.9, neutral, silu_mul's launch being hidden by PDL
-// (commit 32055e5 has it).
+// gemm_fpx + silu_mul): 371.8 -> 370.9, and again with the A/B's order alternating
+// 371.6 -> 371.6 / 371.2: neutral, silu_mul's launch being hidden by PDL (commit 32055e5
+// has it).
 //
 // Per k-step a lane's 4-bit plane word holds the top nibbles of its 8 codes (rows gid and
 // gid + 8, k = 16 s + 4 tig + 0..3; the mma's k order is permuted so that a lane's four
