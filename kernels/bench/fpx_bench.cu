@@ -118,10 +118,6 @@ FpxDeviceWeight random_fpx_weight(const WeightFormat& format, int64_t K, int64_t
   return w;
 }
 
-}  // namespace
-
-namespace {
-
 FpxBenchOptions with_environment(FpxBenchOptions options) {
   env_strings("GEMLITE_BENCH_FPX_FORMATS", &options.formats);
   env_shapes("GEMLITE_BENCH_SHAPES", &options.shapes);
