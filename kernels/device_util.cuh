@@ -1,6 +1,7 @@
 #pragma once
-// Device helpers the kernels share: a compile-time loop, the 16-bit activation bits, and
-// the last step of a pending RMSNorm (QnPendingNorm in kernels/qn/gemv_qn.h).
+// Device helpers the kernels share: a compile-time loop, the 16-bit activation bits, the
+// last step of a pending RMSNorm (QnPendingNorm in kernels/qn/gemv_qn.h) and the cluster
+// barrier and distributed shared memory reads.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -47,6 +48,31 @@ __device__ __forceinline__ float pending_inv_rms(const float* parts, int n_parts
   for (int i = lane; i < n_parts; i += 32) sum += parts[i];
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   return rsqrtf(sum / float(K) + eps);
+}
+
+// Thread-block clusters (sm_90): a barrier over every thread of the cluster, whose
+// release/acquire makes each block's shared-memory writes before it visible to the others'
+// reads after it, and a read of another block's shared memory (distributed shared memory)
+// at the address `local` has in this block. Before sm_90 a cluster is one block: the
+// barrier is __syncthreads and `rank` must be 0.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __syncthreads();
+#endif
+}
+__device__ __forceinline__ float load_cluster_shared(const float* local, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t address = uint32_t(__cvta_generic_to_shared(local));
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+#else
+  return *local;
+#endif
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "kernels/bench/bench_util.h"
 #include "kernels/bench/gemv_bench.h"
 #include "kernels/cuda_check.h"
+#include "kernels/fpx/dequant_fpx.h"
 #include "kernels/fpx/fpx_format.h"
 #include "kernels/fpx/gemm_fpx.h"
 #include "kernels/weight_format.h"
@@ -125,6 +126,9 @@ FpxBenchOptions with_environment(FpxBenchOptions options) {
   env_ints("GEMLITE_BENCH_M", &options.batch_sizes);
   env_ints("GEMLITE_BENCH_FPX_WARPS_K", &options.warps_k);
   env_ints("GEMLITE_BENCH_FPX_AHEAD", &options.tiles_ahead);
+  env_ints("GEMLITE_BENCH_FPX_SPLITS", &options.splits);
+  const char* sweep = std::getenv("GEMLITE_BENCH_FPX_SWEEP");
+  if (sweep && std::string(sweep) == "1") options.sweep_variants = true;
   return options;
 }
 
@@ -189,20 +193,24 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
           const std::vector<FpxDeviceWeight>& weights = fpx[f];
           const int copies = int(weights.size());
           std::vector<std::pair<std::string, GemmFpxConfig>> settings = {{"", GemmFpxConfig{}}};
-          if (!options.warps_k.empty() || !options.tiles_ahead.empty()) {
+          if (!options.warps_k.empty() || !options.tiles_ahead.empty() || !options.splits.empty()) {
             settings.clear();
             const std::vector<int> warps_k = options.warps_k.empty() ? std::vector<int>{0} : options.warps_k;
             // tiles_ahead applies to MT = 1 (M <= 8) only.
             const std::vector<int> ahead =
                 options.tiles_ahead.empty() || M > 8 ? std::vector<int>{0} : options.tiles_ahead;
+            const std::vector<int> splits = options.splits.empty() ? std::vector<int>{0} : options.splits;
             for (int w : warps_k)
-              for (int a : ahead) {
-                GemmFpxConfig config;
-                config.warps_k = w;
-                config.tiles_ahead = a;
-                settings.push_back({(w ? " warps_k=" + std::to_string(w) : "") + (a ? " ahead=" + std::to_string(a) : ""),
-                                    config});
-              }
+              for (int a : ahead)
+                for (int z : splits) {
+                  GemmFpxConfig config;
+                  config.warps_k = w;
+                  config.tiles_ahead = a;
+                  config.splits = z;
+                  settings.push_back({(w ? " warps_k=" + std::to_string(w) : "") + (a ? " ahead=" + std::to_string(a) : "") +
+                                          (z ? " splits=" + std::to_string(z) : ""),
+                                      config});
+                }
           }
           if (options.sweep_variants && M <= 8 && act == DType::F16) {
             GemmFpxConfig ahead1;
@@ -210,12 +218,16 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
             settings.push_back({" ahead=1", ahead1});
           }
           if (options.sweep_variants && M >= 16 && act == DType::F16) {
-            GemmFpxConfig mt2, smem;
+            GemmFpxConfig mt2;
             mt2.m_tile = 2;
-            mt2.smem_x = 0;
-            smem.smem_x = 1;
+            mt2.tiled = 0;
             settings.push_back({" mt=2", mt2});
-            settings.push_back({" smem", smem});
+            for (int splits : {1, 2, 4, 8}) {  // the tiled kernel at each cluster size
+              GemmFpxConfig tiled;
+              tiled.tiled = 1;
+              tiled.splits = splits;
+              settings.push_back({" tiled splits=" + std::to_string(splits), tiled});
+            }
           }
           for (const auto& variant : settings) {
             const std::string& setting = variant.first;
@@ -233,6 +245,21 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
                          options.formats[f].c_str(), act_name(act), (long long)K, (long long)N, M, setting.c_str(), us,
                          total / (us * 1e3), 100.0 * total / (us * 1e3) / copy_gbs, dense_us / us,
                          ratio <= 1.0 ? "ok" : "FAILED", ratio);
+            std::fflush(out);
+          }
+          if (M > kFpxMaxM) {
+            // What QuantLinear ran above kFpxMaxM before the tiled kernel (and still runs
+            // above kFpxMatmulMaxM): the transient dense copy, then cuBLAS.
+            const double us = time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
+              dequant_fpx(weights[size_t(i % copies)], dense[0], stream);
+              CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(N), M, int(K), &alpha, dense[0], type,
+                                        int(K), x, type, int(K), &beta, y, type, int(N), CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
+            });
+            const double total = double(weights[0].weight_bytes()) + io_bytes;
+            std::fprintf(out, "fpx %s %s K=%lld N=%lld M=%d via dequant+cublas: %.1f us, %.0f GB/s, %.1f %% of copy, %.2fx cuBLAS\n",
+                         options.formats[f].c_str(), act_name(act), (long long)K, (long long)N, M, us,
+                         total / (us * 1e3), 100.0 * total / (us * 1e3) / copy_gbs, dense_us / us);
             std::fflush(out);
           }
         }

@@ -29,18 +29,19 @@ struct FpxBenchOptions {
   std::vector<DType> activations = {DType::F16, DType::BF16};
   // With fp16, also time the variants the automatic choice decides between, in the same
   // run: M <= 8 with one tile loaded ahead (" ahead=1"), M >= 16 the register kernel with
-  // MT = 2 (" mt=2") and the shared-memory kernel (" smem").
+  // MT = 2 (" mt=2") and the tiled kernel at each cluster size (" tiled splits=S").
   bool sweep_variants = false;
   // Launch settings to time instead of the automatic choice (GemmFpxConfig's warps_k,
-  // tiles_ahead), every pair of them: empty = automatic.
-  std::vector<int> warps_k, tiles_ahead;
+  // tiles_ahead, splits), every combination of them: empty = automatic.
+  std::vector<int> warps_k, tiles_ahead, splits;
   size_t rotation_bytes = size_t(256) << 20;
   int replays = 20;
 };
 
 // GEMLITE_BENCH_SHAPES, _ACT and _M narrow a run as for the GEMV (gemv_bench.h), and
 // GEMLITE_BENCH_FPX_FORMATS ("fp6,fp5"), GEMLITE_BENCH_FPX_WARPS_K ("2,4,8,16"),
-// GEMLITE_BENCH_FPX_AHEAD ("1,2") set formats and launch settings.
+// GEMLITE_BENCH_FPX_AHEAD ("1,2"), GEMLITE_BENCH_FPX_SPLITS ("1,8") set formats and launch settings; GEMLITE_BENCH_FPX_SWEEP=1
+// sets sweep_variants.
 void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& options = {});
 
 }  // namespace gemlite

@@ -73,8 +73,10 @@ __device__ __forceinline__ uint2 load_streaming8(const void* p) {
   return v;
 }
 
-// A lane's words of tile `tile` (all planes), in plane order.
-template <int EBITS, int MBITS>
+// A lane's words of tile `tile` (all planes), in plane order; from global memory (read
+// once: past L1) or, SHARED, from a copy of the tile in shared memory (16-byte loads of
+// consecutive lanes: no bank conflicts).
+template <int EBITS, int MBITS, bool SHARED = false>
 __device__ __forceinline__ void load_tile(const uint8_t* tile, int lane, uint32_t (&words)[Planes<EBITS, MBITS>::kWords]) {
   using P = Planes<EBITS, MBITS>;
 #pragma unroll
@@ -84,12 +86,14 @@ __device__ __forceinline__ void load_tile(const uint8_t* tile, int lane, uint32_
     if (w >= 2) {
 #pragma unroll
       for (int c = 0; c < w / 2; ++c) {
-        const uint4 v = load_streaming16(plane + c * 512 + lane * 16);
+        const uint8_t* at = plane + c * 512 + lane * 16;
+        const uint4 v = SHARED ? *reinterpret_cast<const uint4*>(at) : load_streaming16(at);
         uint32_t* dst = words + 2 * P::offset(j) + 4 * c;
         dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
       }
     } else {
-      const uint2 v = load_streaming8(plane + lane * 8);
+      const uint8_t* at = plane + lane * 8;
+      const uint2 v = SHARED ? *reinterpret_cast<const uint2*>(at) : load_streaming8(at);
       words[2 * P::offset(j)] = v.x;
       words[2 * P::offset(j) + 1] = v.y;
     }

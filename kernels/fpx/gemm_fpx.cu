@@ -9,9 +9,9 @@
 // so they read the weights from DRAM about once and share them through L2. For small N,
 // `splits` blocks split K further and the last one to arrive sums their fp32 partials
 // (workspace + counter, one kernel, no second pass). Which variant runs (measured on the
-// H100, kernels/fpx/BENCH.md): M <= 8 MT = 1 with two tiles of W and x in flight; M 9..63
-// MT = 2 (one M chunk per 16 x rows); M >= 64 the shared-memory kernel further down when
-// it has enough (row block, 64-row chunk) pairs to fill the GPU, else MT = 2. The exact
+// H100, kernels/fpx/BENCH.md): M <= 8 MT = 1 with two tiles of W and x in flight; M 9..16
+// MT = 2 (one M chunk per 16 x rows); M > 16 the tiled kernel further down (wgmma, sm_90;
+// elsewhere MT = 2). The exact
 // decoding of every code, subnormals included, through all of them is a GPU test
 // (tests/gpu/test_gemm_fpx.cu).
 //
@@ -51,6 +51,7 @@
 #include "kernels/fpx/fpx_format.h"
 #include "kernels/fpx/fpx_tile.cuh"
 #include "kernels/pdl.cuh"
+#include "kernels/wgmma.cuh"
 #include "runtime/error.h"
 
 namespace gemlite {
@@ -59,7 +60,6 @@ namespace {
 
 constexpr int kMaxSplits = 8;
 constexpr int kSplitMaxM = 16;  // split-K only for M <= 16 (two n-tiles)
-constexpr int kSmemMinM = 64;   // from this M on, x goes through shared memory (gemm_fpx_smem_kernel)
 
 struct GemmFpxParams {
   const uint8_t* packed;     // [RB, KT * tile bytes]
@@ -331,104 +331,263 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
   if (p.residual) sum_squares();
 }
 
-// ---- larger M: x tiles shared through shared memory ----------------------------------
+// ---- M > 16: W and x staged in shared memory, wgmma, K split across a cluster --------
 //
-// Each warp owns one row block as above and 64 x rows (8 n-tiles, MT = 8); the block's
-// warps_n warps (4 or 8: 64 or 128 rows of W) share each 64 x 128 tile of x, copied into
-// shared memory with cp.async one tile ahead (two stages), so a B fragment is one
-// conflict-free 8-byte shared load instead of an L2 round trip: the register-only kernel
-// above spent 0.1-0.25x cuBLAS at M >= 64 waiting on those. Needs K % 8 == 0 and x 16-byte
-// aligned (16-byte copies); rows past M copy row M - 1, columns past K are zero-filled.
-constexpr int kSmemRows = 64;                   // x rows per block
-constexpr int kSmemStride = kFpxTileK + 16;     // halves per row: 288 bytes, 8 banks apart
-constexpr size_t kSmemStageBytes = size_t(kSmemRows) * kSmemStride * 2;
+// A block owns 256 rows of W (16 row blocks) and N = 8 MT x rows (32 or 64), and walks its
+// share of K by tiles of 128. Its two warpgroups each own two 64-row m-tiles: warp w holds
+// row blocks 8 (w / 4) + w % 4 and 8 (w / 4) + 4 + w % 4, whose FPx tiles it decodes into
+// A fragments exactly as the register kernel does, and per k-step its warpgroup issues
+// one wgmma m64 N k16 per m-tile with x as B from shared memory (kernels/wgmma.cuh): the
+// tensor cores run asynchronously while the warps decode the next k-steps. The tiles of
+// W are copied into shared memory with cp.async two tiles ahead (4 stages: the stage a
+// copy refills was last read by the wgmmas of two tiles back, which every warp has waited
+// for by then); x goes through registers, loaded two tiles ahead and stored in wgmma's
+// K-major core-matrix layout with the decoder's k order (a lane's A registers hold the
+// real k 4 tig + 0, 1 and 4 tig + 2, 3 of a step where the mma expects k 2 tig + 0, 1 and
+// 2 tig + 8, 9, so B's k-groups of 8 are the even and the odd pairs of 16 real k).
+//
+// Shapes with few row-block groups (N = 4096: 16) split K over a cluster of `splits`
+// blocks (gridDim.z, at most 8): each block leaves its fp32 partial sums in its own
+// shared memory and, after a cluster barrier, block z sums the slice z of the outputs
+// over the cluster's blocks in rank order (distributed shared memory): deterministic, no
+// global workspace, no second kernel.
+//
+// Measured on the way (H100, fp6 fp16, cold L2): the previous shared-memory kernel (x
+// staged two tiles deep, W loaded to registers one tile ahead, one row block a warp, no
+// split) waited on the W loads of each tile: 8192 x 8192 at M = 64 in 111.9 us (0.44x
+// cuBLAS), 4096 x 4096 in 31.6 (0.47x). The same block shape as here with mma.sync
+// instead of wgmma ran at ~200 TFLOP/s (4096 x 22016: M = 64 75 us, M = 512 465 us; 2.5 us
+// a tile a block whatever the grid): bound by the mma.sync issue of 8 warps a SM.
+constexpr int kTiledWarps = 8;
+constexpr int kTiledRowBlocks = 2 * kTiledWarps;  // 256 rows of W a block
+constexpr int kTiledStages = 4;
+constexpr int kTiledAhead = 2;                                         // tiles copied ahead of the one computed
+constexpr int kTiledMaxSplits = 8;                                     // the portable cluster size
+constexpr int kPartStride = kTiledRowBlocks * kFpxTileRows + 4;        // floats a partial-sum row: conflict-free stores
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* global, int src_bytes) {
+template <int EBITS, int MBITS, int MT>
+struct TiledLayout {
+  static constexpr int kTileBytes = 256 * Planes<EBITS, MBITS>::kBits;
+  static constexpr int kWBytes = kTiledRowBlocks * kTileBytes;  // [16 row blocks][tile]
+  static constexpr int kXBytes = 8 * MT * kFpxTileK * 2;        // [8 steps][2 k-groups][MT n-groups][8 n][8 k]
+  static constexpr int kStageBytes = kWBytes + kXBytes;
+  static constexpr int kPartBytes = 8 * MT * kPartStride * 4;   // [8 MT x rows][kPartStride] after the loop
+  static constexpr int kSmemBytes = kTiledStages * kStageBytes > kPartBytes ? kTiledStages * kStageBytes : kPartBytes;
+};
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* global) {
   const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-// PRECOND: blockDim.x = 32 warps_n, dynamic shared memory 2 kSmemStageBytes, grid =
-// (ceil(M / 64), ceil(RB / warps_n)), K % 8 == 0, x 16-byte aligned.
-template <int EBITS, int MBITS, bool BF16>
-__global__ void __launch_bounds__(256) gemm_fpx_smem_kernel(const GemmFpxParams p) {
+// PRECOND: blockDim.x = 32 kTiledWarps, dynamic shared memory TiledLayout::kSmemBytes,
+// grid = (ceil(M / 8 MT), ceil(RB / 16), splits) in clusters of (1, 1, splits), splits a
+// power of two <= 8, tiles_per_split = ceil(KT / splits), K % 8 == 0, x 16-byte aligned,
+// a device of compute capability 9.0 (wgmma).
+template <int EBITS, int MBITS, bool BF16, int MT>
+__global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(const __grid_constant__ GemmFpxParams p) {
   using P = Planes<EBITS, MBITS>;
-  constexpr int MT = kSmemRows / 8;
-  constexpr int kTileBytes = 256 * P::kBits;
+  using L = TiledLayout<EBITS, MBITS, MT>;
+  constexpr int kRowsX = 8 * MT;
+  constexpr int kXJobs = kRowsX * 8 / (kTiledWarps * 32);  // (x row, k-step) pieces of 32 bytes a thread
+  static_assert(kXJobs >= 1, "fewer x pieces than threads");
   extern __shared__ uint4 smem_raw[];
-  uint16_t* xs = reinterpret_cast<uint16_t*>(smem_raw);  // [2][64][kSmemStride]
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem_raw);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int gid = lane / 4, tig = lane % 4;
-  const int rb = blockIdx.y * p.warps_n + warp;
-  const bool active = rb < p.RB;
-  const int m0 = blockIdx.x * kSmemRows;
-  const uint8_t* tiles = p.packed + int64_t(min(rb, p.RB - 1)) * p.KT * kTileBytes;
+  const int rb0 = blockIdx.y * kTiledRowBlocks;  // the block's first row block
+  const int m0 = blockIdx.x * kRowsX;
+  const int splits = int(gridDim.z), split = int(blockIdx.z);  // split = the block's rank in its cluster
+  const int t_begin = split * p.tiles_per_split;
+  const int n_tiles = max(0, min(p.KT, t_begin + p.tiles_per_split) - t_begin);
+  // The warp's two row blocks (m-tile r of its warpgroup), local to the block.
+  const int local_rb[2] = {8 * (warp / 4) + warp % 4, 8 * (warp / 4) + 4 + warp % 4};
 
-  const auto copy_x = [&](int t, int stage) {  // x [m0 .. m0 + 63, 128 t .. 128 t + 127] -> stage
-    for (int c = threadIdx.x; c < kSmemRows * 16; c += blockDim.x) {
-      const int row = c / 16, col = c % 16;
-      const int k = t * kFpxTileK + col * 8;
-      const uint16_t* src = p.x + int64_t(min(m0 + row, p.M - 1)) * p.K + (k < p.K ? k : 0);
-      cp_async16(xs + (stage * kSmemRows + row) * kSmemStride + col * 8, src, k < p.K ? 16 : 0);
+  const auto stage_of = [&](int i) { return smem + (i % kTiledStages) * L::kStageBytes; };
+  // W of tile i (the 16 row blocks below RB) into its stage: a thread's pieces (16 bytes
+  // each) sit at the same places of every tile, so their addresses are computed once
+  // (the per-tile index arithmetic had been ~170 of ~860 instructions a warp a tile).
+  constexpr int kWPieces = kTiledRowBlocks * L::kTileBytes / 16;
+  constexpr int kWCopies = (kWPieces + kTiledWarps * 32 - 1) / (kTiledWarps * 32);
+  const uint8_t* w_src[kWCopies];  // tile t_begin's piece
+  uint32_t w_dst[kWCopies];        // offset in a stage; ~0u: nothing to copy
+#pragma unroll
+  for (int q = 0; q < kWCopies; ++q) {
+    const int c = q * kTiledWarps * 32 + int(threadIdx.x);
+    const int r = c / (L::kTileBytes / 16), piece = c % (L::kTileBytes / 16);
+    const bool copies = c < kWPieces && rb0 + r < p.RB;
+    w_src[q] = p.packed + (int64_t(copies ? rb0 + r : 0) * p.KT + t_begin) * L::kTileBytes + piece * 16;
+    w_dst[q] = copies ? uint32_t(r * L::kTileBytes + piece * 16) : ~0u;
+  }
+  const auto copy_w = [&](int i) {
+    uint8_t* stage = stage_of(i);
+#pragma unroll
+    for (int q = 0; q < kWCopies; ++q)
+      if (w_dst[q] != ~0u) cp_async16(stage + w_dst[q], w_src[q] + int64_t(i) * L::kTileBytes);
+  };
+  // x of tile i: job j = (step s, x row n) is 16 real k of row m0 + n (zero past M or K).
+  uint4 x_regs[kXJobs][2];
+  const uint16_t* x_src[kXJobs];  // row m0 + n at k = 128 t_begin + 16 s; null past M
+#pragma unroll
+  for (int q = 0; q < kXJobs; ++q) {
+    const int j = q * kTiledWarps * 32 + int(threadIdx.x), s = j / kRowsX, n = j % kRowsX;
+    x_src[q] = m0 + n < p.M ? p.x + int64_t(m0 + n) * p.K + t_begin * kFpxTileK + 16 * s : nullptr;
+  }
+  const auto load_x = [&](int i) {
+    const bool full_tile = (t_begin + i + 1) * kFpxTileK <= p.K;
+#pragma unroll
+    for (int q = 0; q < kXJobs; ++q) {
+      const int s = (q * kTiledWarps * 32 + int(threadIdx.x)) / kRowsX;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const bool inside = x_src[q] && (full_tile || (t_begin + i) * kFpxTileK + 16 * s + 8 * h < p.K);
+        x_regs[q][h] = inside ? __ldg(reinterpret_cast<const uint4*>(x_src[q] + i * kFpxTileK + 8 * h))
+                              : make_uint4(0, 0, 0, 0);
+      }
     }
-    cp_async_commit();
+  };
+  // ... stored as B: k-group 0 of step s holds the even pairs (real k 0, 1, 4, 5, 8, 9,
+  // 12, 13), k-group 1 the odd ones; core matrix (s, group, n / 8) at
+  // ((2 s + group) MT + n / 8) * 128 bytes, row n % 8 at + 16 (n % 8).
+  const auto store_x = [&](int i) {
+    uint8_t* x_stage = stage_of(i) + L::kWBytes;
+#pragma unroll
+    for (int q = 0; q < kXJobs; ++q) {
+      const int j = q * kTiledWarps * 32 + threadIdx.x, s = j / kRowsX, n = j % kRowsX;
+      const uint4 u0 = x_regs[q][0], u1 = x_regs[q][1];
+      uint8_t* core = x_stage + ((2 * s) * MT + n / 8) * 128 + (n % 8) * 16;
+      *reinterpret_cast<uint4*>(core) = make_uint4(u0.x, u0.z, u1.x, u1.z);
+      *reinterpret_cast<uint4*>(core + MT * 128) = make_uint4(u0.y, u0.w, u1.y, u1.w);
+    }
+    fence_async_shared();
   };
 
-  float acc[MT][4] = {};
-  uint32_t cur[P::kWords];
-  pdl_launch_dependents();  // PDL: the first tile of W before the wait for x
-  if (active) load_tile<EBITS, MBITS>(tiles, lane, cur);
+  // PDL: the first tiles of W before the wait for x. cp.async groups: W 0, W 1, then one a
+  // loop step (W of tile i + 2), so "all but the newest one done" means W of tile i landed.
+  pdl_launch_dependents();
+#pragma unroll
+  for (int i = 0; i < kTiledAhead; ++i) {
+    if (i < n_tiles) copy_w(i);
+    cp_async_commit();
+  }
   pdl_wait();
-  copy_x(0, 0);
-  for (int t = 0; t < p.KT; ++t) {
-    uint32_t next[P::kWords];
-    const bool has_next = t + 1 < p.KT;
-    if (has_next) {
-      copy_x(t + 1, (t + 1) & 1);
-      if (active) load_tile<EBITS, MBITS>(tiles + int64_t(t + 1) * kTileBytes, lane, next);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    if (active) {
-      const uint16_t* xt = xs + (t & 1) * kSmemRows * kSmemStride + gid * kSmemStride + 4 * tig;
-      static_for<0, 8>([&](auto step) {
-        constexpr int S = decltype(step)::value;
-        uint32_t a[4];
-        dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 0>(cur), a[0], a[1]);
-        dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 1>(cur), a[2], a[3]);
 #pragma unroll
-        for (int j = 0; j < MT; ++j) {
-          const uint2 b = *reinterpret_cast<const uint2*>(xt + 8 * j * kSmemStride + 16 * S);
-          mma_16816<BF16>(acc[j], a, b);
-        }
-      });
-    }
-    __syncthreads();  // the stage read here is the one copied into next iteration
-    if (has_next) {
-#pragma unroll
-      for (int i = 0; i < P::kWords; ++i) cur[i] = next[i];
+  for (int i = 0; i < kTiledAhead; ++i) {
+    if (i < n_tiles) {
+      load_x(i);
+      store_x(i);
     }
   }
-  if (!active) return;
-  // C fragment: acc[j][0..1] = row gid, x rows 8 j + 2 tig + 0/1; acc[j][2..3] = row gid + 8.
+
+  float acc[2][MT][4] = {};  // [m-tile][n-tile][C fragment]
+  uint32_t a_lo[2][4][4] = {}, a_hi[2][4][4] = {};  // A fragments of k-steps 0-3 and 4-7, [m-tile][step][register]
+  const bool warp_active = rb0 + local_rb[0] < p.RB;  // local_rb[1] > local_rb[0]: garbage rows are never stored
+  for (int i = 0; i < n_tiles; ++i) {
+    cp_async_wait<kTiledAhead - 1>();
+    __syncthreads();  // tile i's W and x visible; every warp has waited for the wgmmas of tile i - 2
+    const bool refill = i + kTiledAhead < n_tiles;
+    if (refill) {
+      copy_w(i + kTiledAhead);
+      load_x(i + kTiledAhead);
+    }
+    cp_async_commit();
+    const uint8_t* stage = stage_of(i);
+    uint32_t words[2][P::kWords];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t n = int64_t(rb) * kFpxTileRows + gid + 8 * h;
-    if (n >= p.N) continue;
-    const float factor = p.row_factor[n], bias = p.bias ? p.bias[n] : 0.0f;
+    for (int r = 0; r < 2; ++r) load_tile<EBITS, MBITS, true>(stage + local_rb[r] * L::kTileBytes, lane, words[r]);
+    const uint8_t* x_stage = stage + L::kWBytes;
+    // Two halves of the tile, 4 k-steps each, in their own registers and wgmma group: the
+    // decode of one half runs while the tensor cores multiply the other.
+    static_for<0, 2>([&](auto half) {
+      constexpr int H = decltype(half)::value;
+      uint32_t(&a)[2][4][4] = H == 0 ? a_lo : a_hi;
+      wgmma_wait<1>();  // the group that last read `a` (this half of tile i - 1) is done
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) wgmma_keep(a[r][s][q]);
+      if (warp_active) {
+        static_for<0, 4>([&](auto step) {
+          constexpr int S = 4 * H + decltype(step)::value;
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 0>(words[r]), a[r][S % 4][0], a[r][S % 4][1]);
+            dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 1>(words[r]), a[r][S % 4][2], a[r][S % 4][3]);
+          }
+        });
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int step = 0; step < 4; ++step) {
+        const uint64_t b = wgmma_desc(x_stage + (2 * (4 * H + step)) * MT * 128, MT * 128, 128);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) wgmma_rs<kRowsX, BF16>(acc[r], a[r][step], b);
+      }
+      wgmma_commit();
+    });
+    if (refill) store_x(i + kTiledAhead);
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        wgmma_keep(a_lo[r][s][q]);
+        wgmma_keep(a_hi[r][s][q]);
+      }
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int j = 0; j < MT; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int m = m0 + 8 * j + 2 * tig + e;
-        if (m < p.M) p.y[int64_t(m) * p.N + n] = to_activation<BF16>(acc[j][2 * h + e] * factor + bias);
-      }
+      for (int q = 0; q < 4; ++q) wgmma_keep(acc[r][j][q]);
+
+  // Partial sums into shared memory as [x row][row of the block's 256]; C fragment of
+  // n-tile j: acc[.][j][0..1] = row gid, x rows 8 j + 2 tig + 0/1; [2..3] = row gid + 8.
+  cp_async_wait<0>();
+  __syncthreads();  // the stages are free
+  float* part = reinterpret_cast<float*>(smem);
+  const int gid = lane / 4, tig = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int j = 0; j < MT; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          part[(8 * j + 2 * tig + e) * kPartStride + local_rb[r] * kFpxTileRows + gid + 8 * h] = acc[r][j][2 * h + e];
+  if (splits > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
   }
+  // Block `split` finishes outputs [split, split + 1) * per of the (x row, row) pairs, rows fastest (coalesced y).
+  constexpr int kOutputs = kRowsX * kTiledRowBlocks * kFpxTileRows;
+  const int per = kOutputs / splits;
+  for (int o = split * per + int(threadIdx.x); o < (split + 1) * per; o += blockDim.x) {
+    const int mc = o / (kTiledRowBlocks * kFpxTileRows), row = o % (kTiledRowBlocks * kFpxTileRows);
+    const int64_t n = int64_t(rb0) * kFpxTileRows + row;
+    const int m = m0 + mc;
+    if (n >= p.N || m >= p.M) continue;
+    // All ranks' loads in flight before the sum (in rank order): one distributed shared
+    // memory round trip an output, not `splits`.
+    float parts[kTiledMaxSplits];
+#pragma unroll
+    for (int q = 0; q < kTiledMaxSplits; ++q)
+      parts[q] = q < splits ? load_cluster_shared(part + mc * kPartStride + row, unsigned(q)) : 0.0f;
+    float sum = 0;
+#pragma unroll
+    for (int q = 0; q < kTiledMaxSplits; ++q) sum += parts[q];
+    p.y[int64_t(m) * p.N + n] = to_activation<BF16>(sum * p.row_factor[n] + (p.bias ? p.bias[n] : 0.0f));
+  }
+  if (splits > 1) cluster_sync();  // no block leaves while another may still read its partial sums
 }
 
 using KernelFn = void (*)(GemmFpxParams);
@@ -443,10 +602,29 @@ KernelFn pick_mt(int mt, int ahead) {
   }
 }
 
-KernelFn pick_smem_kernel(int ebits, int mbits, bool bf16) {
-  if (ebits == 3 && mbits == 2) return bf16 ? gemm_fpx_smem_kernel<3, 2, true> : gemm_fpx_smem_kernel<3, 2, false>;
-  return bf16 ? gemm_fpx_smem_kernel<2, 2, true> : gemm_fpx_smem_kernel<2, 2, false>;
+// The tiled kernel, its shared memory allowance raised once (it needs more than the
+// default 48 KB).
+template <int EBITS, int MBITS, bool BF16, int MT>
+KernelFn tiled_kernel() {
+  static const KernelFn kernel = [] {
+    const KernelFn k = gemm_fpx_tiled_kernel<EBITS, MBITS, BF16, MT>;
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    TiledLayout<EBITS, MBITS, MT>::kSmemBytes));
+    return k;
+  }();
+  return kernel;
 }
+
+template <int EBITS, int MBITS>
+struct Tiled {
+  static KernelFn pick(bool bf16, int mt) {
+    if (mt == 4) return bf16 ? tiled_kernel<EBITS, MBITS, true, 4>() : tiled_kernel<EBITS, MBITS, false, 4>();
+    return bf16 ? tiled_kernel<EBITS, MBITS, true, 8>() : tiled_kernel<EBITS, MBITS, false, 8>();
+  }
+  static size_t smem_bytes(int mt) {
+    return size_t(mt == 4 ? TiledLayout<EBITS, MBITS, 4>::kSmemBytes : TiledLayout<EBITS, MBITS, 8>::kSmemBytes);
+  }
+};
 
 KernelFn pick_kernel(int ebits, int mbits, bool bf16, int mt, int ahead) {
   if (ebits == 3 && mbits == 2) return bf16 ? pick_mt<3, 2, true>(mt, ahead) : pick_mt<3, 2, false>(mt, ahead);
@@ -464,6 +642,19 @@ int sm_count() {
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return sms;
+}
+
+struct DeviceLimits {
+  size_t smem_per_block;  // the opt-in maximum of dynamic shared memory
+  bool sm90;              // compute capability 9.0: wgmma (sm_90a code) and thread-block clusters
+};
+DeviceLimits device_limits() {
+  int device = 0, smem = 0, major = 0, minor = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return {size_t(smem), major == 9 && minor == 0};
 }
 
 // Small M (<= 16, two n-tiles): first enough blocks along K (split-K) to give every SM a
@@ -643,29 +834,45 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   p.norm_weight = epilogue.norm_weight;
   p.sum_squares = epilogue.sum_squares;
   const bool fused_norm = p.norm.sum_squares || p.residual;
-  // The shared-memory kernel gives each warp a whole row block's K and no split, so it
-  // needs many (row block, 64-row chunk) pairs to fill the GPU: measured on the H100 it won
-  // from ~4 per SM (8192 x 57344 at M = 64: 287 us vs 845; 4096 x 4096 at M = 256: 62 vs
-  // 132) and lost below (11008 x 4096 at M = 64, 256 pairs: 171 vs 92).
-  const int64_t m_chunks = (M + kSmemRows - 1) / kSmemRows;
-  const bool smem_ok = w.K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const bool smem_pays = M >= kSmemMinM && m_chunks * w.row_blocks >= 4 * int64_t(sms);
-  const bool use_smem = smem_ok && (config.smem_x > 0 || (config.smem_x < 0 && config.m_tile == 0 && smem_pays));
+  // M > kFpxMaxM: the tiled kernel on an H100-class device (wgmma), where x has the
+  // alignment for its 16-byte loads.
+  const bool fp6 = w.ebits == 3 && w.mbits == 2;
+  const int tiled_mt = M <= 32 ? 4 : 8;
+  const size_t tiled_smem = fp6 ? Tiled<3, 2>::smem_bytes(tiled_mt) : Tiled<2, 2>::smem_bytes(tiled_mt);
+  static const DeviceLimits limits = device_limits();
+  const bool tiled_ok =
+      limits.sm90 && w.K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && tiled_smem <= limits.smem_per_block;
+  const bool use_tiled =
+      tiled_ok && (config.tiled > 0 || (config.tiled < 0 && config.m_tile == 0 && config.warps_k == 0 && M > kFpxMaxM));
   // The norm epilogues sit in the register kernel's one-chunk shape only (M <= kFpxMaxM).
-  if (fused_norm && (use_smem || s.warps_n != 1 || (M + 8 * s.mt - 1) / (8 * s.mt) != 1))
+  if (fused_norm && (use_tiled || s.warps_n != 1 || (M + 8 * s.mt - 1) / (8 * s.mt) != 1))
     throw Error("gemm_fpx: a fused RMSNorm at M = " + std::to_string(M) + " (expected 1.." +
                 std::to_string(kFpxMaxM) + ", one chunk of x rows per block)");
-  if (use_smem) {
-    // 8 row blocks (128 rows of W) per block share each x tile; 4 or 2 when that leaves
-    // fewer than two (one) blocks per SM.
-    const auto blocks = [&](int per_block) { return m_chunks * ((w.row_blocks + per_block - 1) / per_block); };
-    p.warps_n = blocks(8) >= 2 * sms ? 8 : blocks(4) >= sms ? 4 : 2;
-    p.warps_k = 1;
-    p.splits = 1;
-    p.tiles_per_split = int(w.k_tiles);
-    const dim3 grid(unsigned(m_chunks), unsigned((w.row_blocks + p.warps_n - 1) / p.warps_n), 1);
-    const KernelFn kernel = pick_smem_kernel(w.ebits, w.mbits, act == DType::BF16);
-    launch_pdl("gemm_fpx_smem_kernel", kernel, grid, dim3(unsigned(p.warps_n * 32)), 2 * kSmemStageBytes, stream, p);
+  if (use_tiled) {
+    const int64_t m_chunks = (M + 8 * tiled_mt - 1) / (8 * tiled_mt);
+    const int64_t groups = (w.row_blocks + kTiledRowBlocks - 1) / kTiledRowBlocks;
+    // One block a SM (its shared memory). Split K over a cluster: with one chunk of x rows
+    // into the most blocks (<= 8) that keep >= 8 tiles of K each, with more chunks in two;
+    // either while the grid stays within 3 waves. Measured (H100, fp6 fp16, GEMLITE_BENCH_FPX_SPLITS=1,2,4,8,
+    // us at 1 / 2 / 4 / 8 splits), M = 64: 8192 x 8192 134.9 / 69.5 / 69.7 / 60.9, 4096 x 4096
+    // 70.9 / 37.1 / 21.4 / 26.5, 4096 x 22016 71.9 / 75.6 / 63.8 / 82.8, 4096 x 12288 71.5 /
+    // 40.5 / 42.7 / 53.3; M = 128: 8192 x 8192 133.4 / 70.5 / 100.1 / 101.0, 4096 x 22016 139.7 /
+    // 112.5 / 126.6 / 158.4 (the rule lands within 10 % of the best on the Llama shapes).
+    int splits = 1;
+    if (config.splits > 0) {
+      while (splits * 2 <= std::min(config.splits, kTiledMaxSplits)) splits *= 2;
+    } else {
+      const int most = m_chunks == 1 ? kTiledMaxSplits : 2;
+      while (splits * 2 <= most && w.k_tiles >= 8 * 2 * splits && m_chunks * groups * splits * 2 <= 3 * int64_t(sms))
+        splits *= 2;
+    }
+    p.splits = splits;
+    p.tiles_per_split = int((w.k_tiles + splits - 1) / splits);
+    const dim3 grid{unsigned(m_chunks), unsigned(groups), unsigned(splits)};
+    const KernelFn kernel = fp6 ? Tiled<3, 2>::pick(act == DType::BF16, tiled_mt)
+                                : Tiled<2, 2>::pick(act == DType::BF16, tiled_mt);
+    launch_pdl_clusters("gemm_fpx_tiled_kernel", kernel, grid, dim3(1, 1, unsigned(splits)),
+                        dim3(unsigned(kTiledWarps * 32)), tiled_smem, stream, p);
     return;
   }
   const int warps = s.warps_n * s.warps_k;
@@ -696,6 +903,11 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
 }
 
 int64_t gemm_fpx_norm_parts(const FpxDeviceWeight& w) { return w.row_blocks; }
+
+int gemm_fpx_max_m() {
+  static const int max_m = device_limits().sm90 ? kFpxTiledMaxM : kFpxMaxM;
+  return max_m;
+}
 
 void gemm_fpx_residual(const FpxDeviceWeight& w, const void* x, void* residual, const float* norm_weight,
                        void* scaled, float* sum_squares, int M, DType act, cudaStream_t stream) {

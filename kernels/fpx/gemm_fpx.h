@@ -14,12 +14,18 @@
 
 namespace gemlite {
 
-// The largest M at which QuantLinear sends fp6/fp5 here; above it, a dense copy + cuBLAS.
-// Measured (H100, cold L2, 2026-11-22, kernels/fpx/BENCH.md, cuBLAS of the same dtype in
-// the same run): at M = 16 gemm_fpx is 1.1-1.8x faster on every Llama shape but
-// 4096 x 1024 (0.96-0.99x); at M = 32 it is 0.75-0.94x (1.09x on 4096 x 1024), and from
-// M = 64 on 0.2-0.7x (mma.sync, weights re-read per chunk of x: no wgmma path yet).
+// The largest M of the register kernel (x fragments in registers, split-K over blocks)
+// and of the fused RMSNorm epilogues: decode. Measured (H100, cold L2, 2026-11-22,
+// kernels/fpx/BENCH.md, cuBLAS of the same dtype in the same run): at M = 16 it is
+// 1.1-1.8x faster than cuBLAS on every Llama shape but 4096 x 1024 (0.96-0.99x).
+// Above it the tiled kernel (W and x staged in shared memory, wgmma; sm_90).
 constexpr int kFpxMaxM = 16;
+
+// The largest M at which QuantLinear sends fp6/fp5 here; above it, the transient dense
+// copy (dequant_fpx) + cuBLAS. kFpxTiledMaxM on a device the tiled kernel runs on
+// (compute capability 9.0), kFpxMaxM elsewhere.
+constexpr int kFpxTiledMaxM = 128;
+int gemm_fpx_max_m();
 
 // An fp6/fp5 weight in device memory, prepared for one activation type. Owns its buffers
 // (free with free_fpx_weight), including the split-K workspace, so one weight must not be
@@ -56,9 +62,9 @@ FpxDeviceWeight alloc_fpx_weight(const WeightFormat& format, int64_t N, int64_t 
 // Launch tuning; 0 = the automatic choice (what the benchmarks measured best).
 struct GemmFpxConfig {
   int warps_k = 0;  // warps of a block splitting K
-  int splits = 0;   // blocks splitting K (M <= 16 only; <= the weight's max_splits)
+  int splits = 0;   // blocks splitting K: M <= 16, <= the weight's max_splits; tiled kernel, a power of two <= 8
   int m_tile = 0;   // n-tiles of 8 x rows per warp: 1, 2, 4 or 8
-  int smem_x = -1;  // x through shared memory (64 x rows a block): -1 automatic, 0 never, 1 when possible
+  int tiled = -1;   // the tiled kernel (W and x staged in shared memory): -1 automatic (M > 16), 0 never, 1 when possible
   int tiles_ahead = 0;  // MT = 1: tiles of W and x loaded ahead of the one multiplied, 1 or 2 (0: 2)
 };
 

@@ -191,7 +191,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, GemmFpxTest, ::testing::Values("fp6", "fp5"),
 
 // Misaligned x (odd element offset: scalar loads), a bias added after the reduction, and
 // every split-K, warps-per-block and n-tile setting of the register kernel plus the
-// shared-memory kernel, on one shape.
+// tiled kernel at every cluster size, on one shape.
 TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
   std::mt19937_64 rng(test_seed() + 5);
   StreamGuard stream;
@@ -214,7 +214,7 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
           GemmFpxConfig config;
           config.splits = splits;
           config.warps_k = warps_k;
-          config.smem_x = 0;
+          config.tiled = 0;
           r = check_random(packed, dw, act, M, rng, stream.stream, 0, config);
           EXPECT_EQ(r.failures, 0) << "splits " << splits << " warps_k " << warps_k << ": " << r.first_failure;
         }
@@ -222,23 +222,27 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
         for (int ahead : {1, 2}) {
           GemmFpxConfig config;
           config.m_tile = m_tile;
-          config.smem_x = 0;
+          config.tiled = 0;
           config.tiles_ahead = ahead;
           r = check_random(packed, dw, act, M, rng, stream.stream, 0, config);
           EXPECT_EQ(r.failures, 0) << "m_tile " << m_tile << " tiles_ahead " << ahead << ": " << r.first_failure;
         }
-      GemmFpxConfig smem;  // the shared-memory kernel at small M too
-      smem.smem_x = 1;
-      r = check_random(packed, dw, act, M, rng, stream.stream, 0, smem);
-      EXPECT_EQ(r.failures, 0) << "shared-memory x: " << r.first_failure;
+      for (int splits : {1, 2, 4, 8}) {  // the tiled kernel at small M too, at every cluster size
+        GemmFpxConfig tiled;
+        tiled.tiled = 1;
+        tiled.splits = splits;
+        r = check_random(packed, dw, act, M, rng, stream.stream, 0, tiled);
+        EXPECT_EQ(r.failures, 0) << "tiled, splits " << splits << ": " << r.first_failure;
+      }
     }
     free_fpx_weight(&dw);
   }
 }
 
-// A small case of the shared-memory kernel (two 64-row chunks, a partial last tile of K),
-// quick enough for compute-sanitizer racecheck.
-TEST(GemmFpxEdges, SharedMemoryKernelSmall) {
+// A small case of the tiled kernel (two chunks of 64 x rows, a partial last tile of K, 3
+// tiles over clusters of up to 8 blocks: some blocks get no tile), quick enough for
+// compute-sanitizer racecheck.
+TEST(GemmFpxEdges, TiledKernelSmall) {
   std::mt19937_64 rng(test_seed() + 9);
   StreamGuard stream;
   const int64_t N = 40, K = 328;
@@ -246,10 +250,13 @@ TEST(GemmFpxEdges, SharedMemoryKernelSmall) {
   const PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse("fp6"));
   for (DType act : {DType::F16, DType::BF16}) {
     FpxDeviceWeight dw = upload_fpx_weight(packed, act);
-    GemmFpxConfig smem;
-    smem.smem_x = 1;
-    const CheckResult r = check_random(packed, dw, act, 70, rng, stream.stream, 0, smem);
-    EXPECT_EQ(r.failures, 0) << dtype_name(act) << ": " << r.first_failure;
+    for (int splits : {1, 8}) {
+      GemmFpxConfig tiled;
+      tiled.tiled = 1;
+      tiled.splits = splits;
+      const CheckResult r = check_random(packed, dw, act, 70, rng, stream.stream, 0, tiled);
+      EXPECT_EQ(r.failures, 0) << dtype_name(act) << " splits " << splits << ": " << r.first_failure;
+    }
     free_fpx_weight(&dw);
   }
 }

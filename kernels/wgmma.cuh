@@ -1,0 +1,115 @@
+#pragma once
+// Hopper warpgroup MMA (wgmma, sm_90a): the four warps of a warpgroup multiply a 64 x 16 A
+// held in their registers by a 16 x N B in shared memory into 64 x N fp32 accumulators,
+// asynchronously. Each warp's A registers are exactly an mma.sync m16n8k16 A fragment of
+// its 16 rows (warp w % 4 of the group: rows 16 (w % 4) .. + 15), and its accumulators are
+// the m16n8 C fragments of those rows for the N / 8 n-tiles in order, so code that feeds
+// mma.sync feeds this unchanged.
+//
+// B is K-major without swizzling: "core matrices" of 8 n x 8 k (16 bytes a row, 128 bytes
+// each); wgmma_desc describes where they lie (see the PTX ISA, "matrix descriptor").
+//
+// Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); elsewhere the functions are empty
+// and callers must not launch what uses them (gemm_fpx checks the device's compute
+// capability is exactly 9.0).
+#include <cstdint>
+
+namespace gemlite {
+namespace {
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GEMLITE_WGMMA 1
+#endif
+
+// Shared-memory matrix descriptor, no swizzle: `k_stride` bytes between the core matrices
+// of neighbouring 8-k groups, `n_stride` bytes between those of neighbouring 8-n groups.
+__device__ __forceinline__ uint64_t wgmma_desc(const void* smem, uint32_t k_stride, uint32_t n_stride) {
+  const uint32_t address = uint32_t(__cvta_generic_to_shared(smem));
+  return uint64_t((address & 0x3FFFF) >> 4) | uint64_t(k_stride >> 4) << 16 | uint64_t(n_stride >> 4) << 32;
+}
+
+// Orders this thread's register writes (A fragments, accumulators) before the wgmmas after it.
+__device__ __forceinline__ void wgmma_fence() {
+#ifdef GEMLITE_WGMMA
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#ifdef GEMLITE_WGMMA
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+// Waits until at most N of this warpgroup's committed groups are still running.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#ifdef GEMLITE_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#endif
+}
+// Pins a register that an issued wgmma still reads (an A fragment) or writes (an
+// accumulator): called after the wgmma_wait that retires it, it keeps the value live, so
+// the compiler cannot hand the physical register to other values while the asynchronous
+// wgmma uses it (ptxas does not know the A registers are read late: without this the
+// FPx matmul's decode temporaries overwrote in-flight A fragments).
+__device__ __forceinline__ void wgmma_keep(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+__device__ __forceinline__ void wgmma_keep(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// Makes this thread's ordinary shared-memory stores visible to wgmma's reads (the async proxy).
+__device__ __forceinline__ void fence_async_shared() {
+#ifdef GEMLITE_WGMMA
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// acc [N / 8][4] += A (registers) · B (descriptor), m64 N k16, fp16 or bf16 inputs.
+template <int N, bool BF16>
+__device__ __forceinline__ void wgmma_rs(float (&acc)[N / 8][4], const uint32_t (&a)[4], uint64_t b);
+
+#ifdef GEMLITE_WGMMA
+template <>
+__device__ __forceinline__ void wgmma_rs<32, false>(float (&d)[4][4], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1, 0;"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<32, true>(float (&d)[4][4], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1, 0;"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+#define GEMLITE_WGMMA_N64(TYPES)                                                                                     \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES                                                  \
+               " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "  \
+               "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 0;"      \
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),            \
+                 "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),            \
+                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),            \
+                 "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),            \
+                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),            \
+                 "+f"(d[7][2]), "+f"(d[7][3])                                                                        \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
+template <>
+__device__ __forceinline__ void wgmma_rs<64, false>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
+  GEMLITE_WGMMA_N64("f16.f16");
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<64, true>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
+  GEMLITE_WGMMA_N64("bf16.bf16");
+}
+#undef GEMLITE_WGMMA_N64
+#else
+template <int N, bool BF16>
+__device__ __forceinline__ void wgmma_rs(float (&)[N / 8][4], const uint32_t (&)[4], uint64_t) {}
+#endif
+
+}  // namespace
+}  // namespace gemlite
