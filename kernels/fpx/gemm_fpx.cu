@@ -334,17 +334,18 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
 // ---- M > 16: W and x staged in shared memory, wgmma, K split across a cluster --------
 //
 // A block owns 256 rows of W (16 row blocks) and N = 8 MT x rows (32 or 64), and walks its
-// share of K by tiles of 128. Its two warpgroups each own two 64-row m-tiles: warp w holds
-// row blocks 8 (w / 4) + w % 4 and 8 (w / 4) + 4 + w % 4, whose FPx tiles it decodes into
-// A fragments exactly as the register kernel does, and per k-step its warpgroup issues
-// one wgmma m64 N k16 per m-tile with x as B from shared memory (kernels/wgmma.cuh): the
-// tensor cores run asynchronously while the warps decode the next k-steps. The tiles of
-// W are copied into shared memory with cp.async two tiles ahead (4 stages: the stage a
-// copy refills was last read by the wgmmas of two tiles back, which every warp has waited
-// for by then); x goes through registers, loaded two tiles ahead and stored in wgmma's
-// K-major core-matrix layout with the decoder's k order (a lane's A registers hold the
-// real k 4 tig + 0, 1 and 4 tig + 2, 3 of a step where the mma expects k 2 tig + 0, 1 and
-// 2 tig + 8, 9, so B's k-groups of 8 are the even and the odd pairs of 16 real k).
+// share of K by tiles of 128. Its four warpgroups each own one 64-row m-tile: warp w holds
+// row block w, whose FPx tile it decodes into A fragments exactly as the register kernel
+// does, and per k-step its warpgroup issues one wgmma m64 N k16 with x as B from shared
+// memory (kernels/wgmma.cuh): the tensor cores run asynchronously while the warps decode
+// the next k-steps (a tile's 8 k-steps in two halves, each its own A registers and wgmma
+// group). The tiles of W are copied into shared memory with cp.async two tiles ahead (4
+// stages: the stage a copy refills was last read by the wgmmas of two tiles back, which
+// every warp has waited for by then); x goes through registers, loaded two tiles ahead
+// and stored in wgmma's K-major core-matrix layout with the decoder's k order (a lane's A
+// registers hold the real k 4 tig + 0, 1 and 4 tig + 2, 3 of a step where the mma expects
+// k 2 tig + 0, 1 and 2 tig + 8, 9, so B's k-groups of 8 are the even and the odd pairs of
+// 16 real k).
 //
 // Shapes with few row-block groups (N = 4096: 16) split K over a cluster of `splits`
 // blocks (gridDim.z, at most 8): each block leaves its fp32 partial sums in its own
@@ -352,14 +353,22 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
 // over the cluster's blocks in rank order (distributed shared memory): deterministic, no
 // global workspace, no second kernel.
 //
-// Measured on the way (H100, fp6 fp16, cold L2): the previous shared-memory kernel (x
-// staged two tiles deep, W loaded to registers one tile ahead, one row block a warp, no
-// split) waited on the W loads of each tile: 8192 x 8192 at M = 64 in 111.9 us (0.44x
-// cuBLAS), 4096 x 4096 in 31.6 (0.47x). The same block shape as here with mma.sync
-// instead of wgmma ran at ~200 TFLOP/s (4096 x 22016: M = 64 75 us, M = 512 465 us; 2.5 us
-// a tile a block whatever the grid): bound by the mma.sync issue of 8 warps a SM.
-constexpr int kTiledWarps = 8;
-constexpr int kTiledRowBlocks = 2 * kTiledWarps;  // 256 rows of W a block
+// Measured on the way (H100, fp6 fp16, cold L2, gemlite-bench --kernels --kernel-set fpx
+// with GEMLITE_BENCH_FPX_SPLITS=1,2,4,8): the previous shared-memory kernel (x staged two
+// tiles deep, W loaded to registers one tile ahead, one row block a warp, no split) waited
+// on the W loads of each tile: 8192 x 8192 at M = 64 in 111.9 us (0.44x cuBLAS), 4096 x
+// 4096 in 31.6 (0.47x). This block shape with 8 warps and mma.sync (two row blocks a warp)
+// ran 4096 x 22016 at M = 64 in 75 us and at M = 512 in 465 (~200 TFLOP/s), and with wgmma
+// no faster: ncu (4096 x 4096, M = 64, no split) showed ~860 instructions a warp a tile at
+// 0.37 issued a scheduler a cycle (2 warps a scheduler; stalls on fixed-latency
+// dependencies and shared-memory loads), the tensor cores mostly idle. Computing the copy
+// addresses once took 8192 x 8192 M = 64 67.5 -> 60.9 us; 16 warps (one row block each)
+// instead of 8 then 60.9 -> 56.5, 4096 x 22016 M = 64 63.8 -> 58.5. Still issue-bound: the
+// decode (lop3/shift/prmt per pair) and the per-tile copies are what a faster version
+// must cut (kernels/fpx/BENCH.md has the table against cuBLAS and the dense copy).
+constexpr int kTiledWarpRowBlocks = 1;                                 // row blocks (m-tiles of its warpgroup) a warp
+constexpr int kTiledWarps = 16 / kTiledWarpRowBlocks;
+constexpr int kTiledRowBlocks = kTiledWarpRowBlocks * kTiledWarps;  // 256 rows of W a block
 constexpr int kTiledStages = 4;
 constexpr int kTiledAhead = 2;                                         // tiles copied ahead of the one computed
 constexpr int kTiledMaxSplits = 8;                                     // the portable cluster size
@@ -392,8 +401,9 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
   using P = Planes<EBITS, MBITS>;
   using L = TiledLayout<EBITS, MBITS, MT>;
   constexpr int kRowsX = 8 * MT;
-  constexpr int kXJobs = kRowsX * 8 / (kTiledWarps * 32);  // (x row, k-step) pieces of 32 bytes a thread
-  static_assert(kXJobs >= 1, "fewer x pieces than threads");
+  constexpr int R = kTiledWarpRowBlocks;
+  constexpr int kXPieces = kRowsX * 8;  // (k-step, x row) pieces of 32 bytes a tile
+  constexpr int kXJobs = (kXPieces + kTiledWarps * 32 - 1) / (kTiledWarps * 32);  // a thread's pieces
   extern __shared__ uint4 smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem_raw);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -403,7 +413,9 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
   const int t_begin = split * p.tiles_per_split;
   const int n_tiles = max(0, min(p.KT, t_begin + p.tiles_per_split) - t_begin);
   // The warp's two row blocks (m-tile r of its warpgroup), local to the block.
-  const int local_rb[2] = {8 * (warp / 4) + warp % 4, 8 * (warp / 4) + 4 + warp % 4};
+  int local_rb[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) local_rb[r] = 4 * (R * (warp / 4) + r) + warp % 4;
 
   const auto stage_of = [&](int i) { return smem + (i % kTiledStages) * L::kStageBytes; };
   // W of tile i (the 16 row blocks below RB) into its stage: a thread's pieces (16 bytes
@@ -433,7 +445,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
 #pragma unroll
   for (int q = 0; q < kXJobs; ++q) {
     const int j = q * kTiledWarps * 32 + int(threadIdx.x), s = j / kRowsX, n = j % kRowsX;
-    x_src[q] = m0 + n < p.M ? p.x + int64_t(m0 + n) * p.K + t_begin * kFpxTileK + 16 * s : nullptr;
+    x_src[q] = j < kXPieces && m0 + n < p.M ? p.x + int64_t(m0 + n) * p.K + t_begin * kFpxTileK + 16 * s : nullptr;
   }
   const auto load_x = [&](int i) {
     const bool full_tile = (t_begin + i + 1) * kFpxTileK <= p.K;
@@ -456,6 +468,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
 #pragma unroll
     for (int q = 0; q < kXJobs; ++q) {
       const int j = q * kTiledWarps * 32 + threadIdx.x, s = j / kRowsX, n = j % kRowsX;
+      if (j >= kXPieces) continue;
       const uint4 u0 = x_regs[q][0], u1 = x_regs[q][1];
       uint8_t* core = x_stage + ((2 * s) * MT + n / 8) * 128 + (n % 8) * 16;
       *reinterpret_cast<uint4*>(core) = make_uint4(u0.x, u0.z, u1.x, u1.z);
@@ -481,9 +494,9 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
     }
   }
 
-  float acc[2][MT][4] = {};  // [m-tile][n-tile][C fragment]
-  uint32_t a_lo[2][4][4] = {}, a_hi[2][4][4] = {};  // A fragments of k-steps 0-3 and 4-7, [m-tile][step][register]
-  const bool warp_active = rb0 + local_rb[0] < p.RB;  // local_rb[1] > local_rb[0]: garbage rows are never stored
+  float acc[R][MT][4] = {};  // [m-tile][n-tile][C fragment]
+  uint32_t a_lo[R][4][4] = {}, a_hi[R][4][4] = {};  // A fragments of k-steps 0-3 and 4-7, [m-tile][step][register]
+  const bool warp_active = rb0 + local_rb[0] < p.RB;  // local_rb[r] increases with r: garbage rows are never stored
   for (int i = 0; i < n_tiles; ++i) {
     cp_async_wait<kTiledAhead - 1>();
     __syncthreads();  // tile i's W and x visible; every warp has waited for the wgmmas of tile i - 2
@@ -494,18 +507,18 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
     }
     cp_async_commit();
     const uint8_t* stage = stage_of(i);
-    uint32_t words[2][P::kWords];
+    uint32_t words[R][P::kWords];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) load_tile<EBITS, MBITS, true>(stage + local_rb[r] * L::kTileBytes, lane, words[r]);
+    for (int r = 0; r < R; ++r) load_tile<EBITS, MBITS, true>(stage + local_rb[r] * L::kTileBytes, lane, words[r]);
     const uint8_t* x_stage = stage + L::kWBytes;
     // Two halves of the tile, 4 k-steps each, in their own registers and wgmma group: the
     // decode of one half runs while the tensor cores multiply the other.
     static_for<0, 2>([&](auto half) {
       constexpr int H = decltype(half)::value;
-      uint32_t(&a)[2][4][4] = H == 0 ? a_lo : a_hi;
+      uint32_t(&a)[R][4][4] = H == 0 ? a_lo : a_hi;
       wgmma_wait<1>();  // the group that last read `a` (this half of tile i - 1) is done
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+      for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int s = 0; s < 4; ++s)
 #pragma unroll
@@ -514,7 +527,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
         static_for<0, 4>([&](auto step) {
           constexpr int S = 4 * H + decltype(step)::value;
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
+          for (int r = 0; r < R; ++r) {
             dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 0>(words[r]), a[r][S % 4][0], a[r][S % 4][1]);
             dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 1>(words[r]), a[r][S % 4][2], a[r][S % 4][3]);
           }
@@ -525,7 +538,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
       for (int step = 0; step < 4; ++step) {
         const uint64_t b = wgmma_desc(x_stage + (2 * (4 * H + step)) * MT * 128, MT * 128, 128);
 #pragma unroll
-        for (int r = 0; r < 2; ++r) wgmma_rs<kRowsX, BF16>(acc[r], a[r][step], b);
+        for (int r = 0; r < R; ++r) wgmma_rs<kRowsX, BF16>(acc[r], a[r][step], b);
       }
       wgmma_commit();
     });
@@ -533,7 +546,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
   }
   wgmma_wait<0>();
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
+  for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int s = 0; s < 4; ++s)
 #pragma unroll
@@ -542,7 +555,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
         wgmma_keep(a_hi[r][s][q]);
       }
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
+  for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int j = 0; j < MT; ++j)
 #pragma unroll
@@ -555,7 +568,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
   float* part = reinterpret_cast<float*>(smem);
   const int gid = lane / 4, tig = lane % 4;
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
+  for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int j = 0; j < MT; ++j)
 #pragma unroll
