@@ -363,7 +363,9 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
 // 0.37 issued a scheduler a cycle (2 warps a scheduler; stalls on fixed-latency
 // dependencies and shared-memory loads), the tensor cores mostly idle. Computing the copy
 // addresses once took 8192 x 8192 M = 64 67.5 -> 60.9 us; 16 warps (one row block each)
-// instead of 8 then 60.9 -> 56.5, 4096 x 22016 M = 64 63.8 -> 58.5. Still issue-bound: the
+// instead of 8 then 60.9 -> 56.5, 4096 x 22016 M = 64 63.8 -> 58.5. Tried and dropped: 5
+// stages, 3 tiles ahead (200 KB of shared memory): 3-7 % slower on every shape at M = 32-128
+// (8192 x 8192 M = 64 57.4 -> 60.8 us, A/B in one device session). Still issue-bound: the
 // decode (lop3/shift/prmt per pair) and the per-tile copies are what a faster version
 // must cut (kernels/fpx/BENCH.md has the table against cuBLAS and the dense copy).
 constexpr int kTiledWarpRowBlocks = 1;                                 // row blocks (m-tiles of its warpgroup) a warp
