@@ -72,10 +72,9 @@ using DequantFn = void (*)(const uint8_t*, const float*, int64_t, int, int, int6
 
 template <bool BF16>
 DequantFn pick_kernel(int ebits, int mbits) {
-  if (ebits == 3 && mbits == 2) return dequant_fpx_kernel<3, 2, BF16>;
-  if (ebits == 2 && mbits == 2) return dequant_fpx_kernel<2, 2, BF16>;
-  throw Error("dequant_fpx: e" + std::to_string(ebits) + "m" + std::to_string(mbits) +
-              " is not instantiated (fp6 e3m2 and fp5 e2m2 are)");
+  return with_fpx_code(ebits, mbits, "dequant_fpx", [](auto e, auto m) -> DequantFn {
+    return dequant_fpx_kernel<decltype(e)::value, decltype(m)::value, BF16>;
+  });
 }
 
 }  // namespace

@@ -13,9 +13,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "kernels/device_util.cuh"  // static_for
+#include "runtime/error.h"
 
 namespace gemlite {
 namespace {
@@ -146,6 +148,18 @@ __device__ __forceinline__ void dequantize_pairs(uint32_t x, uint32_t& row_lo, u
     memcpy(&row_lo, &lo, 4);
     memcpy(&row_hi, &hi, 4);
   }
+}
+
+// f(integral_constant<int, EBITS>, integral_constant<int, MBITS>) for the codes the FPx
+// kernels are instantiated for, fp6 (e3m2) and fp5 (e2m2): the one place that turns a
+// weight's runtime (ebits, mbits) into template arguments. Throws Error for other codes
+// (`who` names the caller).
+template <class F>
+decltype(auto) with_fpx_code(int ebits, int mbits, const char* who, F&& f) {
+  if (ebits == 3 && mbits == 2) return f(std::integral_constant<int, 3>{}, std::integral_constant<int, 2>{});
+  if (ebits == 2 && mbits == 2) return f(std::integral_constant<int, 2>{}, std::integral_constant<int, 2>{});
+  throw Error(std::string(who) + ": e" + std::to_string(ebits) + "m" + std::to_string(mbits) +
+              " is not instantiated (fp6 e3m2 and fp5 e2m2 are)");
 }
 
 }  // namespace

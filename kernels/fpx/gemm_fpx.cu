@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "kernels/device_upload.h"
 #include "kernels/device_util.cuh"
 #include "kernels/fpx/fpx_format.h"
 #include "kernels/fpx/fpx_tile.cuh"
@@ -630,22 +631,26 @@ KernelFn tiled_kernel() {
   return kernel;
 }
 
-template <int EBITS, int MBITS>
-struct Tiled {
-  static KernelFn pick(bool bf16, int mt) {
-    if (mt == 4) return bf16 ? tiled_kernel<EBITS, MBITS, true, 4>() : tiled_kernel<EBITS, MBITS, false, 4>();
-    return bf16 ? tiled_kernel<EBITS, MBITS, true, 8>() : tiled_kernel<EBITS, MBITS, false, 8>();
-  }
-  static size_t smem_bytes(int mt) {
-    return size_t(mt == 4 ? TiledLayout<EBITS, MBITS, 4>::kSmemBytes : TiledLayout<EBITS, MBITS, 8>::kSmemBytes);
-  }
+// The tiled kernel for a weight's code, activation type and MT (4 or 8), with its shared
+// memory bytes.
+struct TiledKernel {
+  KernelFn kernel;
+  size_t smem_bytes;
 };
+TiledKernel pick_tiled_kernel(int ebits, int mbits, bool bf16, int mt) {
+  return with_fpx_code(ebits, mbits, "gemm_fpx", [&](auto e, auto m) -> TiledKernel {
+    constexpr int E = decltype(e)::value, B = decltype(m)::value;
+    if (mt == 4)
+      return {bf16 ? tiled_kernel<E, B, true, 4>() : tiled_kernel<E, B, false, 4>(), TiledLayout<E, B, 4>::kSmemBytes};
+    return {bf16 ? tiled_kernel<E, B, true, 8>() : tiled_kernel<E, B, false, 8>(), TiledLayout<E, B, 8>::kSmemBytes};
+  });
+}
 
 KernelFn pick_kernel(int ebits, int mbits, bool bf16, int mt, int ahead) {
-  if (ebits == 3 && mbits == 2) return bf16 ? pick_mt<3, 2, true>(mt, ahead) : pick_mt<3, 2, false>(mt, ahead);
-  if (ebits == 2 && mbits == 2) return bf16 ? pick_mt<2, 2, true>(mt, ahead) : pick_mt<2, 2, false>(mt, ahead);
-  throw Error("gemm_fpx: e" + std::to_string(ebits) + "m" + std::to_string(mbits) +
-              " is not instantiated (fp6 e3m2 and fp5 e2m2 are)");
+  return with_fpx_code(ebits, mbits, "gemm_fpx", [&](auto e, auto m) {
+    constexpr int E = decltype(e)::value, B = decltype(m)::value;
+    return bf16 ? pick_mt<E, B, true>(mt, ahead) : pick_mt<E, B, false>(mt, ahead);
+  });
 }
 
 struct LaunchShape {
@@ -659,17 +664,14 @@ int sm_count() {
   return sms;
 }
 
-struct DeviceLimits {
-  size_t smem_per_block;  // the opt-in maximum of dynamic shared memory
-  bool sm90;              // compute capability 9.0: wgmma (sm_90a code) and thread-block clusters
-};
-DeviceLimits device_limits() {
-  int device = 0, smem = 0, major = 0, minor = 0;
+// Compute capability 9.0: wgmma (the sm_90a code), thread-block clusters and the 227 KB
+// of shared memory a block the tiled kernel takes (<= 160 KB).
+bool is_sm90() {
+  int device = 0, major = 0, minor = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return {size_t(smem), major == 9 && minor == 0};
+  return major == 9 && minor == 0;
 }
 
 // Small M (<= 16, two n-tiles): first enough blocks along K (split-K) to give every SM a
@@ -776,13 +778,7 @@ FpxDeviceWeight upload_fpx_weight(const PackedWeight& w, DType act) {
   try {
     CUDA_CHECK(cudaMemcpy(const_cast<uint8_t*>(d.packed), packed.data, packed_bytes, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(const_cast<float*>(d.row_factor), factor.data(), factor.size() * 4, cudaMemcpyHostToDevice));
-    const auto bias = w.parts.find("bias");
-    if (bias != w.parts.end()) {
-      float* b = nullptr;
-      CUDA_CHECK(cudaMalloc(&b, size_t(d.N) * 4));
-      d.bias = b;
-      CUDA_CHECK(cudaMemcpy(b, bias->second.data, size_t(d.N) * 4, cudaMemcpyHostToDevice));
-    }
+    d.bias = upload_bias(w);
   } catch (...) {
     free_fpx_weight(&d);
     throw;
@@ -851,12 +847,9 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   const bool fused_norm = p.norm.sum_squares || p.residual;
   // M > kFpxMaxM: the tiled kernel on an H100-class device (wgmma), where x has the
   // alignment for its 16-byte loads.
-  const bool fp6 = w.ebits == 3 && w.mbits == 2;
   const int tiled_mt = M <= 32 ? 4 : 8;
-  const size_t tiled_smem = fp6 ? Tiled<3, 2>::smem_bytes(tiled_mt) : Tiled<2, 2>::smem_bytes(tiled_mt);
-  static const DeviceLimits limits = device_limits();
-  const bool tiled_ok =
-      limits.sm90 && w.K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && tiled_smem <= limits.smem_per_block;
+  static const bool sm90 = is_sm90();
+  const bool tiled_ok = sm90 && w.K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool use_tiled =
       tiled_ok && (config.tiled > 0 || (config.tiled < 0 && config.m_tile == 0 && config.warps_k == 0 && M > kFpxMaxM));
   // The norm epilogues sit in the register kernel's one-chunk shape only (M <= kFpxMaxM).
@@ -884,10 +877,9 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
     p.splits = splits;
     p.tiles_per_split = int((w.k_tiles + splits - 1) / splits);
     const dim3 grid{unsigned(m_chunks), unsigned(groups), unsigned(splits)};
-    const KernelFn kernel = fp6 ? Tiled<3, 2>::pick(act == DType::BF16, tiled_mt)
-                                : Tiled<2, 2>::pick(act == DType::BF16, tiled_mt);
-    launch_pdl_clusters("gemm_fpx_tiled_kernel", kernel, grid, dim3(1, 1, unsigned(splits)),
-                        dim3(unsigned(kTiledWarps * 32)), tiled_smem, stream, p);
+    const TiledKernel tiled = pick_tiled_kernel(w.ebits, w.mbits, act == DType::BF16, tiled_mt);
+    launch_pdl_clusters("gemm_fpx_tiled_kernel", tiled.kernel, grid, dim3(1, 1, unsigned(splits)),
+                        dim3(unsigned(kTiledWarps * 32)), tiled.smem_bytes, stream, p);
     return;
   }
   const int warps = s.warps_n * s.warps_k;
@@ -920,7 +912,7 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
 int64_t gemm_fpx_norm_parts(const FpxDeviceWeight& w) { return w.row_blocks; }
 
 int gemm_fpx_max_m() {
-  static const int max_m = device_limits().sm90 ? kFpxTiledMaxM : kFpxMaxM;
+  static const int max_m = is_sm90() ? kFpxTiledMaxM : kFpxMaxM;
   return max_m;
 }
 

@@ -106,6 +106,7 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "kernels/device_upload.h"
 #include "kernels/device_util.cuh"
 #include "kernels/group_quant.h"
 #include "kernels/pdl.cuh"
@@ -801,13 +802,7 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired
     CUDA_CHECK(cudaMalloc(&sb, scale_bias.size() * 4));
     d.scale_bias = sb;
     CUDA_CHECK(cudaMemcpy(sb, scale_bias.data(), scale_bias.size() * 4, cudaMemcpyHostToDevice));
-    const auto bias = w.parts.find("bias");
-    if (bias != w.parts.end()) {
-      float* b = nullptr;
-      CUDA_CHECK(cudaMalloc(&b, size_t(d.N) * 4));
-      d.bias = b;
-      CUDA_CHECK(cudaMemcpy(b, bias->second.data, size_t(d.N) * 4, cudaMemcpyHostToDevice));
-    }
+    d.bias = upload_bias(w);
   } catch (...) {
     free_qn_weight(&d);
     throw;
