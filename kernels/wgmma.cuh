@@ -9,9 +9,9 @@
 // B is K-major without swizzling: "core matrices" of 8 n x 8 k (16 bytes a row, 128 bytes
 // each); wgmma_desc describes where they lie (see the PTX ISA, "matrix descriptor").
 //
-// Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); elsewhere the functions are empty
-// and callers must not launch what uses them (gemm_fpx checks the device's compute
-// capability is exactly 9.0).
+// Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL; a plain sm_90 build is an error);
+// for other architectures the functions are empty and callers must not launch what uses
+// them (gemm_fpx checks for a 9.0 device running the kernel's sm_90a code).
 #include <cstdint>
 
 namespace gemlite {
@@ -19,6 +19,8 @@ namespace {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GEMLITE_WGMMA 1
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+#error "wgmma needs the sm_90a target: build for CUDA architecture 90a, not 90"
 #endif
 
 // Shared-memory matrix descriptor, no swizzle: `k_stride` bytes between the core matrices
@@ -113,3 +115,5 @@ __device__ __forceinline__ void wgmma_rs(float (&)[N / 8][4], const uint32_t (&)
 
 }  // namespace
 }  // namespace gemlite
+
+#undef GEMLITE_WGMMA

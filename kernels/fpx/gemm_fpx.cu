@@ -11,9 +11,8 @@
 // (workspace + counter, one kernel, no second pass). Which variant runs (measured on the
 // H100, kernels/fpx/BENCH.md): M <= 8 MT = 1 with two tiles of W and x in flight; M 9..16
 // MT = 2 (one M chunk per 16 x rows); M > 16 the tiled kernel further down (wgmma, sm_90;
-// elsewhere MT = 2). The exact
-// decoding of every code, subnormals included, through all of them is a GPU test
-// (tests/gpu/test_gemm_fpx.cu).
+// elsewhere MT = 2). The exact decoding of every code, subnormals included, through all of
+// them is a GPU test (tests/gpu/test_gemm_fpx.cu).
 //
 // Decode epilogues: the fused RMSNorm (gemm_fpx_residual, a pending norm; llama2-7b fp6
 // tg128 363.2 -> 371.4 tok/s, same-machine A/B). Tried and dropped: SwiGLU in the epilogue
@@ -354,12 +353,12 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
 // over the cluster's blocks in rank order (distributed shared memory): deterministic, no
 // global workspace, no second kernel.
 //
-// Measured on the way (H100, fp6 fp16, cold L2, gemlite-bench --kernels --kernel-set fpx
-// with GEMLITE_BENCH_FPX_SPLITS=1,2,4,8): the previous shared-memory kernel (x staged two
-// tiles deep, W loaded to registers one tile ahead, one row block a warp, no split) waited
-// on the W loads of each tile: 8192 x 8192 at M = 64 in 111.9 us (0.44x cuBLAS), 4096 x
-// 4096 in 31.6 (0.47x). This block shape with 8 warps and mma.sync (two row blocks a warp)
-// ran 4096 x 22016 at M = 64 in 75 us and at M = 512 in 465 (~200 TFLOP/s), and with wgmma
+// Earlier versions, measured on the way (H100, fp6 fp16, cold L2, gemlite-bench --kernels
+// --kernel-set fpx with GEMLITE_BENCH_FPX_SPLITS=1,2,4,8): the shared-memory kernel this one
+// replaced (x staged two tiles deep, W loaded to registers one tile ahead, one row block a
+// warp, no split) waited on the W loads of each tile: 8192 x 8192 at M = 64 in 111.9 us
+// (0.44x cuBLAS), 4096 x 4096 in 31.6 (0.47x). A first version of this one, 8 warps of two
+// row blocks each with mma.sync, ran 4096 x 22016 at M = 64 in 75 us and at M = 512 in 465 (~200 TFLOP/s), and with wgmma
 // no faster: ncu (4096 x 4096, M = 64, no split) showed ~860 instructions a warp a tile at
 // 0.37 issued a scheduler a cycle (2 warps a scheduler; stalls on fixed-latency
 // dependencies and shared-memory loads), the tensor cores mostly idle. Computing the copy
@@ -369,9 +368,8 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
 // (8192 x 8192 M = 64 57.4 -> 60.8 us, A/B in one device session). Still issue-bound: the
 // decode (lop3/shift/prmt per pair) and the per-tile copies are what a faster version
 // must cut (kernels/fpx/BENCH.md has the table against cuBLAS and the dense copy).
-constexpr int kTiledWarpRowBlocks = 1;                                 // row blocks (m-tiles of its warpgroup) a warp
-constexpr int kTiledWarps = 16 / kTiledWarpRowBlocks;
-constexpr int kTiledRowBlocks = kTiledWarpRowBlocks * kTiledWarps;  // 256 rows of W a block
+constexpr int kTiledWarps = 16;
+constexpr int kTiledRowBlocks = kTiledWarps;  // 256 rows of W a block, row block w for warp w
 constexpr int kTiledStages = 4;
 constexpr int kTiledAhead = 2;                                         // tiles copied ahead of the one computed
 constexpr int kTiledMaxSplits = 8;                                     // the portable cluster size
@@ -389,9 +387,9 @@ struct TiledLayout {
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* global) {
   const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
@@ -404,7 +402,6 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
   using P = Planes<EBITS, MBITS>;
   using L = TiledLayout<EBITS, MBITS, MT>;
   constexpr int kRowsX = 8 * MT;
-  constexpr int R = kTiledWarpRowBlocks;
   constexpr int kXPieces = kRowsX * 8;  // (k-step, x row) pieces of 32 bytes a tile
   constexpr int kXJobs = (kXPieces + kTiledWarps * 32 - 1) / (kTiledWarps * 32);  // a thread's pieces
   extern __shared__ uint4 smem_raw[];
@@ -413,12 +410,8 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
   const int rb0 = blockIdx.y * kTiledRowBlocks;  // the block's first row block
   const int m0 = blockIdx.x * kRowsX;
   const int splits = int(gridDim.z), split = int(blockIdx.z);  // split = the block's rank in its cluster
-  const int t_begin = split * p.tiles_per_split;
+  const int t_begin = min(split * p.tiles_per_split, p.KT);  // a split past K gets no tile
   const int n_tiles = max(0, min(p.KT, t_begin + p.tiles_per_split) - t_begin);
-  // The warp's two row blocks (m-tile r of its warpgroup), local to the block.
-  int local_rb[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) local_rb[r] = 4 * (R * (warp / 4) + r) + warp % 4;
 
   const auto stage_of = [&](int i) { return smem + (i % kTiledStages) * L::kStageBytes; };
   // W of tile i (the 16 row blocks below RB) into its stage: a thread's pieces (16 bytes
@@ -497,9 +490,10 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
     }
   }
 
-  float acc[R][MT][4] = {};  // [m-tile][n-tile][C fragment]
-  uint32_t a_lo[R][4][4] = {}, a_hi[R][4][4] = {};  // A fragments of k-steps 0-3 and 4-7, [m-tile][step][register]
-  const bool warp_active = rb0 + local_rb[0] < p.RB;  // local_rb[r] increases with r: garbage rows are never stored
+  float acc[MT][4] = {};  // [n-tile][C fragment] of the warp's row block
+  uint32_t a_lo[4][4] = {}, a_hi[4][4] = {};  // A fragments of k-steps 0-3 and 4-7, [step][register]
+  // Warps past RB still issue their warpgroup's wgmmas (they are collective), on rows that are never stored.
+  const bool warp_active = rb0 + warp < p.RB;
   for (int i = 0; i < n_tiles; ++i) {
     cp_async_wait<kTiledAhead - 1>();
     __syncthreads();  // tile i's W and x visible; every warp has waited for the wgmmas of tile i - 2
@@ -510,75 +504,60 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
     }
     cp_async_commit();
     const uint8_t* stage = stage_of(i);
-    uint32_t words[R][P::kWords];
-#pragma unroll
-    for (int r = 0; r < R; ++r) load_tile<EBITS, MBITS, true>(stage + local_rb[r] * L::kTileBytes, lane, words[r]);
+    uint32_t words[P::kWords];
+    if (warp_active) load_tile<EBITS, MBITS, true>(stage + warp * L::kTileBytes, lane, words);
     const uint8_t* x_stage = stage + L::kWBytes;
     // Two halves of the tile, 4 k-steps each, in their own registers and wgmma group: the
     // decode of one half runs while the tensor cores multiply the other.
     static_for<0, 2>([&](auto half) {
       constexpr int H = decltype(half)::value;
-      uint32_t(&a)[R][4][4] = H == 0 ? a_lo : a_hi;
+      uint32_t(&a)[4][4] = H == 0 ? a_lo : a_hi;
       wgmma_wait<1>();  // the group that last read `a` (this half of tile i - 1) is done
 #pragma unroll
-      for (int r = 0; r < R; ++r)
+      for (int s = 0; s < 4; ++s)
 #pragma unroll
-        for (int s = 0; s < 4; ++s)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) wgmma_keep(a[r][s][q]);
+        for (int q = 0; q < 4; ++q) wgmma_keep(a[s][q]);
       if (warp_active) {
         static_for<0, 4>([&](auto step) {
           constexpr int S = 4 * H + decltype(step)::value;
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 0>(words[r]), a[r][S % 4][0], a[r][S % 4][1]);
-            dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 1>(words[r]), a[r][S % 4][2], a[r][S % 4][3]);
-          }
+          dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 0>(words), a[S % 4][0], a[S % 4][1]);
+          dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 1>(words), a[S % 4][2], a[S % 4][3]);
         });
       }
       wgmma_fence();
 #pragma unroll
-      for (int step = 0; step < 4; ++step) {
-        const uint64_t b = wgmma_desc(x_stage + (2 * (4 * H + step)) * MT * 128, MT * 128, 128);
-#pragma unroll
-        for (int r = 0; r < R; ++r) wgmma_rs<kRowsX, BF16>(acc[r], a[r][step], b);
-      }
+      for (int step = 0; step < 4; ++step)
+        wgmma_rs<kRowsX, BF16>(acc, a[step], wgmma_desc(x_stage + (2 * (4 * H + step)) * MT * 128, MT * 128, 128));
       wgmma_commit();
     });
     if (refill) store_x(i + kTiledAhead);
   }
   wgmma_wait<0>();
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int s = 0; s < 4; ++s)
 #pragma unroll
-    for (int s = 0; s < 4; ++s)
+    for (int q = 0; q < 4; ++q) {
+      wgmma_keep(a_lo[s][q]);
+      wgmma_keep(a_hi[s][q]);
+    }
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        wgmma_keep(a_lo[r][s][q]);
-        wgmma_keep(a_hi[r][s][q]);
-      }
+  for (int j = 0; j < MT; ++j)
 #pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int j = 0; j < MT; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) wgmma_keep(acc[r][j][q]);
+    for (int q = 0; q < 4; ++q) wgmma_keep(acc[j][q]);
 
   // Partial sums into shared memory as [x row][row of the block's 256]; C fragment of
-  // n-tile j: acc[.][j][0..1] = row gid, x rows 8 j + 2 tig + 0/1; [2..3] = row gid + 8.
+  // n-tile j: acc[j][0..1] = row gid, x rows 8 j + 2 tig + 0/1; [2..3] = row gid + 8.
   cp_async_wait<0>();
   __syncthreads();  // the stages are free
   float* part = reinterpret_cast<float*>(smem);
   const int gid = lane / 4, tig = lane % 4;
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int j = 0; j < MT; ++j)
 #pragma unroll
-    for (int j = 0; j < MT; ++j)
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          part[(8 * j + 2 * tig + e) * kPartStride + local_rb[r] * kFpxTileRows + gid + 8 * h] = acc[r][j][2 * h + e];
+      for (int e = 0; e < 2; ++e)
+        part[(8 * j + 2 * tig + e) * kPartStride + warp * kFpxTileRows + gid + 8 * h] = acc[j][2 * h + e];
   if (splits > 1) {
     cluster_sync();
   } else {
@@ -664,14 +643,23 @@ int sm_count() {
   return sms;
 }
 
-// Compute capability 9.0: wgmma (the sm_90a code), thread-block clusters and the 227 KB
-// of shared memory a block the tiled kernel takes (<= 160 KB).
-bool is_sm90() {
-  int device = 0, major = 0, minor = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
+// Whether the tiled kernel serves this weight: a device of compute capability 9.0 (wgmma,
+// thread-block clusters, 227 KB of shared memory a block; the kernel takes <= 160 KB)
+// running the kernel's sm_90a code -- not PTX of an older architecture compiled at load,
+// where the wgmma and cluster helpers are empty (kernels/wgmma.cuh) -- and K % 8 == 0
+// (16-byte copies of x and W). The device is read once per process (one GPU).
+bool tiled_kernel_runs(const FpxDeviceWeight& w) {
+  static const bool runs = [] {
+    int device = 0, major = 0, minor = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    if (major != 9 || minor != 0) return false;
+    cudaFuncAttributes attributes{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attributes, gemm_fpx_tiled_kernel<3, 2, false, 8>));
+    return attributes.ptxVersion >= 90;
+  }();
+  return runs && w.K % 8 == 0;
 }
 
 // Small M (<= 16, two n-tiles): first enough blocks along K (split-K) to give every SM a
@@ -848,8 +836,7 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   // M > kFpxMaxM: the tiled kernel on an H100-class device (wgmma), where x has the
   // alignment for its 16-byte loads.
   const int tiled_mt = M <= 32 ? 4 : 8;
-  static const bool sm90 = is_sm90();
-  const bool tiled_ok = sm90 && w.K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const bool tiled_ok = tiled_kernel_runs(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool use_tiled =
       tiled_ok && (config.tiled > 0 || (config.tiled < 0 && config.m_tile == 0 && config.warps_k == 0 && M > kFpxMaxM));
   // The norm epilogues sit in the register kernel's one-chunk shape only (M <= kFpxMaxM).
@@ -868,7 +855,9 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
     // 112.5 / 126.6 / 158.4 (the rule lands within 10 % of the best on the Llama shapes).
     int splits = 1;
     if (config.splits > 0) {
-      while (splits * 2 <= std::min(config.splits, kTiledMaxSplits)) splits *= 2;
+      if (config.splits > kTiledMaxSplits || (config.splits & (config.splits - 1)) != 0)
+        throw Error("gemm_fpx: splits = " + std::to_string(config.splits) + " for the tiled kernel (expected 1, 2, 4 or 8)");
+      splits = config.splits;
     } else {
       const int most = m_chunks == 1 ? kTiledMaxSplits : 2;
       while (splits * 2 <= most && w.k_tiles >= 8 * 2 * splits && m_chunks * groups * splits * 2 <= 3 * int64_t(sms))
@@ -911,10 +900,7 @@ void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act
 
 int64_t gemm_fpx_norm_parts(const FpxDeviceWeight& w) { return w.row_blocks; }
 
-int gemm_fpx_max_m() {
-  static const int max_m = is_sm90() ? kFpxTiledMaxM : kFpxMaxM;
-  return max_m;
-}
+int gemm_fpx_max_m(const FpxDeviceWeight& w) { return tiled_kernel_runs(w) ? kFpxTiledMaxM : kFpxMaxM; }
 
 void gemm_fpx_residual(const FpxDeviceWeight& w, const void* x, void* residual, const float* norm_weight,
                        void* scaled, float* sum_squares, int M, DType act, cudaStream_t stream) {

@@ -1,7 +1,8 @@
 #pragma once
 // FPx (fp6 e3m2, fp5 e2m2) dequantize + matmul on tensor cores, for any batch:
 //   y [M, N] = x [M, K] · Wᵀ (+ bias),  W [N, K] pre-packed as in kernels/fpx/fpx_format.h,
-// x and y fp16 or bf16, fp32 accumulation (mma m16n8k16), any M >= 1, any K and N.
+// x and y fp16 or bf16, fp32 accumulation (mma m16n8k16 up to M = 16, wgmma m64 above on
+// an H100), any M >= 1, any K and N.
 // The launch is asynchronous on the caller's stream, allocates nothing and never
 // synchronizes, so it can be captured into a CUDA graph.
 #include <cuda_runtime.h>
@@ -22,10 +23,12 @@ namespace gemlite {
 constexpr int kFpxMaxM = 16;
 
 // The largest M at which QuantLinear sends fp6/fp5 here; above it, the transient dense
-// copy (dequant_fpx) + cuBLAS. kFpxTiledMaxM on a device the tiled kernel runs on
-// (compute capability 9.0), kFpxMaxM elsewhere.
+// copy (dequant_fpx) + cuBLAS. kFpxTiledMaxM where the tiled kernel serves the weight
+// (compute capability 9.0, K % 8 == 0), kFpxMaxM elsewhere. Measured (H100, fp16, same
+// run, kernels/fpx/BENCH.md): against the dense copy + cuBLAS the tiled kernel is 1.8-4.5x
+// faster at M = 32, 1.4-3.2x at M = 64, 0.86-1.95x at M = 128 and 0.77-1.23x at M = 256
+// on the Llama shapes.
 constexpr int kFpxTiledMaxM = 128;
-int gemm_fpx_max_m();
 
 // An fp6/fp5 weight in device memory, prepared for one activation type. Owns its buffers
 // (free with free_fpx_weight), including the split-K workspace, so one weight must not be
@@ -58,6 +61,9 @@ void free_fpx_weight(FpxDeviceWeight* w);  // frees and clears; safe on an empty
 // no bias), contents undefined: what upload_fpx_weight fills, and what the benchmarks fill
 // with random bits.
 FpxDeviceWeight alloc_fpx_weight(const WeightFormat& format, int64_t N, int64_t K, DType act);
+
+// QuantLinear's switch for this weight: kFpxTiledMaxM or kFpxMaxM (above).
+int gemm_fpx_max_m(const FpxDeviceWeight& w);
 
 // Launch tuning; 0 = the automatic choice (what the benchmarks measured best).
 struct GemmFpxConfig {

@@ -67,7 +67,7 @@ class CudaLinear final : public QuantLinear {
   //   qN / qNgG and s7, M <= kGemvMaxM (8) -> gemv_qn, the fused dequantize + GEMV that
   //     reads the packed weight once (it adds the bias itself); a gate/up pair stacked
   //     for SwiGLU -> gemv_qn_swiglu through forward_swiglu (below);
-  //   fp6 / fp5, M <= gemm_fpx_max_m() (kFpxTiledMaxM on an H100, else kFpxMaxM) -> gemm_fpx,
+  //   fp6 / fp5, M <= gemm_fpx_max_m (kFpxTiledMaxM on an H100, else kFpxMaxM) -> gemm_fpx,
   //     the tensor-core FPx matmul (bias too);
   //   dense f16/bf16/f32, M <= 8 -> gemv_dense;
   //   everything larger (prefill) -> cuBLAS over a dense copy of W, then the bias.
@@ -82,7 +82,7 @@ class CudaLinear final : public QuantLinear {
       gemv_qn(qn_, x.data, y.data, int(M), act_, ctx_->stream);
       return;
     }
-    if (fpx_.packed && M <= gemm_fpx_max_m()) {
+    if (fpx_.packed && M <= gemm_fpx_max_m(fpx_)) {
       gemm_fpx(fpx_, x.data, y.data, int(M), act_, ctx_->stream);
       return;
     }
