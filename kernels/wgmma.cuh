@@ -9,9 +9,10 @@
 // B is K-major without swizzling: "core matrices" of 8 n x 8 k (16 bytes a row, 128 bytes
 // each); wgmma_desc describes where they lie (see the PTX ISA, "matrix descriptor").
 //
-// Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL; a plain sm_90 build is an error);
-// for other architectures the functions are empty and callers must not launch what uses
-// them (gemm_fpx checks for a 9.0 device running the kernel's sm_90a code).
+// Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL; CMake turns an architecture list's
+// 90 into 90a); for other architectures the functions are empty (wgmma_rs traps) and
+// callers must not launch what uses them (gemm_fpx checks for a 9.0 device running PTX of
+// 9.0 or later, which the sm_90a image is).
 #include <cstdint>
 
 namespace gemlite {
@@ -19,8 +20,6 @@ namespace {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GEMLITE_WGMMA 1
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
-#error "wgmma needs the sm_90a target: build for CUDA architecture 90a, not 90"
 #endif
 
 // Shared-memory matrix descriptor, no swizzle: `k_stride` bytes between the core matrices
@@ -109,8 +108,13 @@ __device__ __forceinline__ void wgmma_rs<64, true>(float (&d)[8][4], const uint3
 }
 #undef GEMLITE_WGMMA_N64
 #else
+// Without sm_90a (PTX for another architecture, e.g. nvcc -arch=sm_90a's compute_90 copy
+// for later GPUs): never launched there (see the top); if a build without an sm_90a image
+// ever ran it on a 9.0 device, it stops the kernel rather than return wrong sums.
 template <int N, bool BF16>
-__device__ __forceinline__ void wgmma_rs(float (&)[N / 8][4], const uint32_t (&)[4], uint64_t) {}
+__device__ __forceinline__ void wgmma_rs(float (&)[N / 8][4], const uint32_t (&)[4], uint64_t) {
+  __trap();
+}
 #endif
 
 }  // namespace

@@ -846,22 +846,33 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   if (use_tiled) {
     const int64_t m_chunks = (M + 8 * tiled_mt - 1) / (8 * tiled_mt);
     const int64_t groups = (w.row_blocks + kTiledRowBlocks - 1) / kTiledRowBlocks;
-    // One block a SM (its shared memory). Split K over a cluster: with one chunk of x rows
-    // into the most blocks (<= 8) that keep >= 8 tiles of K each, with more chunks in two;
-    // either while the grid stays within 3 waves. Measured (H100, fp6 fp16, GEMLITE_BENCH_FPX_SPLITS=1,2,4,8,
-    // us at 1 / 2 / 4 / 8 splits), M = 64: 8192 x 8192 134.9 / 69.5 / 69.7 / 60.9, 4096 x 4096
-    // 70.9 / 37.1 / 21.4 / 26.5, 4096 x 22016 71.9 / 75.6 / 63.8 / 82.8, 4096 x 12288 71.5 /
-    // 40.5 / 42.7 / 53.3; M = 128: 8192 x 8192 133.4 / 70.5 / 100.1 / 101.0, 4096 x 22016 139.7 /
-    // 112.5 / 126.6 / 158.4 (the rule lands within 10 % of the best on the Llama shapes).
+    // One block a SM (its shared memory). Split K over a cluster, measured (H100, fp6 fp16,
+    // GEMLITE_BENCH_FPX_SPLITS; us at 1 / 2 / 4 / 8 splits):
+    //  - one chunk of x rows: into the most blocks (<= 8) that keep >= 8 tiles of K each while
+    //    the grid stays within 3 waves. M = 64: 8192 x 8192 131.1 / 66.2 / 65.1 / 56.5, 4096 x
+    //    4096 68.5 / 35.7 / 20.1 / 26.0, 4096 x 22016 69.8 / 70.3 / 58.5 / 78.3, 4096 x 12288
+    //    69.5 / 38.6 / 39.7 / 51.4 (a waves x tiles-per-block cost picks 4 on 8192 x 8192, 8 on
+    //    4096 x 4096: both wrong by 15-30 %);
+    //  - several chunks: the fewest waves x (tiles per block + 4 for its start and end) over
+    //    1, 2, 4 splits (ties: fewer). M = 128: 8192 x 8192 135.9 / 66.5 / 99.8, 8192 x 10240
+    //    135.1 / 129.5 / 101.2, 4096 x 22016 134.9 / 110.7 / 123.4, 4096 x 12288 69.8 / 72.1 /
+    //    78.7, 8192 x 57344 529.0 / 470.8 / 502.5, 11008 x 4096 174.0 / 86.0 / 88.1: the best
+    //    or within 3 % of it, and 4096 x 4096 (36.6 at 2 splits) 7 % behind at 4.
     int splits = 1;
     if (config.splits > 0) {
       if (config.splits > kTiledMaxSplits || (config.splits & (config.splits - 1)) != 0)
         throw Error("gemm_fpx: splits = " + std::to_string(config.splits) + " for the tiled kernel (expected 1, 2, 4 or 8)");
       splits = config.splits;
-    } else {
-      const int most = m_chunks == 1 ? kTiledMaxSplits : 2;
-      while (splits * 2 <= most && w.k_tiles >= 8 * 2 * splits && m_chunks * groups * splits * 2 <= 3 * int64_t(sms))
+    } else if (m_chunks == 1) {
+      while (splits * 2 <= kTiledMaxSplits && w.k_tiles >= 8 * 2 * splits && groups * splits * 2 <= 3 * int64_t(sms))
         splits *= 2;
+    } else {
+      const auto cost = [&](int z) {
+        const int64_t blocks = m_chunks * groups * z;
+        return (blocks + sms - 1) / sms * ((w.k_tiles + z - 1) / z + 4);
+      };
+      for (int z = 2; z <= 4; z *= 2)
+        if (cost(z) < cost(splits)) splits = z;
     }
     p.splits = splits;
     p.tiles_per_split = int((w.k_tiles + splits - 1) / splits);
