@@ -826,9 +826,7 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   p.tiles_per_split = int((w.k_tiles + s.splits - 1) / s.splits);
   p.x_vectorized = w.K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0;
   p.norm = epilogue.norm ? *epilogue.norm : QnPendingNorm{};
-  if (p.norm.sum_squares && (p.norm.parts < 1 || !(p.norm.eps >= 0)))
-    throw Error("gemm_fpx: a pending norm of " + std::to_string(p.norm.parts) + " parts, eps " +
-                std::to_string(p.norm.eps));
+  check_pending_norm(p.norm, "gemm_fpx");
   p.residual = static_cast<uint16_t*>(epilogue.residual);
   p.norm_weight = epilogue.norm_weight;
   p.sum_squares = epilogue.sum_squares;

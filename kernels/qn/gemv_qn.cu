@@ -727,6 +727,12 @@ uint16_t to_activation_bits(float v, DType act) {
 
 }  // namespace
 
+void check_pending_norm(const QnPendingNorm& norm, const char* who) {
+  if (norm.sum_squares && (norm.parts < 1 || !(norm.eps >= 0)))
+    throw Error(std::string(who) + ": a pending norm of " + std::to_string(norm.parts) + " parts, eps " +
+                std::to_string(norm.eps));
+}
+
 size_t QnDeviceWeight::weight_bytes() const {
   return size_t(qn_padded_rows(N)) * size_t(Kw + n_groups) * 4 + (bias ? size_t(N) * 4 : 0);
 }
@@ -855,9 +861,7 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   p.paired_half = w.paired_half;
   p.swiglu = epilogue.swiglu;
   p.norm = epilogue.norm ? *epilogue.norm : QnPendingNorm{};
-  if (p.norm.sum_squares && (p.norm.parts < 1 || !(p.norm.eps >= 0)))
-    throw Error("gemv_qn: a pending norm of " + std::to_string(p.norm.parts) + " parts, eps " +
-                std::to_string(p.norm.eps));
+  check_pending_norm(p.norm, "gemv_qn");
   p.residual = static_cast<uint16_t*>(epilogue.residual);
   p.norm_weight = epilogue.norm_weight;
   p.sum_squares = epilogue.sum_squares;

@@ -105,6 +105,8 @@ struct QnPendingNorm {
   int parts = 0;
   float eps = 0;
 };
+// Throws Error (naming `who`) for a set pending norm with parts < 1 or eps < 0 / NaN.
+void check_pending_norm(const QnPendingNorm& norm, const char* who);
 
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias), on `stream`. x and y are device
 // pointers, rows contiguous. Preconditions (checked, Error): 1 <= M <= kGemvMaxM,
