@@ -90,6 +90,16 @@
 // x addressed from a pointer the loop advances (immediate offsets per chunk) with the
 // prefetch's group clamps dropped for tiles below K: neutral (q4g64 within 0.2 %, q3g64
 // 0.5-2 % slower, tg128 456.7 -> 454.0, `GEMLITE_GPU_BASE_REV` A/B).
+// Tried (2026-11-25) and dropped: blocks looping over row blocks, a grid of one wave of
+// resident blocks whose warps load the first tile of the block's next row block while they
+// compute their last tile of this one (no block starts or first-load stalls after the
+// first wave). Within the new kernel the looping grid beat one row block a block on some
+// shapes (q4g64 fp16 M = 1, 8 warps: 4096 x 12288 16.7 -> 14.9 us, 4096 x 22016 26.8 ->
+// 24.6), but the restructured loop lost to this one everywhere, even where no block loops
+// (GEMLITE_GPU_BASE_REV A/B, two versions: the next row block's load inside the step, then
+// behind a uniform branch; 4096 x 4096 6.0 -> 6.9 us, 8192 x 57344 96.2 -> 105.5,
+// llama2-7b tg128 q4g64 448.0 -> 416.1, q8 343.8 -> 326.8). 16 warps a block (one block
+// an SM, whose barrier idles it) lost on every decode shape (8192 x 57344 117 vs 102 us).
 // Not done: fewer instructions per weight in the dequantization (the fma2 pair per two
 // weights is now a third of the loop, 128 of ~392 per q4 tile; int8 activations with
 // integer mma would remove them at a cost in accuracy).
