@@ -57,8 +57,9 @@ void launch_rope_store(void* key_cache, void* value_cache, const int* pos0, cons
 // head, block s taking positions [s * span, (s + 1) * span). One head has only its own
 // block otherwise: 32 blocks on 132 SMs for Llama-2-7B, each reading the head's whole
 // context. count and span follow the cache's capacity, not the position, so the grid of a
-// captured decode step stays valid as the context grows (blocks past it leave an empty
-// partial and take their ticket, so the merge still happens once all have run).
+// captured decode step stays valid as the context grows: the kernel reads the position
+// and only the splits that hold one take part (blocks past the context leave at once; the
+// last live one merges, or the only one writes out directly).
 struct AttentionSplits {
   int count = 1;
   int span = 1 << 30;            // positions per split

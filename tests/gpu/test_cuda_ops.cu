@@ -252,9 +252,10 @@ TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
 }
 
 // Decode attention split over the context (a 4096-position cache: 16 splits of 256) at
-// positions that end inside the first split, on a split boundary and deep in the cache,
-// against one block per head; launched three times in a row, so a counter the merging
-// block failed to reset shows up as a wrong or missing output on the next launch.
+// positions that end inside the first split (one live split, which writes out directly),
+// just past a split boundary (two merged) and deep in the cache (all 16), against one block
+// per head; launched three times in a row, so a counter the merging block failed to reset
+// shows up as a wrong or missing output on the next launch.
 TEST(AttentionSplits, MatchOneBlockPerHead) {
   std::mt19937_64 rng{test_seed() + 5};
   auto ctx = std::make_shared<CudaContext>();
