@@ -357,25 +357,32 @@ struct ChunkInputs {
   uint2 xb[JC][2];
 };
 
-// Loads the inputs of the chunk starting at k block b0 (JC blocks).
+// Loads the inputs of the chunk starting at k block b0 (JC blocks): its scale/bias pairs
+// (load_chunk_scales: weights, which a PDL launch may read before its wait) and its x
+// fragments (load_chunk_x).
 // Loads carry no branches, so all of them are in flight together (the first version
 // loaded next to each use, behind branches, and ran at ~40 % of copy). FULL: the chunk
 // lies below K (decided once per tile in the kernel's loop, per chunk in last_tile);
 // otherwise groups are clamped and x is zero for k >= K.
 template <int JC, bool FULL, int CAP>
-__device__ __forceinline__ void load_chunk_inputs(const GemvQnParams& p, const LaneInputs& in, int b0,
+__device__ __forceinline__ void load_chunk_scales(const GemvQnParams& p, const LaneInputs& in, int b0,
                                                   ChunkInputs<CAP>& ci) {
   static_assert(JC <= CAP, "chunk larger than its buffer");
-  const uint16_t* x = in.x_lane + uint32_t(b0) * 32u;  // + 32 j + 4 c + i: k
-  auto& sb = ci.sb;
-  auto& xb = ci.xb;
 #pragma unroll
   for (int j = 0; j < JC; ++j) {
     const int g = FULL ? (b0 + j) >> p.group_shift : min((b0 + j) >> p.group_shift, p.n_groups - 1);
     const uint2 v = __ldg(in.sb_lane + uint32_t(g) * p.sb_group_stride);
-    sb[j][0] = v.x;
-    sb[j][1] = v.y;
+    ci.sb[j][0] = v.x;
+    ci.sb[j][1] = v.y;
   }
+}
+
+template <int JC, bool FULL, int CAP>
+__device__ __forceinline__ void load_chunk_x(const GemvQnParams& p, const LaneInputs& in, int b0,
+                                             ChunkInputs<CAP>& ci) {
+  static_assert(JC <= CAP, "chunk larger than its buffer");
+  const uint16_t* x = in.x_lane + uint32_t(b0) * 32u;  // + 32 j + 4 c + i: k
+  auto& xb = ci.xb;
   if (FULL && p.x_vectorized) {
 #pragma unroll
     for (int j = 0; j < JC; ++j) {
@@ -410,6 +417,13 @@ __device__ __forceinline__ void load_chunk_inputs(const GemvQnParams& p, const L
   }
 }
 
+template <int JC, bool FULL, int CAP>
+__device__ __forceinline__ void load_chunk_inputs(const GemvQnParams& p, const LaneInputs& in, int b0,
+                                                  ChunkInputs<CAP>& ci) {
+  load_chunk_scales<JC, FULL>(p, in, b0, ci);
+  load_chunk_x<JC, FULL>(p, in, b0, ci);
+}
+
 // Codes J0 .. J0 + JC - 1 of every word of a tile: 2 JC mmas into acc[c].
 // Blocks J0 .. J0 + JC - 1 of a tile: 2 JC mmas into acc[c]. Block = code for qN; for s7
 // blocks 2 J and 2 J + 1 are the first and second elements of the pairs in code J.
@@ -441,26 +455,38 @@ __device__ __forceinline__ void prefetch_l1(const void* p) {
 
 // Pulls tile t's scale/bias and x lines into L1 a tile ahead, so tile_chunk's loads hit
 // (without it they waited on DRAM every few tiles: the scale/bias pairs are weight bytes
-// too, streamed once).
+// too, streamed once). The scale/bias half alone (prefetch_tile_scales) may run before a
+// PDL wait; the x half after it.
 template <int BITS, bool SPARSE>
-__device__ __forceinline__ void prefetch_tile_inputs(const GemvQnParams& p, const LaneInputs& in, int t,
+__device__ __forceinline__ void prefetch_tile_scales(const GemvQnParams& p, const LaneInputs& in, int t,
                                                      int lane) {
   constexpr int E = kTileBlocks<BITS, SPARSE>;
   const int first = t * E, last = first + E - 1;  // k blocks
   // The block's 64 bytes of scale/bias per group lie in one line: lane i takes the tile's
   // i-th group (a tile spans at most 32).
-  {
-    const int g0 = min(first >> p.group_shift, p.n_groups - 1);
-    const int g = g0 + lane;
-    if (g <= min(last >> p.group_shift, p.n_groups - 1))
-      prefetch_l1(in.sb_lane - lane / 4 + uint32_t(g) * p.sb_group_stride);  // the block's pairs
-  }
+  const int g0 = min(first >> p.group_shift, p.n_groups - 1);
+  const int g = g0 + lane;
+  if (g <= min(last >> p.group_shift, p.n_groups - 1))
+    prefetch_l1(in.sb_lane - lane / 4 + uint32_t(g) * p.sb_group_stride);  // the block's pairs
+}
+
+template <int BITS, bool SPARSE>
+__device__ __forceinline__ void prefetch_tile_x(const GemvQnParams& p, const LaneInputs& in, int t, int lane) {
+  constexpr int E = kTileBlocks<BITS, SPARSE>;
+  const int first = t * E;  // k block
   // The lanes of activation row gid (all of them read row 0 where gid >= M) share the
   // 128-byte lines covering its 32 E halves at any alignment.
   constexpr int kLines = E / 2 + 1;
 #pragma unroll
   for (int line = lane % 4; line < kLines; line += 4)
     prefetch_l1(in.x_row + min(first * 32 + line * 64, p.K - 1));
+}
+
+template <int BITS, bool SPARSE>
+__device__ __forceinline__ void prefetch_tile_inputs(const GemvQnParams& p, const LaneInputs& in, int t,
+                                                     int lane) {
+  prefetch_tile_scales<BITS, SPARSE>(p, in, t, lane);
+  prefetch_tile_x<BITS, SPARSE>(p, in, t, lane);
 }
 
 // Blocks per chunk: 2, and the inputs of the next chunk (or of the next tile's first) are
@@ -591,16 +617,25 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // gemm_fpx and gemv_dense doing the same: llama2-7b q4g64 tg128 242.7 -> 249.7 tok/s
   // (kernels/pdl.cuh has the command and the other formats); pulling the block's whole
   // slice of W into L2 here as well made it slower (237.4).
+  // The first chunk's scale/bias pairs are weights too: loaded before the wait, so that
+  // their DRAM latency no longer follows it (A/B on one machine, fp16 M = 1, two rounds:
+  // q4g64 4096 x 4096 5.9 -> 5.7-5.8 us, 11008 x 4096 12.1 -> 11.8, q8 4096 x 4096 7.6 ->
+  // 7.3, 4096 x 12288 20.2-20.5 -> 19.9, the long-K shapes unchanged; llama2-7b q4g64
+  // tg128 448.8 / 451.2 -> 452.3 / 452.3 tok/s).
   pdl_launch_dependents();
   if (warp < tiles) load_tile(block_words, warp, words_a);
+  if (warp < full_tiles) {
+    prefetch_tile_scales<BITS, SPARSE>(p, in, warp, lane);
+    load_chunk_scales<kFirstChunkBlocks<E>, true>(p, in, warp * E, inputs_a);
+  }
   // The residual epilogue's thread stores rows r = threadIdx.x % 16 (blockDim.x % 32 == 0):
   // its norm weight, not written by any kernel, is fetched now rather than after the loop.
   const int64_t norm_row = min(row_base + threadIdx.x % kRowsPerBlock, p.N - 1);
   const float norm_weight = p.residual ? p.norm_weight[norm_row] : 0.0f;
   pdl_wait();
   if (warp < full_tiles) {
-    prefetch_tile_inputs<BITS, SPARSE>(p, in, warp, lane);
-    load_chunk_inputs<kFirstChunkBlocks<E>, true>(p, in, warp * E, inputs_a);
+    prefetch_tile_x<BITS, SPARSE>(p, in, warp, lane);
+    load_chunk_x<kFirstChunkBlocks<E>, true>(p, in, warp * E, inputs_a);
   }
   // Each step loads the next tile's words (and, below K, its inputs) while it computes
   // tile t < full_tiles. The loop is unrolled twice so that the two word buffers swap roles
