@@ -1,6 +1,7 @@
 #pragma once
 // What the kernel tests share: one random seed per test run (printed, and settable with
-// GEMLITE_TEST_SEED to replay a failure), device buffers and a stream that clean up.
+// GEMLITE_TEST_SEED to replay a failure), random weights and activations, device buffers
+// and a stream that clean up.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -8,8 +9,10 @@
 #include <cstdlib>
 #include <iostream>
 #include <random>
+#include <vector>
 
 #include "kernels/cuda_check.h"
+#include "runtime/dtype.h"
 
 namespace gemlite {
 
@@ -21,6 +24,37 @@ inline uint64_t test_seed() {
     return s;
   }();
   return seed;
+}
+
+// W [N, K]: rows of different magnitude with an outlier per 97 columns (so row and group
+// scales differ, and small codes are common); with offsets, every fifth row is shifted
+// away from zero, so that zero points leave the middle of the code range.
+inline std::vector<float> random_weight(int64_t N, int64_t K, std::mt19937_64& rng, bool offsets = true) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(0.25f, 2.0f);
+  std::vector<float> w(size_t(N * K));
+  for (int64_t n = 0; n < N; ++n) {
+    const float scale = uniform(rng), offset = offsets && n % 5 == 0 ? 2.0f * normal(rng) : 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      float v = offset + scale * normal(rng);
+      if (k % 97 == n % 97) v *= 6.0f;
+      w[size_t(n * K + k)] = v;
+    }
+  }
+  return w;
+}
+
+// x [M, K] random, rounded to the activation type (F16 or BF16): the bits and their floats.
+inline void random_activations(int64_t M, int64_t K, DType act, std::mt19937_64& rng, std::vector<uint16_t>* bits,
+                               std::vector<float>* values) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  bits->resize(size_t(M * K));
+  values->resize(size_t(M * K));
+  for (size_t i = 0; i < bits->size(); ++i) {
+    const float v = normal(rng);
+    (*bits)[i] = act == DType::BF16 ? float_to_bf16(v) : float_to_half(v);
+    (*values)[i] = act == DType::BF16 ? bf16_to_float((*bits)[i]) : half_to_float((*bits)[i]);
+  }
 }
 
 struct DeviceBuffer {

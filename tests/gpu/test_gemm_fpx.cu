@@ -92,23 +92,6 @@ TEST(GemmFpxDecoding, EveryCodeIsExact) {
   }
 }
 
-// W [N, K]: rows of different magnitude with an outlier per 97 columns (so the row scales
-// differ and small codes, subnormals included, are common).
-std::vector<float> random_weight(int64_t N, int64_t K, std::mt19937_64& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> uniform(0.25f, 2.0f);
-  std::vector<float> w(size_t(N * K));
-  for (int64_t n = 0; n < N; ++n) {
-    const float scale = uniform(rng);
-    for (int64_t k = 0; k < K; ++k) {
-      float v = scale * normal(rng);
-      if (k % 97 == n % 97) v *= 6.0f;
-      w[size_t(n * K + k)] = v;
-    }
-  }
-  return w;
-}
-
 struct CheckResult {
   double worst_ratio = 0;  // max |y - ref| / (u |ref| + 2^-14 S): <= 1 passes
   int64_t failures = 0;
@@ -166,7 +149,7 @@ TEST_P(GemmFpxTest, MatchesCpuReferenceAtEveryBatchSize) {
   // K = 1000: a partial last tile; K = 515: K % 4 != 0 (scalar x loads) and N % 16 != 0;
   // N = 1024, K = 4096: few row blocks, so small M splits K over blocks.
   for (const Shape shape : {Shape{300, 1000}, Shape{77, 515}, Shape{1024, 4096}}) {
-    const std::vector<float> w = random_weight(shape.N, shape.K, rng);
+    const std::vector<float> w = random_weight(shape.N, shape.K, rng, false);
     const PackedWeight packed = quantize_weight(w.data(), shape.N, shape.K, format);
     for (DType act : {DType::F16, DType::BF16}) {
       FpxDeviceWeight dw = upload_fpx_weight(packed, act);
@@ -197,7 +180,7 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
   StreamGuard stream;
   const WeightFormat format = WeightFormat::parse("fp6");
   const int64_t N = 520, K = 2048;
-  const std::vector<float> w = random_weight(N, K, rng);
+  const std::vector<float> w = random_weight(N, K, rng, false);
   PackedWeight packed = quantize_weight(w.data(), N, K, format);
   std::vector<float> bias(static_cast<size_t>(N));
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -246,7 +229,7 @@ TEST(GemmFpxEdges, TiledKernelSmall) {
   std::mt19937_64 rng(test_seed() + 9);
   StreamGuard stream;
   const int64_t N = 40, K = 328;
-  const std::vector<float> w = random_weight(N, K, rng);
+  const std::vector<float> w = random_weight(N, K, rng, false);
   const PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse("fp6"));
   for (DType act : {DType::F16, DType::BF16}) {
     FpxDeviceWeight dw = upload_fpx_weight(packed, act);
@@ -301,7 +284,7 @@ TEST(GemmFpxFusedNorm, ResidualThenPendingNormMatchFloat64) {
     const int64_t D = c.D, K = c.K_in, N2 = c.N_next;
     const float eps = 1e-5f;
     const double u = c.act == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
-    std::vector<float> w1 = random_weight(D, K, rng), w2 = random_weight(N2, D, rng);
+    std::vector<float> w1 = random_weight(D, K, rng, false), w2 = random_weight(N2, D, rng, false);
     for (float& v : w1) v *= 1.0f / 32;  // keeps the residual inside fp16's range at K = 8192
     const PackedWeight p1 = quantize_weight(w1.data(), D, K, WeightFormat::parse("fp6"));
     PackedWeight p2 = quantize_weight(w2.data(), N2, D, WeightFormat::parse("fp5"));
@@ -410,7 +393,7 @@ TEST(DequantFpx, EqualsTheHostDecoderBitwise) {
   for (const char* name : {"fp6", "fp5"})
     for (const Shape shape : {Shape{300, 1000}, Shape{77, 515}, Shape{1024, 4096}, Shape{16, 128}}) {
       const int64_t N = shape.N, K = shape.K;
-      const std::vector<float> w = random_weight(N, K, rng);
+      const std::vector<float> w = random_weight(N, K, rng, false);
       const PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse(name));
       std::vector<float> decoded(size_t(N * K));
       const RowDecoder decode = make_row_decoder(packed);

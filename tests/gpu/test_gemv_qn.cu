@@ -52,36 +52,6 @@ WeightFormat qn_format(int bits, int group) {
   return f;
 }
 
-// W [N, K]: rows of different magnitude, a few outliers, and some rows offset from zero so
-// that zero points leave the code range's middle.
-std::vector<float> random_weight(int64_t N, int64_t K, std::mt19937_64& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> uniform(0.25f, 2.0f);
-  std::vector<float> w(size_t(N * K));
-  for (int64_t n = 0; n < N; ++n) {
-    const float scale = uniform(rng), offset = n % 5 == 0 ? 2.0f * normal(rng) : 0.0f;
-    for (int64_t k = 0; k < K; ++k) {
-      float v = offset + scale * normal(rng);
-      if (k % 97 == int64_t(n % 97)) v *= 6.0f;  // an outlier per 97 columns
-      w[size_t(n * K + k)] = v;
-    }
-  }
-  return w;
-}
-
-// x [M, K] random, rounded to the activation type: the fp16/bf16 bits and their floats.
-void random_activations(int64_t M, int64_t K, DType act, std::mt19937_64& rng,
-                        std::vector<uint16_t>* bits, std::vector<float>* values) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  bits->resize(size_t(M * K));
-  values->resize(size_t(M * K));
-  for (size_t i = 0; i < bits->size(); ++i) {
-    const float v = normal(rng);
-    (*bits)[i] = act == DType::BF16 ? float_to_bf16(v) : float_to_half(v);
-    (*values)[i] = act == DType::BF16 ? bf16_to_float((*bits)[i]) : half_to_float((*bits)[i]);
-  }
-}
-
 // Error scales of each output [M, N]: S = sum_k |x_k| |w_k|, and the scale of what the
 // kernel rounds, S2 = sum_k |x_k| (|w_k| + |q_k s| + |z s|) (w = q s - z s with s and -z s
 // stored in the activation type).

@@ -41,34 +41,14 @@ WeightFormat s7_format(int group) {
   return f;
 }
 
-// W [N, K] with rows of different scale and offset and an outlier per 97 columns.
-std::vector<float> random_weight(int64_t N, int64_t K, std::mt19937_64& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> uniform(0.25f, 2.0f);
-  std::vector<float> w(size_t(N * K));
-  for (int64_t n = 0; n < N; ++n) {
-    const float scale = uniform(rng), offset = n % 5 == 0 ? 2.0f * normal(rng) : 0.0f;
-    for (int64_t k = 0; k < K; ++k) {
-      float v = offset + scale * normal(rng);
-      if (k % 97 == int64_t(n % 97)) v *= 6.0f;
-      w[size_t(n * K + k)] = v;
-    }
-  }
-  return w;
-}
-
 // Returns the worst |y - ref| / S2 over all outputs (infinite for a non-finite y).
 double run_and_compare(const PackedWeight& packed, const S7DeviceWeight& dw, DType act, int64_t M,
                        std::mt19937_64& rng, cudaStream_t stream, std::string* first_failure, int64_t* failures) {
   const int64_t N = packed.rows, K = packed.cols, G = group_size(packed.format.group, K);
   const int64_t n_groups = group_count(packed.format.group, K);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<uint16_t> x_bits(size_t(M * K));
-  std::vector<float> x(size_t(M * K));
-  for (size_t i = 0; i < x.size(); ++i) {
-    x_bits[i] = act == DType::BF16 ? float_to_bf16(normal(rng)) : float_to_half(normal(rng));
-    x[i] = act == DType::BF16 ? bf16_to_float(x_bits[i]) : half_to_float(x_bits[i]);
-  }
+  std::vector<uint16_t> x_bits;
+  std::vector<float> x;
+  random_activations(M, K, act, rng, &x_bits, &x);
   std::vector<float> ref(size_t(M * N));
   linear_reference(packed, x.data(), M, ref.data());
 
