@@ -26,7 +26,9 @@
 # <dir>/base/; run then times it against this build on the same machine, interleaved,
 # instead of the plain benchmarks: the kernel benchmarks and the models' tg128, two rounds
 # each, base first in round 1 and second in round 2; scripts/ab_summary.py prints the
-# table. H100 machines differ by ~5 %: only such an A/B measures a change),
+# table. H100 machines differ by ~5 %: only such an A/B measures a change;
+# GEMLITE_GPU_AB_REPS=2 times each model run with -r 2 instead of 3: a llama2-7b run of two
+# formats took ~70 s at -r 3, so four of them are half of a 10-minute device call),
 # GEMLITE_GPU_PROFILE="llama2-7b q4g64" (ncu time per kernel of a decode step and of a
 # 512-token prefill of that synthetic model and format: where a token's time goes).
 set -euo pipefail
@@ -161,7 +163,7 @@ run() {
           "$bin" --kernels ${GEMLITE_BENCH_ARGS:-} >"$out/ab-kernels-$side-$round.log" 2>&1 || status=1
         if [ -z "${GEMLITE_GPU_SKIP_MODEL_BENCH:-}" ]; then
           for model in ${GEMLITE_GPU_MODELS:-tinyllama-1.1b}; do
-            "$bin" --device cuda --synthetic "$model" -f "$formats" -p 0 -n 128 -r 3 \
+            "$bin" --device cuda --synthetic "$model" -f "$formats" -p 0 -n 128 -r "${GEMLITE_GPU_AB_REPS:-3}" \
               2>>"$out/model-bench.log" >>"$out/ab-models-$side-$round.md" || status=1
           done
         fi
