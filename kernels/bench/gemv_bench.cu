@@ -129,7 +129,6 @@ GemvBenchOptions with_environment(GemvBenchOptions options) {
   env_activations("GEMLITE_BENCH_ACT", &options.activations);
   env_ints("GEMLITE_BENCH_M", &options.Ms);
   env_ints("GEMLITE_BENCH_WARPS", &options.warps_per_block);
-  env_ints("GEMLITE_BENCH_INT8", &options.int8_activations);
   return options;
 }
 
@@ -183,23 +182,22 @@ void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& given) {
         const int copies = copies_for(bytes, options.rotation_bytes);
         std::vector<QnDeviceWeight> weights = {probe};
         for (int c = 1; c < copies; ++c) weights.push_back(random_qn_weight(format, K, N, act, 11 + 31 * uint32_t(c), stream));
-        for (int warps : options.warps_per_block)
-          for (int int8 : options.int8_activations) {
-            if (int8 && format.kind != FormatKind::QN) continue;
+        for (int warps : options.warps_per_block) {
+          {
             GemvQnConfig config;
             config.warps_per_block = warps;
-            config.int8_activations = int8 != 0;
             const double us = time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
               gemv_qn(weights[size_t(i % copies)], x, y, M, act, stream, config);
             });
             const double total = double(bytes) + io_bytes;
             std::string setting;
             if (options.warps_per_block.size() > 1) setting += " warps=" + std::to_string(warps);
-            std::fprintf(out, "gemv %s%s %s K=%lld N=%lld M=%d%s: %.1f us, %.0f GB/s, %.1f %% of copy, %.2fx cuBLAS\n",
-                         name.c_str(), int8 ? "/i8" : "", act_name(act), (long long)K, (long long)N, M,
-                         setting.c_str(), us, total / (us * 1e3), 100.0 * total / (us * 1e3) / copy_gbs, dense_us / us);
+            std::fprintf(out, "gemv %s %s K=%lld N=%lld M=%d%s: %.1f us, %.0f GB/s, %.1f %% of copy, %.2fx cuBLAS\n",
+                         name.c_str(), act_name(act), (long long)K, (long long)N, M, setting.c_str(), us,
+                         total / (us * 1e3), 100.0 * total / (us * 1e3) / copy_gbs, dense_us / us);
             std::fflush(out);
           }
+        }
         for (QnDeviceWeight& w : weights) free_qn_weight(&w);
       }
       CUDA_CHECK(cudaFree(x));

@@ -28,9 +28,6 @@ struct GemvBenchOptions {
   // gemv_qn warps per block to sweep; 0 = the kernel's automatic choice. With more than
   // one value each line names its setting ("warps=4").
   std::vector<int> warps_per_block = {0};
-  // 0: the fp16/bf16 kernel, 1: int8 activations (GemvQnConfig::int8_activations; its
-  // lines name the format "q4g64/i8"; not for s7, skipped there).
-  std::vector<int> int8_activations = {0};
   size_t rotation_bytes = size_t(256) << 20;  // weight copies per measurement total at least this
   int replays = 20;                           // timed graph replays; the median is reported
 };
@@ -42,7 +39,7 @@ double device_copy_bandwidth_gbs(FILE* log);
 // Runs everything on the current device; throws Error on any CUDA/cuBLAS failure. The
 // environment narrows or widens `options` (see with_environment in gemv_bench.cu):
 // GEMLITE_BENCH_FORMATS=q4g64,q2g64 GEMLITE_BENCH_SHAPES=8192x8192 GEMLITE_BENCH_ACT=fp16
-// GEMLITE_BENCH_M=1,2,4,8 GEMLITE_BENCH_WARPS=4,8 GEMLITE_BENCH_INT8=0,1.
+// GEMLITE_BENCH_M=1,2,4,8 GEMLITE_BENCH_WARPS=4,8.
 void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& options = {});
 
 }  // namespace gemlite

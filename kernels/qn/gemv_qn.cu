@@ -100,9 +100,21 @@
 // behind a uniform branch; 4096 x 4096 6.0 -> 6.9 us, 8192 x 57344 96.2 -> 105.5,
 // llama2-7b tg128 q4g64 448.0 -> 416.1, q8 343.8 -> 326.8). 16 warps a block (one block
 // an SM, whose barrier idles it) lost on every decode shape (8192 x 57344 117 vs 102 us).
-// Not done: fewer instructions per weight in the dequantization (the fma2 pair per two
-// weights is now a third of the loop, 128 of ~392 per q4 tile; int8 activations with
-// integer mma would remove them at a cost in accuracy).
+// Built (2026-11-25) and dropped: int8 activations (issue 3's dp4a variant, on the integer
+// tensor cores). Each block found max|x| of each activation row, x was quantized per token
+// in the loop (one fma2 per two activations: x * inv + 1536 leaves the int8 in the low
+// byte), the codes went in unconverted as the u8 A operand of mma m16n8k32 u8 x s8 (the
+// lane's 4 words regrouped into byte planes, one shift + mask per code), a second mma with
+// an A of ones gave Σ xq for the zero point, and exact int32 sums per group were scaled once
+// in fp32. Correct (a CPU reference of the same rule to 4e-5 of the fp32 bound, every width
+// and group) at 0.8-1.2 % relative rms error from quantizing N(0, 1) activations, but slower
+// everywhere on the H100 (fp16, M = 1, one run, fp16 kernel -> int8): q4g64 4096 x 4096 5.9
+// -> 7.4 us, 11008 x 4096 11.9 -> 14.1, 8192 x 57344 95.9 -> 105.5; q8 8192 x 57344 155.7
+// -> 157.5, 28672 x 8192 81.0 -> 88.5; q2g64 8192 x 57344 76 -> 103; bf16 worse still.
+// Without the max|x| pass (a fixed scale, to isolate the loop) q8 gained 1-2 % at the large
+// shapes and q4g64 still lost 4 %: the planes, the x quantization and the per-group flush
+// cost what the conversions saved, and the pass itself costs each block an L2 round trip.
+// The code is commit 005a4e0 (kernel, reference, tests, GEMLITE_BENCH_INT8).
 #include "kernels/qn/gemv_qn.h"
 
 #include <cuda_bf16.h>
@@ -347,9 +359,6 @@ struct LaneInputs {
   const uint16_t* x_lane;  // x_row + 8 tig: the lane's first activation of each 32-k block
   const uint2* sb_lane;  // group 0's {row gid, row gid + 8} pair; group g at + g * sb_group_stride
   uint32_t magic;  // CodeLayout::magic(), opaque to the compiler so that it stays in one register
-  // Int8 activations: 127 / max|x| of the lane's activation row, as an fp16 pair (fp16)
-  // or float bits (bf16); see quantize_activations.
-  uint32_t x_inv;
 };
 
 // What one chunk of JC k blocks needs besides the words: scale/bias per row and block, and
@@ -547,177 +556,6 @@ __device__ __forceinline__ void tile_step(const GemvQnParams& p, const LaneInput
   }
 }
 
-// ---- int8 activations (GemvQnConfig::int8_activations) -----------------------------
-//
-// x is quantized per activation row (token) to xq = round(x * inv), inv = 127 / max|x|
-// (fp16: inv rounded to fp16, bf16: fp32), and the products run on the integer tensor
-// cores, mma m16n8k32 u8 x s8 with int32 sums: the codes q themselves (unsigned, < 2^8)
-// are the A operand, so a weight needs no conversion to a float at all. Per group g and
-// row n, with s, b = -z s the pair of scale_bias (rounded to the activation type):
-//   y = (1 / inv) * Σ_g ( s Σ_{k in g} q xq  +  b Σ_{k in g} xq ),
-// the first sum from the weights' mma, the second from an mma of the same x fragment with
-// an A of ones; both are exact integers, turned into floats once per group (flush_group).
-//
-// The mma's k order is the fp16 kernel's (see the top): for code j of a tile the lane's
-// 4 words of chunk c cover k = 32 (t E + j) + 8 tig + 4 c + 0..3, which is mma-k 4 tig +
-// 0..3 (c = 0) and 16 + 4 tig + 0..3 (c = 1): A register a0 (a2) = code j of the 4 words
-// of chunk 0 (1) of row gid as 4 bytes, a1 (a3) the same for row gid + 8; B = the 8
-// activations of the lane's 16-byte x fragment as 8 int8. So the words need their bytes
-// regrouped once per tile (byte_planes: plane r = byte r of each of the 4 words), after
-// which code j is one shift and mask of a plane.
-
-// Plane r = {byte r of u.x, u.y, u.z, u.w}: 8 byte permutes for 4 words.
-struct BytePlanes {
-  uint32_t r[4];
-};
-__device__ __forceinline__ BytePlanes byte_planes(const uint4& u) {
-  const uint32_t low01 = __byte_perm(u.x, u.y, 0x5410), low23 = __byte_perm(u.z, u.w, 0x5410);
-  const uint32_t high01 = __byte_perm(u.x, u.y, 0x7632), high23 = __byte_perm(u.z, u.w, 0x7632);
-  return {{__byte_perm(low01, low23, 0x6420), __byte_perm(low01, low23, 0x7531),
-           __byte_perm(high01, high23, 0x6420), __byte_perm(high01, high23, 0x7531)}};
-}
-
-// Code J of the 4 words as 4 unsigned bytes. Code J sits at bit `position` of a word: byte
-// position / 8 at offset position % 8, or across two bytes (3, 5, 6, 7 bits), whose parts
-// come from two planes.
-template <int BITS, int J>
-__device__ __forceinline__ uint32_t code_bytes(const BytePlanes& p) {
-  constexpr int position = 32 - BITS * (J + 1), r = position / 8, off = position % 8;
-  constexpr uint32_t kEachByte = 0x01010101u;
-  if constexpr (off + BITS <= 8) {
-    return (p.r[r] >> off) & (((1u << BITS) - 1) * kEachByte);
-  } else {
-    constexpr int low = 8 - off;  // bits of the code in byte r, the rest at the bottom of byte r + 1
-    constexpr uint32_t low_mask = ((1u << low) - 1) * kEachByte;
-    constexpr uint32_t high_mask = (((1u << BITS) - 1) & ~((1u << low) - 1)) * kEachByte;
-    return ((p.r[r] >> off) & low_mask) | ((p.r[r + 1] << low) & high_mask);
-  }
-}
-
-// Four activations (an 8-byte x fragment) -> four int8 round(x * inv), ties to even. fp16:
-// x * inv + 1536 in one fma2 lands in [1409, 1663], where the fp16 spacing is 1, so the fma
-// rounds x * inv to an integer and the low byte of the half is its two's complement; bf16
-// (8 significant bits, too few) goes through fp32 with 1.5 * 2^23 the same way.
-template <bool BF16>
-__device__ __forceinline__ uint32_t quantize4(const uint2& x, uint32_t inv) {
-  if constexpr (BF16) {
-    const float inv_f = __uint_as_float(inv);
-    const auto q = [&](uint32_t bits) { return __float_as_uint(fmaf(__uint_as_float(bits), inv_f, 12582912.0f)); };
-    const uint32_t q0 = q(x.x << 16), q1 = q(x.x & 0xFFFF0000u), q2 = q(x.y << 16), q3 = q(x.y & 0xFFFF0000u);
-    return __byte_perm(__byte_perm(q0, q1, 0x0040), __byte_perm(q2, q3, 0x0040), 0x5410);
-  } else {
-    const __half2 magic = __halves2half2(__ushort_as_half(0x6600), __ushort_as_half(0x6600));  // 1536
-    const __half2 inv_h = as_pair<false>(inv);
-    const uint32_t q01 = as_bits<false>(__hfma2(as_pair<false>(x.x), inv_h, magic));
-    const uint32_t q23 = as_bits<false>(__hfma2(as_pair<false>(x.y), inv_h, magic));
-    return __byte_perm(q01, q23, 0x6420);
-  }
-}
-
-__device__ __forceinline__ void mma_16832_u8s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// One group's integer sums of a lane: dot[i] = Σ q xq and sum_x[i] = Σ xq for its C
-// elements (i = 0, 1: row gid, activation rows 2 tig, 2 tig + 1; i = 2, 3: row gid + 8).
-struct GroupSums {
-  int dot[4];
-  int sum_x[4];
-};
-
-// v as a float, exactly for |v| < 2^22, in two full-rate instructions: v + 1.5 * 2^23 as
-// float bits, minus 1.5 * 2^23 (I2F runs at a quarter of the rate; a flush converts 6).
-// A group's sums stay below 2^22: |dot| <= 32 blocks x 32 x (2^bits - 1) x 127 per flush
-// (a flush at least once per tile: 4.1 M at 8 bits), |sum_x| <= 32 x 32 x 127.
-__device__ __forceinline__ float exact_float(int v) { return __int_as_float(v + 0x4B400000) - 12582912.0f; }
-
-// acc += s dot + b sum_x per C element, with `sb` the rows' pairs {s, b} (row gid, gid + 8);
-// then the sums start again from zero. sum_x is the same for both rows (an A of ones).
-template <bool BF16>
-__device__ __forceinline__ void flush_group(GroupSums& g, const uint32_t (&sb)[2], float (&acc)[4]) {
-  const float sum_x[2] = {exact_float(g.sum_x[0]), exact_float(g.sum_x[1])};
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float s = from_activation<BF16>(uint16_t(sb[h] & 0xFFFFu)), b = from_activation<BF16>(uint16_t(sb[h] >> 16));
-#pragma unroll
-    for (int i = 0; i < 2; ++i) acc[2 * h + i] = fmaf(s, exact_float(g.dot[2 * h + i]), fmaf(b, sum_x[i], acc[2 * h + i]));
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) g.dot[i] = g.sum_x[i] = 0;
-}
-
-// Blocks J0 .. J0 + JC - 1 of a tile (first block `block32` of the tile): one mma each for
-// the weights and one for the sum of x, a group flushed where it ends inside the tile (the
-// tile's last block is flushed by the caller, whatever its group).
-template <int BITS, bool BF16, int J0, int JC, int CAP>
-__device__ __forceinline__ void compute_chunk_i8(const GemvQnParams& p, const LaneInputs& in,
-                                                 const BytePlanes (&planes)[2][2], const ChunkInputs<CAP>& ci,
-                                                 int block32, GroupSums& sums, float (&acc)[4]) {
-  constexpr int E = 32 / BITS;
-  const int group_mask = (1 << p.group_shift) - 1;
-  static_for<0, JC>([&](auto jj) {
-    constexpr int j = decltype(jj)::value, J = J0 + j;
-    const uint32_t b0 = quantize4<BF16>(ci.xb[j][0], in.x_inv), b1 = quantize4<BF16>(ci.xb[j][1], in.x_inv);
-    mma_16832_u8s8(sums.dot, code_bytes<BITS, J>(planes[0][0]), code_bytes<BITS, J>(planes[1][0]),
-                   code_bytes<BITS, J>(planes[0][1]), code_bytes<BITS, J>(planes[1][1]), b0, b1);
-    constexpr uint32_t kOnes = 0x01010101u;
-    mma_16832_u8s8(sums.sum_x, kOnes, kOnes, kOnes, kOnes, b0, b1);
-    if constexpr (J + 1 < E) {
-      if (((block32 + J + 1) & group_mask) == 0) flush_group<BF16>(sums, ci.sb[j], acc);
-    }
-  });
-}
-
-// tile_step for int8 activations: the same chunks and loads, then the tile's last group
-// flushed with `last_sb` (the pairs of its last block below K; FULL: of block E - 1).
-template <int BITS, bool BF16, bool FULL>
-__device__ __forceinline__ void tile_step_i8(const GemvQnParams& p, const LaneInputs& in,
-                                             const uint4 (&words)[2][2], int block32, int next_block32,
-                                             ChunkInputs<kChunkBlocks>& a, ChunkInputs<kChunkBlocks>& b,
-                                             float (&acc)[4], const uint32_t* last_sb = nullptr) {
-  constexpr int E = 32 / BITS, H = kChunks<E>;
-  BytePlanes planes[2][2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-#pragma unroll
-    for (int c = 0; c < 2; ++c) planes[r][c] = byte_planes(words[r][c]);
-  GroupSums sums = {};
-  uint32_t tile_end_sb[2];
-  static_for<0, H>([&](auto hh) {
-    constexpr int h = decltype(hh)::value, J0 = h * kChunkBlocks;
-    constexpr int JC = E - J0 < kChunkBlocks ? E - J0 : kChunkBlocks;
-    ChunkInputs<kChunkBlocks>& cur = h % 2 == 0 ? a : b;
-    ChunkInputs<kChunkBlocks>& other = h % 2 == 0 ? b : a;
-    if constexpr (h + 1 < H) {
-      constexpr int NJC = E - J0 - kChunkBlocks < kChunkBlocks ? E - J0 - kChunkBlocks : kChunkBlocks;
-      constexpr int NJ0 = J0 + kChunkBlocks;
-      if (FULL || (block32 + NJ0 + NJC) * 32 <= p.K)
-        load_chunk_inputs<NJC, true>(p, in, block32 + NJ0, other);
-      else if ((block32 + NJ0) * 32 < p.K)
-        load_chunk_inputs<NJC, false>(p, in, block32 + NJ0, other);
-    } else {
-      tile_end_sb[0] = cur.sb[JC - 1][0];  // before `other` may take the next tile's first chunk
-      tile_end_sb[1] = cur.sb[JC - 1][1];
-      if (next_block32 >= 0) load_chunk_inputs<kFirstChunkBlocks<E>, true>(p, in, next_block32, other);
-    }
-    if (FULL || (block32 + J0) * 32 < p.K) compute_chunk_i8<BITS, BF16, J0, JC>(p, in, planes, cur, block32, sums, acc);
-  });
-  if constexpr (FULL) {
-    flush_group<BF16>(sums, tile_end_sb, acc);
-  } else {
-    const uint32_t sb[2] = {last_sb[0], last_sb[1]};
-    flush_group<BF16>(sums, sb, acc);
-  }
-  if constexpr (H % 2 == 1) {
-    if (next_block32 >= 0) a = b;  // the next tile's first chunk landed in b
-  }
-}
-
 // Tile t of the lane's row block (`block_words`: its first tile + 4 lane): words[h][c] =
 // the lane's 4 words of chunk c of block row gid + 8 h, each load 512 contiguous bytes
 // across the warp (qn_tile_word_index).
@@ -741,7 +579,7 @@ struct TileWords {
 // The last tile t of a row block, reaching past K (its words loaded), added to `sum`. Out
 // of line: inlined into the kernel's loop, its slow path made the loop spill at 128
 // registers.
-template <int BITS, bool BF16, bool SPARSE, bool I8>
+template <int BITS, bool BF16, bool SPARSE>
 __device__ __noinline__ Accumulators last_tile(const GemvQnParams& p, const LaneInputs in, const TileWords words,
                                                int t, Accumulators sum) {
   constexpr int E = kTileBlocks<BITS, SPARSE>;
@@ -750,75 +588,15 @@ __device__ __noinline__ Accumulators last_tile(const GemvQnParams& p, const Lane
     load_chunk_inputs<kFirstChunkBlocks<E>, true>(p, in, t * E, inputs_a);
   else
     load_chunk_inputs<kFirstChunkBlocks<E>, false>(p, in, t * E, inputs_a);
-  if constexpr (I8) {
-    // The tile's last group is that of its last block below K.
-    const int last_block = min(t * E + E - 1, (p.K - 1) / 32);
-    const uint2 v = __ldg(in.sb_lane + uint32_t(min(last_block >> p.group_shift, p.n_groups - 1)) * p.sb_group_stride);
-    const uint32_t last_sb[2] = {v.x, v.y};
-    tile_step_i8<BITS, BF16, false>(p, in, words.v, t * E, -1, inputs_a, inputs_b, sum.v[0], last_sb);
-  } else {
-    tile_step<BITS, BF16, SPARSE, false>(p, in, words.v, t * E, -1, inputs_a, inputs_b, sum.v);
-  }
+  tile_step<BITS, BF16, SPARSE, false>(p, in, words.v, t * E, -1, inputs_a, inputs_b, sum.v);
   return sum;
-}
-
-// Int8 activations: the block finds max|x| of each activation row (all of x, from L2:
-// |v| of fp16/bf16 bits orders as the integer v & 0x7FFF), writes scale[m] = 1 / inv for
-// the epilogue and returns the lane's inv (LaneInputs::x_inv). inv = 127 / max|x|, for fp16
-// rounded to fp16 and at most 65504 (a row with max|x| below 2^-9 keeps fewer levels), so
-// |x inv| <= 127.06 rounds into [-127, 127]; a row of zeros gets inv = scale = 0.
-// kernels/qn/int8_activations.h has the same rule for the CPU reference.
-template <bool BF16>
-__device__ __forceinline__ uint32_t quantization_inverse(const GemvQnParams& p, float (&scale)[kGemvMaxM]) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  __shared__ uint32_t row_max[kMaxWarps][kGemvMaxM];
-  __shared__ uint32_t row_inv[kGemvMaxM];
-  for (int m = 0; m < p.M; ++m) {
-    const uint16_t* x = p.x + int64_t(m) * p.K;
-    uint32_t top = 0;  // two 16-bit maxima of |x| bits
-    if (p.x_vectorized) {
-      constexpr uint32_t kAbs = 0x7FFF7FFFu;
-      for (int k = threadIdx.x * 8; k < p.K; k += blockDim.x * 8) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + k));
-        top = __vmaxu2(top, __vmaxu2(__vmaxu2(v.x & kAbs, v.y & kAbs), __vmaxu2(v.z & kAbs, v.w & kAbs)));
-      }
-    } else {
-      for (int k = threadIdx.x; k < p.K; k += blockDim.x) top = max(top, uint32_t(__ldg(x + k)) & 0x7FFFu);
-    }
-    top = max(top & 0xFFFFu, top >> 16);
-    for (int offset = 16; offset > 0; offset /= 2) top = max(top, __shfl_xor_sync(0xffffffffu, top, offset));
-    if (lane == 0) row_max[warp][m] = top;
-  }
-  __syncthreads();
-  if (threadIdx.x < p.M) {
-    uint32_t top = 0;
-    for (int w = 0; w < warps; ++w) top = max(top, row_max[w][threadIdx.x]);
-    const float amax = from_activation<BF16>(uint16_t(top));
-    float inv = amax > 0 ? __fdiv_rn(127.0f, amax) : 0.0f;
-    uint32_t bits;
-    if constexpr (BF16) {
-      inv = fminf(inv, 1e38f);
-      bits = __float_as_uint(inv);
-    } else {
-      const uint16_t h = to_activation<false>(fminf(inv, 65504.0f));
-      inv = from_activation<false>(h);
-      bits = uint32_t(h) * 0x10001u;
-    }
-    row_inv[threadIdx.x] = bits;
-    scale[threadIdx.x] = inv > 0 ? __fdiv_rn(1.0f, inv) : 0.0f;
-  }
-  __syncthreads();
-  const int gid = lane / 4;
-  return row_inv[gid < p.M ? gid : 0];
 }
 
 // W (tiles of qN codes, qn_tile_word_index), x [M, K] -> y [M, N] (p.swiglu: y [M, N / 2] = silu(gate) * up).
 // PRECOND: blockDim.x = 32 * warps with warps <= kMaxWarps, grid.x = ceil(N / 16),
 // K <= 2^31 - 1024; p.paired_half = 0, or N = 2 * p.paired_half with p.paired_half % 8 == 0.
-// I8: x quantized to int8 per activation row (see "int8 activations"; not SPARSE).
-template <int BITS, bool BF16, bool SPARSE, bool I8>
+template <int BITS, bool BF16, bool SPARSE>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_constant__ GemvQnParams p) {
-  static_assert(!(I8 && SPARSE), "int8 activations are for qN codes");
   constexpr int E = kTileBlocks<BITS, SPARSE>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int gid = lane / 4, tig = lane % 4;
@@ -871,8 +649,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     prefetch_tile_x<BITS, SPARSE>(p, in, warp, lane);
     load_chunk_x<kFirstChunkBlocks<E>, true>(p, in, warp * E, inputs_a);
   }
-  __shared__ float x_scale[kGemvMaxM];  // I8: 1 / inv per activation row, applied to the sums
-  if constexpr (I8) in.x_inv = quantization_inverse<BF16>(p, x_scale);
   // Each step loads the next tile's words (and, below K, its inputs) while it computes
   // tile t < full_tiles. The loop is unrolled twice so that the two word buffers swap roles
   // without copies (a loop of one step copied the next tile's 16 registers with 16 SELs a
@@ -882,10 +658,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     if (t_next < tiles) load_tile(block_words, t_next, next);
     const bool next_full = t_next < full_tiles;
     if (next_full) prefetch_tile_inputs<BITS, SPARSE>(p, in, t_next, lane);
-    if constexpr (I8)
-      tile_step_i8<BITS, BF16, true>(p, in, cur, t * E, next_full ? t_next * E : -1, inputs_a, inputs_b, acc[0]);
-    else
-      tile_step<BITS, BF16, SPARSE, true>(p, in, cur, t * E, next_full ? t_next * E : -1, inputs_a, inputs_b, acc);
+    tile_step<BITS, BF16, SPARSE, true>(p, in, cur, t * E, next_full ? t_next * E : -1, inputs_a, inputs_b, acc);
   };
   int t = warp;
   bool in_b = false;  // tile t's words are in words_b
@@ -909,7 +682,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     for (int c = 0; c < 2; ++c)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum.v[c][i] = acc[c][i];
-    sum = last_tile<BITS, BF16, SPARSE, I8>(p, in, words, t, sum);
+    sum = last_tile<BITS, BF16, SPARSE>(p, in, words, t, sum);
 #pragma unroll
     for (int c = 0; c < 2; ++c)
 #pragma unroll
@@ -935,7 +708,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     const int i = (r >= 8 ? 2 : 0) + (m & 1), src = (r % 8) * 4 + m / 2;
     float sum = 0;
     for (int w = 0; w < warps; ++w) sum += partial[w][i][src];
-    if constexpr (I8) sum *= x_scale[m];
     if (p.norm.sum_squares) sum *= inv_rms[m];
     if (p.bias) sum += p.bias[n];
     return sum;
@@ -984,21 +756,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
 
 using KernelFn = void (*)(GemvQnParams);
 
-template <bool BF16, bool I8>
+template <bool BF16>
 KernelFn pick_kernel(int bits, bool sparse) {
-  if (sparse) {
-    if constexpr (I8) throw Error("gemv_qn: int8 activations are not built for s7 weights");
-    else return gemv_qn_kernel<8, BF16, true, false>;
-  }
+  if (sparse) return gemv_qn_kernel<8, BF16, true>;
   switch (bits) {
-    case 1: return gemv_qn_kernel<1, BF16, false, I8>;
-    case 2: return gemv_qn_kernel<2, BF16, false, I8>;
-    case 3: return gemv_qn_kernel<3, BF16, false, I8>;
-    case 4: return gemv_qn_kernel<4, BF16, false, I8>;
-    case 5: return gemv_qn_kernel<5, BF16, false, I8>;
-    case 6: return gemv_qn_kernel<6, BF16, false, I8>;
-    case 7: return gemv_qn_kernel<7, BF16, false, I8>;
-    case 8: return gemv_qn_kernel<8, BF16, false, I8>;
+    case 1: return gemv_qn_kernel<1, BF16, false>;
+    case 2: return gemv_qn_kernel<2, BF16, false>;
+    case 3: return gemv_qn_kernel<3, BF16, false>;
+    case 4: return gemv_qn_kernel<4, BF16, false>;
+    case 5: return gemv_qn_kernel<5, BF16, false>;
+    case 6: return gemv_qn_kernel<6, BF16, false>;
+    case 7: return gemv_qn_kernel<7, BF16, false>;
+    case 8: return gemv_qn_kernel<8, BF16, false>;
   }
   throw Error("gemv_qn: bits " + std::to_string(bits) + " not in 1..8");
 }
@@ -1171,9 +940,7 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
     warps = last_wave_fill(8) > last_wave_fill(4) + 0.02 ? 8 : 4;
   }
   warps = int(std::clamp<int64_t>(std::min<int64_t>(warps, tiles), 1, kMaxWarps));
-  const bool i8 = config.int8_activations;
-  const KernelFn kernel = act == DType::BF16 ? (i8 ? pick_kernel<true, true> : pick_kernel<true, false>)(w.bits, w.sparse)
-                                             : (i8 ? pick_kernel<false, true> : pick_kernel<false, false>)(w.bits, w.sparse);
+  const KernelFn kernel = act == DType::BF16 ? pick_kernel<true>(w.bits, w.sparse) : pick_kernel<false>(w.bits, w.sparse);
   launch_pdl("gemv_qn_kernel", kernel, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)), 0, stream, p);
 }
 

@@ -92,17 +92,9 @@ GEMLITE_HOST_DEVICE inline int64_t qn_scale_bias_index(int64_t g, int64_t v, int
 QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired_half = 0);
 void free_qn_weight(QnDeviceWeight* w);  // frees and clears; safe on an empty weight
 
-// Launch options; the defaults are what run_gemv_benchmarks measured best.
+// Launch tuning; the defaults are what run_gemv_benchmarks measured best.
 struct GemvQnConfig {
   int warps_per_block = 0;  // warps that split K for one block of 16 rows; 0 = automatic
-  // The int8-activation variant (qN only; Error for s7): each activation row is quantized
-  // in the kernel to int8 with one scale, 127 / max|x| (dynamic per-token quantization,
-  // kernels/qn/int8_activations.h has the rule), and multiplied with the codes on the
-  // integer tensor cores, exact int32 sums per group scaled once in fp32. Its error is the
-  // quantization of x: for N(0, 1) activations ~0.9 % relative rms on the outputs
-  // (tests/gpu/test_gemv_qn_int8.cu). H100: 2-35 % slower than the fp16 kernel.
-
-  bool int8_activations = false;
 };
 
 // A norm whose last step is left to the projection that reads it (norm != null in gemv_qn

@@ -346,8 +346,7 @@ TEST(GemvQnEdges, CapturesIntoCudaGraph) {
 // dequant_qn copy equals the plain one, and gemv_qn_swiglu equals the plain output followed
 // by the backend's silu_mul kernel, bit for bit. Outputs are poisoned (NaN) first, and the
 // plain results must be finite, so an output left unwritten fails. Halves of 1000 rows
-// (not a multiple of 16), 8 (one block) and 64; a bias on one case; with and without int8
-// activations (every block quantizes x alike, so the same holds there).
+// (not a multiple of 16), 8 (one block) and 64; a bias on one case.
 TEST(GemvQnSwiglu, PairedLayoutMatchesPlainBitwise) {
   std::mt19937_64 rng(test_seed() + 47);
   StreamGuard stream;
@@ -372,13 +371,9 @@ TEST(GemvQnSwiglu, PairedLayoutMatchesPlainBitwise) {
     }
     QnDeviceWeight plain = upload_qn_weight(packed, c.act), paired = upload_qn_weight(packed, c.act, c.half);
     const auto to_float = [&](uint16_t v) { return c.act == DType::BF16 ? bf16_to_float(v) : half_to_float(v); };
-    for (int M : {1, 3, 8})
-    for (bool int8 : {false, true}) {  // the int8-activation variant shares the epilogues
-      GemvQnConfig config;
-      config.int8_activations = int8;
+    for (int M : {1, 3, 8}) {
       SCOPED_TRACE(packed.format.name() + " " + dtype_name(c.act) + " K=" + std::to_string(K) + " half=" +
-                   std::to_string(c.half) + " M=" + std::to_string(M) + (int8 ? " int8 activations" : "") +
-                   " seed=" + std::to_string(test_seed()));
+                   std::to_string(c.half) + " M=" + std::to_string(M) + " seed=" + std::to_string(test_seed()));
       std::vector<uint16_t> x_bits;
       std::vector<float> x;
       random_activations(M, K, c.act, rng, &x_bits, &x);
@@ -389,10 +384,10 @@ TEST(GemvQnSwiglu, PairedLayoutMatchesPlainBitwise) {
         CUDA_CHECK(cudaMemsetAsync(b->ptr, 0xFF, size_t(M * N) * 2, stream.stream));
       for (DeviceBuffer* b : {&gated, &fused})
         CUDA_CHECK(cudaMemsetAsync(b->ptr, 0xFF, size_t(M * c.half) * 2, stream.stream));
-      gemv_qn(plain, dx.ptr, y_plain.ptr, M, c.act, stream.stream, config);
-      gemv_qn(paired, dx.ptr, y_paired.ptr, M, c.act, stream.stream, config);
+      gemv_qn(plain, dx.ptr, y_plain.ptr, M, c.act, stream.stream);
+      gemv_qn(paired, dx.ptr, y_paired.ptr, M, c.act, stream.stream);
       launch_silu_mul(y_plain.ptr, M, c.half, gated.ptr, c.act, stream.stream);
-      gemv_qn_swiglu(paired, dx.ptr, fused.ptr, M, c.act, stream.stream, config);
+      gemv_qn_swiglu(paired, dx.ptr, fused.ptr, M, c.act, stream.stream);
       std::vector<uint16_t> a(size_t(M * N)), b(size_t(M * N)), g(size_t(M * c.half)), f(size_t(M * c.half));
       CUDA_CHECK(cudaMemcpyAsync(a.data(), y_plain.ptr, a.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
       CUDA_CHECK(cudaMemcpyAsync(b.data(), y_paired.ptr, b.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
