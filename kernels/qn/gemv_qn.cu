@@ -118,9 +118,10 @@
 // Measured and dropped the same day: fp16 accumulation (the seeds' half2 variant; here
 // mma m16n8k16 with fp16 C, a tile's sum added to the fp32 one per tile, fp16 activations
 // only: no bf16-accumulating mma exists). The mmas are 16 of ~392 instructions a q4 tile,
-// so it saves nothing and adds the per-tile conversion: A/B on one machine (base = it,
-// GEMLITE_GPU_BASE_REV): q4g64 4096 x 12288 14.9 vs 15.2 us, 8192 x 57344 96.0 vs 97.6, q8
-// and q2g64 equal; llama2-7b q4g64 tg128 452.5 vs 443.6 tok/s -- on top of the accuracy it
+// so it saves nothing and adds the per-tile conversion: A/B on one machine
+// (GEMLITE_GPU_BASE_REV), fp32 vs fp16 accumulation: q4g64 4096 x 12288 14.9 vs 15.2 us,
+// 8192 x 57344 96.0 vs 97.6, q8 and q2g64 equal; llama2-7b q4g64 tg128 452.5 vs 443.6
+// tok/s -- on top of the accuracy it
 // costs (fp16 sums of 256-4096 products).
 #include "kernels/qn/gemv_qn.h"
 
