@@ -90,12 +90,34 @@ constexpr int kPositionsPerGroup = 4;
 // rows (checked by launch_attention).
 static_assert(kMaxAttentionHeadDim <= kAttentionThreads && kMaxAttentionHeadDim <= 8 * 32,
               "threads tid < head_dim finish the output; a group of at most 32 lanes covers a row");
+// cos and sin of the rotation of this thread's 8 dimensions 8 piece .. 8 piece + 7 of a
+// head row at position pos: the same for q and k, and known before the PDL wait (pos comes
+// from the host, inv_freq from the load), so they are computed while the kernel before
+// still runs. Pieces past the row (piece >= pieces) get the identity.
+struct RopeAngles {
+  float cos[8], sin[8];
+};
+__device__ __forceinline__ RopeAngles rope_angles(int piece, int pieces, int pos, const float* inv_freq) {
+  const int half_pieces = pieces / 2;
+  const bool first = piece < half_pieces;
+  RopeAngles a;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    a.cos[e] = 1.0f;
+    a.sin[e] = 0.0f;
+    if (piece >= pieces) continue;
+    const int i = 8 * (first ? piece : piece - half_pieces) + e;  // pair index in [0, hd/2)
+    sincosf(float(pos) * inv_freq[i], &a.sin[e], &a.cos[e]);
+  }
+  return a;
+}
+
 // RoPE of the 8 dimensions 8 piece .. 8 piece + 7 of a head row held by this thread, the
 // other element of each rotate-half pair (i, i + hd/2) coming from the lane that holds it
 // (piece +- pieces/2 of the same group). Rounded to Act as rope_store_kernel stores it, with
 // its fp32 arithmetic. PRECOND: head_dim % 16 == 0; called by all threads of the warp.
 template <typename Act>
-__device__ __forceinline__ void rope_piece(float (&x)[8], int piece, int pieces, int pos, const float* inv_freq) {
+__device__ __forceinline__ void rope_piece(float (&x)[8], int piece, int pieces, const RopeAngles& angles) {
   const int half_pieces = pieces / 2;
   const bool first = piece < half_pieces;
   const int lane = threadIdx.x % 32;
@@ -104,11 +126,8 @@ __device__ __forceinline__ void rope_piece(float (&x)[8], int piece, int pieces,
   for (int e = 0; e < 8; ++e) {
     const float other = __shfl_sync(0xffffffffu, x[e], partner);
     if (piece >= pieces) continue;
-    const int i = 8 * (first ? piece : piece - half_pieces) + e;  // pair index in [0, hd/2)
-    const float angle = float(pos) * inv_freq[i];
-    float sin_a, cos_a;
-    sincosf(angle, &sin_a, &cos_a);
     const float a = first ? x[e] : other, b = first ? other : x[e];
+    const float cos_a = angles.cos[e], sin_a = angles.sin[e];
     x[e] = to_float(from_float<Act>(first ? a * cos_a - b * sin_a : b * cos_a + a * sin_a));
   }
 }
@@ -162,8 +181,20 @@ __global__ void __launch_bounds__(kAttentionThreads)
 #pragma unroll
   for (int u = 0; u < kPositionsPerGroup; ++u) k[u] = v[u] = make_uint4(0, 0, 0, 0);
   // The first round's positions of earlier steps do not depend on the kernels before:
-  // fetched while they finish.
+  // fetched while they finish; later rounds' are pulled into L2 (the cache of 32 layers
+  // does not stay there between steps), and the rotation's cos and sin computed.
   load_round(begin, begin, earlier_end);
+  for (int base = begin + kPositionsPerGroup * n_slots; base < earlier_end; base += kPositionsPerGroup * n_slots) {
+#pragma unroll
+    for (int u = 0; u < kPositionsPerGroup; ++u) {
+      const int p = base + u * n_slots + slot;
+      if (active && p < earlier_end) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(keys + int64_t(p) * kv_dim));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(values + int64_t(p) * kv_dim));
+      }
+    }
+  }
+  const RopeAngles angles = fused_rope ? rope_angles(piece, pieces, pos, rope_inv_freq) : RopeAngles{};
   pdl_wait();
   if (int(blockIdx.y) >= live_splits) return;  // past the context (after the wait: kernels/pdl.cuh)
   load_round(begin, earlier_end, cached_end);
@@ -180,8 +211,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
       unpack8<Act>(key_bits, key_now);
       unpack8<Act>(value_bits, value_now);
     }
-    rope_piece<Act>(query, piece, pieces, pos, rope_inv_freq);
-    rope_piece<Act>(key_now, piece, pieces, pos, rope_inv_freq);
+    rope_piece<Act>(query, piece, pieces, angles);
+    rope_piece<Act>(key_now, piece, pieces, angles);
     // The first q head of a kv head stores the token's k and v, in the split that holds pos.
     if (h % group == 0 && pos >= begin && pos < end && slot == 0 && active) {
       Act rotated[8];
