@@ -123,6 +123,10 @@
 // 8192 x 57344 96.0 vs 97.6, q8 and q2g64 equal; llama2-7b q4g64 tg128 452.5 vs 443.6
 // tok/s -- on top of the accuracy it
 // costs (fp16 sums of 256-4096 products).
+// Tried the same day: the epilogue's reads of earlier kernels' outputs (a pending norm's
+// r_m, the residual element) issued right after the PDL wait instead of after the loop:
+// llama2-7b q4g64 tg128 464.4 / 466.0 -> 466.4 / 467.8 (A/B, two rounds), within noise,
+// and it spilled in the 1-bit bf16 kernel: not kept.
 #include "kernels/qn/gemv_qn.h"
 
 #include <cuda_bf16.h>

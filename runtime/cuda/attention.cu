@@ -182,7 +182,11 @@ __global__ void __launch_bounds__(kAttentionThreads)
   for (int u = 0; u < kPositionsPerGroup; ++u) k[u] = v[u] = make_uint4(0, 0, 0, 0);
   // The first round's positions of earlier steps do not depend on the kernels before:
   // fetched while they finish; later rounds' are pulled into L2 (the cache of 32 layers
-  // does not stay there between steps), and the rotation's cos and sin computed.
+  // does not stay there between steps), and the rotation's cos and sin computed. Decode
+  // attention was ~10 % of a llama2-7b q4g64 token (tg128 452 -> 501 tok/s with the kernel
+  // returning right after the wait, an upper bound); these two moves took tg128 447.3 ->
+  // 461.9 (A/B on one machine, GEMLITE_GPU_BASE_REV, two rounds: 447.9 / 446.7 -> 461.8 /
+  // 462.1). Most of what is left is the two kernel boundaries around it.
   load_round(begin, begin, earlier_end);
   for (int base = begin + kPositionsPerGroup * n_slots; base < earlier_end; base += kPositionsPerGroup * n_slots) {
 #pragma unroll
