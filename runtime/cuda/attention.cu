@@ -198,9 +198,10 @@ __global__ void __launch_bounds__(kAttentionThreads)
       }
     }
   }
-  const RopeAngles angles = fused_rope ? rope_angles(piece, pieces, pos, rope_inv_freq) : RopeAngles{};
+  const bool live = int(blockIdx.y) < live_splits;  // the others leave after the wait
+  const RopeAngles angles = fused_rope && live ? rope_angles(piece, pieces, pos, rope_inv_freq) : RopeAngles{};
   pdl_wait();
-  if (int(blockIdx.y) >= live_splits) return;  // past the context (after the wait: kernels/pdl.cuh)
+  if (!live) return;  // past the context (after the wait: kernels/pdl.cuh)
   load_round(begin, earlier_end, cached_end);
 
   float query[8] = {};  // this thread's dimensions of q, times the softmax scale
