@@ -5,6 +5,7 @@
 #include "models/model_config.h"
 #include "runtime/io/json_file.h"
 #include "tests/cpu/io_test_helpers.h"
+#include "tests/cpu/source_model_checks.h"
 
 namespace gemlite {
 namespace {
@@ -73,29 +74,6 @@ void expect_llama31(const ModelConfig& c) {
   EXPECT_FALSE(c.qkv_bias);
   EXPECT_EQ(c.bos_id, 128000);
   EXPECT_EQ(c.eos_id, 128001);  // the first of the listed end tokens
-}
-
-void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
-  EXPECT_EQ(a.architecture, b.architecture);
-  EXPECT_EQ(a.dim, b.dim);
-  EXPECT_EQ(a.hidden_dim, b.hidden_dim);
-  EXPECT_EQ(a.n_layers, b.n_layers);
-  EXPECT_EQ(a.n_heads, b.n_heads);
-  EXPECT_EQ(a.n_kv_heads, b.n_kv_heads);
-  EXPECT_EQ(a.head_dim, b.head_dim);
-  EXPECT_EQ(a.vocab_size, b.vocab_size);
-  EXPECT_EQ(a.max_seq_len, b.max_seq_len);
-  EXPECT_EQ(a.rope_theta, b.rope_theta);
-  EXPECT_EQ(a.norm_eps, b.norm_eps);
-  EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
-  EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
-  EXPECT_EQ(a.rope_scaling.low_freq_factor, b.rope_scaling.low_freq_factor);
-  EXPECT_EQ(a.rope_scaling.high_freq_factor, b.rope_scaling.high_freq_factor);
-  EXPECT_EQ(a.rope_scaling.original_max_position, b.rope_scaling.original_max_position);
-  EXPECT_EQ(a.tied_embeddings, b.tied_embeddings);
-  EXPECT_EQ(a.qkv_bias, b.qkv_bias);
-  EXPECT_EQ(a.bos_id, b.bos_id);
-  EXPECT_EQ(a.eos_id, b.eos_id);
 }
 
 void expect_config_error(const json& config, const std::vector<std::string>& fragments) {
