@@ -116,9 +116,7 @@ void LlamaModel::run_ops(int T, bool all_rows) {
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& layer = layers_[l];
     layer.qkv->forward(h, qkv, pending ? &*pending : nullptr);
-    std::vector<const QuantLinear*> coming = layer.gate_up->linears();  // what runs after attention
-    coming.insert(coming.begin(), layer.o.get());
-    b.attention(*kv_cache_, int(l), qkv, rope_inv_freq_, attention_shape_, attn, coming);
+    b.attention(*kv_cache_, int(l), qkv, rope_inv_freq_, attention_shape_, attn);
     end_block(*layer.o, attn, layer.ffn_norm, layer.gate_up->fuses_rmsnorm(T));
 
     layer.gate_up->forward_swiglu(h, gate_up, ffn, pending ? &*pending : nullptr);

@@ -102,12 +102,9 @@ class Backend {
   // and k (RoPE, rotate-half pairs (i, i+hd/2), inv_freq [1, hd/2] F32 with any Llama-3
   // scaling folded in), stores k and v in `layer` of the cache, then causal attention of q
   // over positions [0, pos0 + t] -> out [T, n_heads*hd]. The q and k columns of qkv may
-  // be overwritten. `coming`: the projections that run next, in order (o, gate/up): a
-  // backend whose attention leaves the memory idle may pull their weights into a cache
-  // meanwhile (CUDA, decode: into L2).
+  // be overwritten.
   virtual void attention(KVCache& cache, int layer, Tensor& qkv, const Tensor& inv_freq,
-                         const AttentionShape& shape, Tensor& out,
-                         const std::vector<const QuantLinear*>& coming) = 0;
+                         const AttentionShape& shape, Tensor& out) = 0;
   // out [T, h] = silu(gate_up[:, :h]) * gate_up[:, h:], gate_up [T, 2h] (SwiGLU)
   virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
   // dst[:, col0 : col0 + src.cols] = src, src [T, n], dst [T, N]

@@ -50,11 +50,4 @@ void FusedLinear::forward_swiglu(const Tensor& x, Tensor& gate_up, Tensor& y, co
   backend_.silu_mul(gate_up, y);
 }
 
-std::vector<const QuantLinear*> FusedLinear::linears() const {
-  if (stacked_) return {stacked_.get()};
-  std::vector<const QuantLinear*> parts;
-  for (const auto& part : separate_) parts.push_back(part.get());
-  return parts;
-}
-
 }  // namespace gemlite

@@ -34,9 +34,6 @@ class FusedLinear {
   // Whether forward and forward_swiglu take a PendingNorm at M rows (stacked only).
   bool fuses_rmsnorm(int64_t M) const { return stacked_ && stacked_->fuses_rmsnorm(M); }
 
-  // The QuantLinears forward runs, in order (the one stacked linear, or each part).
-  std::vector<const QuantLinear*> linears() const;
-
   int64_t out_features() const { return out_features_; }
   bool stacked() const { return stacked_ != nullptr; }  // one QuantLinear for all
 

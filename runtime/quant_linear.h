@@ -2,9 +2,7 @@
 // QuantLinear: y [M, N] = x [M, K] · Wᵀ (+ bias) with W in any weight format. Every
 // projection of the model goes through this one interface; each backend decides, in one
 // place (Backend::make_linear), which kernel serves which format and batch size.
-#include <cstddef>
 #include <memory>
-#include <vector>
 
 #include "kernels/packed_weight.h"
 #include "runtime/error.h"
@@ -24,13 +22,6 @@ enum class StackedUse {
 struct PendingNorm {
   Tensor sum_squares;  // [M, parts] F32 partial sums of the residual's squares
   float eps = 0;
-};
-
-// A stretch of the memory a linear reads on every call (packed codes, scales), in the
-// backend's own memory.
-struct MemorySpan {
-  const void* data = nullptr;
-  size_t bytes = 0;
 };
 
 class QuantLinear {
@@ -69,10 +60,6 @@ class QuantLinear {
   virtual void forward_normed(const Tensor& /*scaled*/, const PendingNorm& /*norm*/, Tensor& /*y*/) const {
     throw Error("linear " + format_.name() + ": no pass that finishes a pending RMSNorm");
   }
-
-  // What forward reads of W, the part its kernel reads first first: for a backend to pull
-  // into a cache ahead of the call (Backend::attention's `coming`). Empty: nothing to say.
-  virtual std::vector<MemorySpan> weight_spans() const { return {}; }
 
   const WeightFormat& format() const { return format_; }
   int64_t out_features() const { return out_features_; }  // N

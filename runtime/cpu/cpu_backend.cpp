@@ -121,7 +121,7 @@ class CpuBackend final : public Backend {
   }
 
   void attention(KVCache& kv, int layer, Tensor& qkv, const Tensor& inv_freq, const AttentionShape& shape,
-                 Tensor& out, const std::vector<const QuantLinear*>& /*coming*/) override {
+                 Tensor& out) override {
     check_attention_shapes(qkv, shape, out);
     rope(qkv, shape, inv_freq);
     attend(kv, layer, qkv, shape, out);

@@ -136,10 +136,8 @@ template <typename Act>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_kernel(Act* key_cache, Act* value_cache, const Act* q, int64_t q_stride, const int* pos0,
                      int n_heads, int group, int head_dim, int kv_dim, float scale, AttentionSplits splits,
-                     const float* rope_inv_freq, Act* out, L2Prefetch prefetch) {
+                     const float* rope_inv_freq, Act* out) {
   pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
-  if (threadIdx.x == 0 && prefetch.count > 0)
-    prefetch_share_l2(prefetch, blockIdx.y * gridDim.x + blockIdx.x, int64_t(gridDim.x) * gridDim.y);
   __shared__ float slot_max[kAttentionThreads];          // [n_slots]
   __shared__ float slot_sum[kAttentionThreads];          // [n_slots]
   __shared__ float slot_acc[8 * kAttentionThreads];      // [n_slots, hd] (n_slots * hd <= 8 * threads)
@@ -370,7 +368,7 @@ void launch_rope_store(void* key_cache, void* value_cache, const int* pos0, cons
 
 void launch_attention(void* key_cache, void* value_cache, const int* pos0, const void* qkv, int64_t T,
                       int n_heads, int n_kv_heads, int head_dim, const AttentionSplits& splits, void* out, DType act,
-                      cudaStream_t stream, const float* rope_inv_freq, const L2Prefetch& prefetch) {
+                      cudaStream_t stream, const float* rope_inv_freq) {
   if (rope_inv_freq && (T != 1 || !attention_fuses_rope(head_dim)))
     throw Error("cuda attention: RoPE inside attention needs one token and heads of a multiple of 16 dimensions (" +
                 std::to_string(T) + " tokens, " + std::to_string(head_dim) + " dimensions)");
@@ -396,7 +394,7 @@ void launch_attention(void* key_cache, void* value_cache, const int* pos0, const
     launch_pdl("attention_kernel", attention_kernel<Act>, grid, dim3(kAttentionThreads), 0, stream,
                static_cast<Act*>(key_cache), static_cast<Act*>(value_cache), static_cast<const Act*>(qkv),
                qkv_stride, pos0, n_heads, n_heads / n_kv_heads, head_dim, kv_dim, scale, splits, rope_inv_freq,
-               static_cast<Act*>(out), prefetch);
+               static_cast<Act*>(out));
   });
 }
 

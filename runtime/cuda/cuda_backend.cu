@@ -1,13 +1,11 @@
 #include "runtime/cuda/cuda_backend.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda_check.h"
-#include "kernels/l2_prefetch.cuh"
 #include "runtime/cuda/cuda_context.h"
 #include "runtime/cuda/cuda_linear.h"
 #include "runtime/cuda/ops.h"
@@ -25,18 +23,6 @@ constexpr int kMaxStepTokens = 8192;
 bool attention_splits_enabled() {
   const char* off = std::getenv("GEMLITE_NO_ATTENTION_SPLITS");
   return !(off && std::string(off) == "1");
-}
-
-// How many bytes of the weights coming after decode attention it pulls into L2
-// (kernels/l2_prefetch.cuh): GEMLITE_ATTENTION_PREFETCH_MB, else kDefaultAttentionPrefetchMB; 0: none
-// (A/B measurements).
-uint64_t attention_prefetch_budget() {
-  static const uint64_t bytes = [] {
-    const char* mb = std::getenv("GEMLITE_ATTENTION_PREFETCH_MB");
-    const long value = mb ? std::strtol(mb, nullptr, 10) : kDefaultAttentionPrefetchMB;
-    return uint64_t(std::clamp(value, 0L, 1024L)) << 20;
-  }();
-  return bytes;
 }
 
 class CudaKVCache final : public KVCache {
@@ -218,7 +204,7 @@ class CudaBackend final : public Backend {
   // short chunks with the kernel that reads the position from device memory (graphs); at
   // decode that kernel also does the RoPE and the store.
   void attention(KVCache& kv, int layer, Tensor& qkv, const Tensor& inv_freq, const AttentionShape& shape,
-                 Tensor& out, const std::vector<const QuantLinear*>& coming) override {
+                 Tensor& out) override {
     check_attention_shapes(qkv, shape, out);
     auto& cache = static_cast<CudaKVCache&>(kv);
     if (shape.n_heads != cache.shape.n_heads || shape.n_kv_heads != cache.shape.n_kv_heads ||
@@ -232,12 +218,8 @@ class CudaBackend final : public Backend {
     // Decode: RoPE and the KV store inside the attention kernel, one launch fewer a layer
     // (llama2-7b tg128, H100, same day: f16 189.9 -> 191.7 tok/s, q4g64 423.4 -> 423.6).
     if (qkv.rows == 1 && attention_fuses_rope(shape.head_dim)) {
-      L2Prefetch prefetch;
-      for (const QuantLinear* linear : coming)
-        for (const MemorySpan& span : linear->weight_spans())
-          prefetch.add(span.data, span.bytes, attention_prefetch_budget());
       launch_attention(keys, values, step_pos0(), qkv.data, 1, shape.n_heads, shape.n_kv_heads, shape.head_dim,
-                       cache.splits, out.data, qkv.dtype, ctx_->stream, inv_freq.as<float>(), prefetch);
+                       cache.splits, out.data, qkv.dtype, ctx_->stream, inv_freq.as<float>());
       return;
     }
     launch_rope_store(keys, values, step_pos0(), inv_freq.as<float>(), qkv.data, qkv.rows, shape.n_heads,

@@ -6,7 +6,6 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/fpx/dequant_fpx.h"
-#include "kernels/fpx/fpx_format.h"
 #include "kernels/fpx/gemm_fpx.h"
 #include "kernels/qn/dequant_qn.h"
 #include "kernels/qn/gemv_qn.h"
@@ -131,21 +130,6 @@ class CudaLinear final : public QuantLinear {
   bool fuses_rmsnorm(int64_t M) const override {
     if (fpx_.packed) return M <= kFpxMaxM;
     return M <= kGemvMaxM && (qn_.qweight || is_dense());
-  }
-
-  // What the decode kernels read: the tiled codes then the scale pairs (gemv_qn), the
-  // packed tiles then the row factors (gemm_fpx), the dense copy (gemv_dense).
-  std::vector<MemorySpan> weight_spans() const override {
-    if (qn_.qweight) {
-      const size_t rows = size_t(qn_padded_rows(qn_.N));
-      return {MemorySpan{qn_.qweight, rows * size_t(qn_.Kw) * 4},
-              MemorySpan{qn_.scale_bias, rows * size_t(qn_.n_groups) * 4}};
-    }
-    if (fpx_.packed)
-      return {MemorySpan{fpx_.packed, size_t(fpx_.row_blocks * fpx_.k_tiles) * size_t(fpx_tile_bytes(fpx_.bits))},
-              MemorySpan{fpx_.row_factor, size_t(fpx_.N) * 4}};
-    if (is_dense() && dense_) return {MemorySpan{dense_.get(), dense_bytes()}};
-    return {};
   }
 
   PendingNorm forward_residual(const Tensor& x, Tensor& residual, const Tensor& norm_weight, float eps,

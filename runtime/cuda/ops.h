@@ -9,7 +9,6 @@
 
 #include <cstdint>
 
-#include "kernels/l2_prefetch.cuh"
 #include "runtime/dtype.h"
 
 namespace gemlite {
@@ -83,15 +82,9 @@ constexpr int kMaxAttentionHeadDim = 256;
 // rope_inv_freq set (decode: T = 1, head_dim % 16 == 0, see attention_fuses_rope): q and
 // this token's k in qkv are not rotated yet and its k, v not stored; the kernel does both
 // (launch_rope_store's work) and takes them from registers: one launch fewer per layer.
-//
-// `prefetch`: device memory the kernels after this one read (their weights), which the
-// blocks ask the copy engine to pull into L2 before their PDL wait (kernels/l2_prefetch.cuh).
 void launch_attention(void* key_cache, void* value_cache, const int* pos0, const void* qkv, int64_t T,
                       int n_heads, int n_kv_heads, int head_dim, const AttentionSplits& splits, void* out, DType act,
-                      cudaStream_t stream, const float* rope_inv_freq = nullptr, const L2Prefetch& prefetch = {});
-// Bytes of the coming weights decode attention pulls into L2 unless
-// GEMLITE_ATTENTION_PREFETCH_MB says otherwise.
-constexpr long kDefaultAttentionPrefetchMB = 24;
+                      cudaStream_t stream, const float* rope_inv_freq = nullptr);
 inline bool attention_fuses_rope(int head_dim) { return head_dim % 16 == 0; }
 
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias [N] F32 or null), W [N, K] (act), M = 1..8

@@ -205,7 +205,7 @@ TEST(BackendOps, FusedLayoutShapesAreChecked) {
   std::unique_ptr<KVCache> cache = backend->make_kv_cache(1, 4, AttentionShape{2, 2, 4});
   backend->set_step({1}, 0);
   Tensor qkv = backend->alloc(1, 16 + 2 * 8), attn = backend->alloc(1, 16);
-  EXPECT_THROW(backend->attention(*cache, 0, qkv, backend->alloc(1, 2), AttentionShape{2, 1, 4}, attn, {}), Error);
+  EXPECT_THROW(backend->attention(*cache, 0, qkv, backend->alloc(1, 2), AttentionShape{2, 1, 4}, attn), Error);
 }
 
 // top_k: the k largest, largest first, equal values by lower index; k out of range is an Error.

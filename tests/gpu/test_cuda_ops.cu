@@ -192,8 +192,8 @@ TEST_F(CudaOps, AttentionPrefillThenDecodeAtLlamaShapes) {
       gpu->set_step(ids, step.pos0);
       Both qkv = upload(random_half_values(size_t(step.T * width), rng), step.T, width);  // [T, q + 2 kv]
       Both out = alloc(step.T, q_dim);
-      cpu->attention(*cpu_cache, 0, qkv.cpu, freq.cpu, shape, out.cpu, {});
-      gpu->attention(*gpu_cache, 0, qkv.gpu, freq.gpu, shape, out.gpu, {});
+      cpu->attention(*cpu_cache, 0, qkv.cpu, freq.cpu, shape, out.cpu);
+      gpu->attention(*gpu_cache, 0, qkv.gpu, freq.gpu, shape, out.gpu);
       expect_close("attention " + where + ", T " + std::to_string(step.T) + " at " + std::to_string(step.pos0), out,
                    step.T >= kPrefillAttentionMinTokens ? kPrefillTolerance : kTolerance);
     }
