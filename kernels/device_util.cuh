@@ -1,7 +1,7 @@
 #pragma once
 // Device helpers the kernels share: a compile-time loop, the 16-bit activation bits, the
-// last step of a pending RMSNorm (QnPendingNorm in kernels/qn/gemv_qn.h) and the cluster
-// barrier and distributed shared memory reads.
+// last step of a pending RMSNorm (QnPendingNorm in kernels/qn/gemv_qn.h), asynchronous
+// copies to shared memory, and the cluster barrier and distributed shared memory reads.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -49,6 +49,17 @@ __device__ __forceinline__ float pending_inv_rms(const float* parts, int n_parts
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   return rsqrtf(sum / float(K) + eps);
 }
+
+// 16 bytes global -> shared without passing through registers (sm_80+; L2 only, .cg),
+// in groups: commit closes the group of the copies issued since the last one, wait<N>
+// returns once at most N groups are still in flight (the thread's own copies only).
+__device__ __forceinline__ void cp_async16(void* smem, const void* global) {
+  const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // Thread-block clusters (sm_90): a barrier over every thread of the cluster, whose
 // release/acquire makes each block's shared-memory writes before it visible to the others'

@@ -385,14 +385,6 @@ struct TiledLayout {
   static constexpr int kSmemBytes = kTiledStages * kStageBytes > kPartBytes ? kTiledStages * kStageBytes : kPartBytes;
 };
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* global) {
-  const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
 // PRECOND: blockDim.x = 32 kTiledWarps, dynamic shared memory TiledLayout::kSmemBytes,
 // grid = (ceil(M / 8 MT), ceil(RB / 16), splits) in clusters of (1, 1, splits), splits a
 // power of two <= 8, tiles_per_split = ceil(KT / splits), K % 8 == 0, x 16-byte aligned,

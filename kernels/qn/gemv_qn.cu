@@ -42,6 +42,22 @@
 // 16-byte x fragment per block; the next chunk's (or next tile's first chunk's) loads are issued
 // before this chunk's dequantization and mmas.
 //
+// The pairs come from shared memory: each block copies all of its pairs (64 bytes a group,
+// 4 KB at K = 4096 and group 64) with cp.async before its PDL wait, beside its first tile
+// of W. ncu (q4g64 4096 x 22016, fp16, M = 1, per-instruction warp stall samples) had found
+// 48 % of the samples on long scoreboard and two thirds of those in the dequantizing fma2
+// waiting for a pair loaded from global memory one chunk earlier (the L1 hit rate of the
+// kernel was 21 %: the pairs are 64-byte pieces of lines, a tile prefetch ahead was not
+// enough). A/B in one device session (fp16, M = 1, cold L2, two rounds each, µs): q4g64
+// 4096 x 4096 6.0 -> 5.5, 11008 x 4096 12.3 -> 11.6, 8192 x 8192 17.1 -> 16.0, 28672 x 8192
+// 52.4 -> 50.4; q3g64 4096 x 12288 18.3 -> 16.8, 28672 x 8192 49.0 -> 45.4; q8 within 1 %;
+// q2g64 4096 x 4096 4.9 -> 4.7; llama2-7b q4g64 tg128 453.2 / 454.0 -> 467.8 / 467.1 tok/s
+// (+3.1 %). A generic load of the pairs (one path for shared and global) kept them on the
+// long scoreboard and gained less; ld.shared it is, behind a uniform branch, which costs
+// the global path (K > 32768 at group 64, > 16384 at group 32, gemv_qn_stages_scales)
+// ~3 % against the loop that had only that path (q3g64 8192 x 57344 96.7 vs 99.3 µs when
+// forced onto it).
+//
 // Where it stands on the H100 (fp16, M = 1, cold L2, % of a ~2.99 TB/s copy measured in
 // the same run; GEMLITE_BENCH_ACT=fp16 gemlite-bench --kernels, 2026-11-22, before -> after
 // this version, both binaries in one device session):
@@ -154,6 +170,11 @@ namespace {
 
 constexpr int kRowsPerBlock = 16;  // the m of the mma
 constexpr int kMaxWarps = 16;
+// The largest slab of scale/bias pairs a block stages in shared memory (gemv_qn_stages_scales):
+// with the kernel's static 8.7 KB it stays under the 48 KB that needs no opt-in, and four
+// blocks an SM (the register limit) keep ~65 KB of L1 for x.
+constexpr size_t kScaleSlabMaxBytes = 32 << 10;
+size_t scale_slab_bytes(const QnDeviceWeight& w) { return size_t(w.n_groups) * 64; }  // [n_groups, 16 rows] pairs
 
 struct GemvQnParams {
   const uint32_t* qweight;     // [N16 / 16, Kw / 32, 512] tiles (qn_tile_word_index)
@@ -164,6 +185,7 @@ struct GemvQnParams {
   int64_t N, Kw;
   int K, n_groups;  // K <= 2^31 - 1024 (checked at upload): k block arithmetic reaches K + 32 E - 1
   uint32_t sb_group_stride;  // N16 / 2: uint2 pairs of scale_bias per group
+  bool scales_in_smem;       // the block's scale/bias pairs staged in shared memory (kScaleSlabMaxBytes)
   int group_shift;
   int M;
   bool x_vectorized;  // K % 8 == 0 and x 16-byte aligned: a block's B fragments are one 16-byte load
@@ -369,7 +391,11 @@ __device__ __forceinline__ uint32_t weight_pair(const WordPair& w, uint32_t scal
 struct LaneInputs {
   const uint16_t* x_row;   // [K]
   const uint16_t* x_lane;  // x_row + 8 tig: the lane's first activation of each 32-k block
-  const uint2* sb_lane;  // group 0's {row gid, row gid + 8} pair; group g at + g * sb_group_stride
+  // Group 0's {row gid, row gid + 8} pair: in scale_bias (group g at + g * sb_group_stride)
+  // or, with p.scales_in_smem, at this shared-memory address of the block's slab (group g
+  // at + 64 g bytes).
+  const uint2* sb_lane;
+  uint32_t sb_slab;
   uint32_t magic;  // CodeLayout::magic(), opaque to the compiler so that it stays in one register
 };
 
@@ -395,7 +421,11 @@ __device__ __forceinline__ void load_chunk_scales(const GemvQnParams& p, const L
 #pragma unroll
   for (int j = 0; j < JC; ++j) {
     const int g = FULL ? (b0 + j) >> p.group_shift : min((b0 + j) >> p.group_shift, p.n_groups - 1);
-    const uint2 v = __ldg(in.sb_lane + uint32_t(g) * p.sb_group_stride);
+    uint2 v;
+    if (p.scales_in_smem)
+      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(in.sb_slab + 64u * uint32_t(g)));
+    else
+      v = __ldg(in.sb_lane + uint32_t(g) * p.sb_group_stride);
     ci.sb[j][0] = v.x;
     ci.sb[j][1] = v.y;
   }
@@ -485,6 +515,7 @@ template <int BITS, bool SPARSE>
 __device__ __forceinline__ void prefetch_tile_scales(const GemvQnParams& p, const LaneInputs& in, int t,
                                                      int lane) {
   constexpr int E = kTileBlocks<BITS, SPARSE>;
+  if (p.scales_in_smem) return;
   const int first = t * E, last = first + E - 1;  // k blocks
   // The block's 64 bytes of scale/bias per group lie in one line: lane i takes the tile's
   // i-th group (a tile spans at most 32).
@@ -617,7 +648,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   LaneInputs in;
   in.x_row = p.x + (gid < p.M ? int64_t(gid) * p.K : 0);
   in.x_lane = in.x_row + 8 * tig;
+  // [n_groups, 4] (p.scales_in_smem): the block's 16 rows' pairs of each group, 64 bytes.
+  extern __shared__ uint4 scale_slab[];
   in.sb_lane = reinterpret_cast<const uint2*>(p.scale_bias + row_base) + gid;
+  in.sb_slab = uint32_t(__cvta_generic_to_shared(scale_slab)) + 8u * uint32_t(gid);
   asm volatile("mov.b32 %0, %1;" : "=r"(in.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
   const int tiles = int(p.Kw / 32);
 
@@ -641,14 +675,19 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // gemm_fpx and gemv_dense doing the same: llama2-7b q4g64 tg128 242.7 -> 249.7 tok/s
   // (kernels/pdl.cuh has the command and the other formats); pulling the block's whole
   // slice of W into L2 here as well made it slower (237.4).
-  // The first chunk's scale/bias pairs are weights too: loaded before the wait, so that
-  // their DRAM latency no longer follows it (A/B on one machine, fp16 M = 1, two rounds:
+  // The block's scale/bias pairs (or, past kScaleSlabMaxBytes, the first chunk's) are
+  // weights too: fetched before the wait, so that their DRAM latency no longer follows it (A/B on one machine, fp16 M = 1, two rounds:
   // q4g64 4096 x 4096 5.9 -> 5.7-5.8 us, 11008 x 4096 12.1 -> 11.8, q8 4096 x 4096 7.6 ->
   // 7.3, 4096 x 12288 20.2-20.5 -> 19.9, the long-K shapes unchanged; llama2-7b q4g64
   // tg128 448.8 / 451.2 -> 452.3 / 452.3 tok/s).
   pdl_launch_dependents();
   if (warp < tiles) load_tile(block_words, warp, words_a);
-  if (warp < full_tiles) {
+  if (p.scales_in_smem) {
+    const uint4* block_pairs = reinterpret_cast<const uint4*>(p.scale_bias + row_base);  // + 2 stride g: group g
+    for (int i = threadIdx.x; i < 4 * p.n_groups; i += blockDim.x)
+      cp_async16(&scale_slab[i], block_pairs + int64_t(i / 4) * (p.sb_group_stride / 2) + i % 4);
+    cp_async_commit();
+  } else if (warp < full_tiles) {
     prefetch_tile_scales<BITS, SPARSE>(p, in, warp, lane);
     load_chunk_scales<kFirstChunkBlocks<E>, true>(p, in, warp * E, inputs_a);
   }
@@ -657,6 +696,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   const int64_t norm_row = min(row_base + threadIdx.x % kRowsPerBlock, p.N - 1);
   const float norm_weight = p.residual ? p.norm_weight[norm_row] : 0.0f;
   pdl_wait();
+  if (p.scales_in_smem) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if (warp < full_tiles) load_chunk_scales<kFirstChunkBlocks<E>, true>(p, in, warp * E, inputs_a);
+  }
   if (warp < full_tiles) {
     prefetch_tile_x<BITS, SPARSE>(p, in, warp, lane);
     load_chunk_x<kFirstChunkBlocks<E>, true>(p, in, warp * E, inputs_a);
@@ -796,6 +840,8 @@ uint16_t to_activation_bits(float v, DType act) {
 
 }  // namespace
 
+bool gemv_qn_stages_scales(const QnDeviceWeight& w) { return scale_slab_bytes(w) <= kScaleSlabMaxBytes; }
+
 void check_pending_norm(const QnPendingNorm& norm, const char* who) {
   if (norm.sum_squares && (norm.parts < 1 || !(norm.eps >= 0)))
     throw Error(std::string(who) + ": a pending norm of " + std::to_string(norm.parts) + " parts, eps " +
@@ -922,6 +968,7 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   p.Kw = w.Kw;
   p.n_groups = int(w.n_groups);
   p.sb_group_stride = uint32_t(qn_padded_rows(w.N) / 2);
+  p.scales_in_smem = gemv_qn_stages_scales(w);
   p.group_shift = w.group_shift;
   p.M = M;
   // K % 8 == 4 (K = 4100 in the tests) takes the scalar path too since x became one 16-byte
@@ -953,7 +1000,8 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   }
   warps = int(std::clamp<int64_t>(std::min<int64_t>(warps, tiles), 1, kMaxWarps));
   const KernelFn kernel = act == DType::BF16 ? pick_kernel<true>(w.bits, w.sparse) : pick_kernel<false>(w.bits, w.sparse);
-  launch_pdl("gemv_qn_kernel", kernel, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)), 0, stream, p);
+  launch_pdl("gemv_qn_kernel", kernel, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)),
+             p.scales_in_smem ? scale_slab_bytes(w) : 0, stream, p);
 }
 
 }  // namespace

@@ -92,6 +92,11 @@ GEMLITE_HOST_DEVICE inline int64_t qn_scale_bias_index(int64_t g, int64_t v, int
 QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired_half = 0);
 void free_qn_weight(QnDeviceWeight* w);  // frees and clears; safe on an empty weight
 
+// Whether the kernel stages a block's scale/bias pairs in shared memory (64 bytes a group
+// and 16 rows, up to 32 KB: K <= 32768 at group 64, 16384 at group 32) rather than reading
+// them from global memory in its loop (longer K with small groups).
+bool gemv_qn_stages_scales(const QnDeviceWeight& w);
+
 // Launch tuning; the defaults are what run_gemv_benchmarks measured best.
 struct GemvQnConfig {
   int warps_per_block = 0;  // warps that split K for one block of 16 rows; 0 = automatic

@@ -1,7 +1,8 @@
 // gemv_qn against the CPU reference (linear_reference) on fresh random inputs: every bit
 // width 1..8 x group {32, 64, 128, per-channel} x {fp16, bf16} x M {1, 3, 8}, on shapes
-// that are multiples of nothing (K = 33, 4100), thin (N = 7, 32, 64), long (K = 57344),
-// and one large square (4096^2, on a subset to keep the run short).
+// that are multiples of nothing (K = 33, 4100), thin (N = 7, 32, 64), long (K = 57344:
+// at groups 32 and 64 the kernel's path that reads scales from global memory), and one
+// large square (4096^2, on a subset to keep the run short).
 //
 // Tolerance, per output: |y - ref| <= tol * S2 with
 //   S2 = sum_k |x_k| (|w_k| + |q_k s| + |z s|),
@@ -148,11 +149,13 @@ TEST_P(GemvQnTest, MatchesCpuReference) {
   std::vector<Shape> shapes = {{33, 7}, {4100, 1000}, {11008, 64}, {57344, 32}};
   if (bits == 4 || group == 64) shapes.push_back({4096, 4096});  // the large square on a subset
   double worst[2] = {0, 0}, worst_plain[2] = {0, 0};
+  bool scale_paths[2] = {false, false};  // scale/bias pairs read from global / staged in shared memory
   for (const Shape& shape : shapes) {
     const std::vector<float> w = random_weight(shape.N, shape.K, rng);
     const PackedWeight packed = quantize_weight(w.data(), shape.N, shape.K, format);
     for (DType act : {DType::F16, DType::BF16}) {
       QnDeviceWeight dw = upload_qn_weight(packed, act);
+      scale_paths[gemv_qn_stages_scales(dw)] = true;
       for (int64_t M : {1, 3, 8}) {
         SCOPED_TRACE(format.name() + " " + dtype_name(act) + " K=" + std::to_string(shape.K) +
                      " N=" + std::to_string(shape.N) + " M=" + std::to_string(M) +
@@ -166,6 +169,9 @@ TEST_P(GemvQnTest, MatchesCpuReference) {
       free_qn_weight(&dw);
     }
   }
+  // K = 57344 at groups 32 and 64 is past what a block stages in shared memory.
+  EXPECT_TRUE(scale_paths[1]) << "no shape staged its scales in shared memory";
+  if (group == 32 || group == 64) EXPECT_TRUE(scale_paths[0]) << "no shape read its scales from global memory";
   std::cout << "[gemv_qn] " << format.name() << ": worst |error| / S2 fp16 " << worst[0] << " (tol "
             << std::ldexp(1.0, -9) << "), bf16 " << worst[1] << " (tol " << std::ldexp(1.0, -7)
             << "); / S fp16 " << worst_plain[0] << ", bf16 " << worst_plain[1] << "\n";
