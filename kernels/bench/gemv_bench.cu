@@ -11,6 +11,7 @@
 
 #include "kernels/bench/bench_util.h"
 #include "kernels/cuda_check.h"
+#include "kernels/qn/dequant_qn.h"
 #include "kernels/qn/gemv_qn.h"
 #include "kernels/qn/qn_format.h"
 #include "kernels/s7/s7_format.h"
@@ -121,6 +122,27 @@ QnDeviceWeight random_qn_weight(const WeightFormat& format, int64_t K, int64_t N
   return w;
 }
 
+// The dense copy prefill makes before each cuBLAS GEMM (dequant_qn): read the packed weight,
+// write N x K fp16/bf16. Its outputs rotate too, so a copy that fits in L2 is not timed as
+// writes absorbed there.
+void dequant_line(FILE* out, const std::string& name, DType act, const std::vector<QnDeviceWeight>& weights,
+                  const GemvBenchOptions& options, double copy_gbs, cudaStream_t stream) {
+  const QnDeviceWeight& w = weights.front();
+  const size_t dense_bytes = size_t(w.N * w.K) * 2;
+  const int dense_copies = copies_for(dense_bytes, options.rotation_bytes);
+  std::vector<void*> dense(static_cast<size_t>(dense_copies));
+  for (void*& d : dense) CUDA_CHECK(cudaMalloc(&d, dense_bytes));
+  const int copies = int(weights.size());
+  const double us = time_graph_us(stream, launches_for(copies * dense_copies), options.replays, [&](int i) {
+    dequant_qn(weights[size_t(i % copies)], dense[size_t(i % dense_copies)], stream);
+  });
+  for (void* d : dense) CUDA_CHECK(cudaFree(d));
+  const double total = double(w.weight_bytes()) + double(dense_bytes);
+  std::fprintf(out, "dequant %s %s K=%lld N=%lld: %.1f us, %.0f GB/s, %.1f %% of copy\n", name.c_str(), act_name(act),
+               (long long)w.K, (long long)w.N, us, total / (us * 1e3), 100.0 * total / (us * 1e3) / copy_gbs);
+  std::fflush(out);
+}
+
 // GEMLITE_BENCH_{FORMATS,SHAPES,ACT,M,WARPS} narrow a run: "q4g64,q2g64",
 // "8192x8192,8192x57344", "fp16", "1,2,4,8", "4,8" (bench_util.h).
 GemvBenchOptions with_environment(GemvBenchOptions options) {
@@ -198,6 +220,7 @@ void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& given) {
             std::fflush(out);
           }
         }
+        if (M == options.Ms.front()) dequant_line(out, name, act, weights, options, copy_gbs, stream);
         for (QnDeviceWeight& w : weights) free_qn_weight(&w);
       }
       CUDA_CHECK(cudaFree(x));

@@ -70,6 +70,12 @@ GEMLITE_HOST_DEVICE inline int64_t qn_block_row(int64_t n, int64_t paired_half) 
   const int64_t i = n < paired_half ? n : n - paired_half;
   return i / 8 * 16 + (n < paired_half ? 0 : 8) + i % 8;
 }
+// The stored row at block row v: the inverse of qn_block_row.
+GEMLITE_HOST_DEVICE inline int64_t qn_stored_row(int64_t v, int64_t paired_half) {
+  if (paired_half <= 0) return v;
+  const int64_t i = v / 16 * 8 + v % 8;
+  return v % 16 < 8 ? i : paired_half + i;
+}
 // Word kw of block row v in the device's qweight (QnDeviceWeight::qweight): tiles of 16 block
 // rows x 32 words, each 2 KB contiguous, tiles_per_row = Kw / 32 of them per row block. With
 // w = kw % 32, part (c, h) = (w % 8 / 4, v % 16 / 8) of a tile is 512 contiguous bytes of

@@ -213,7 +213,8 @@ TEST(GemvQnEdges, MisalignedActivationsAndBias) {
 
 // dequant_qn (the dense copy of the prefill path) against the CPU decoder, weight by
 // weight, for every bit width and group on shapes that fill no tile or 16-row block
-// (N = 37, K = 4100) or exactly one (N = 16, K = 256). It computes w = q s + (-z s) with s
+// (N = 37, K = 4100: one value stored at a time; N = 21, K = 4104: 16-byte stores up to
+// the partial last tile) or exactly one (N = 16, K = 256). It computes w = q s + (-z s) with s
 // and -z s rounded to the activation type, the decoder (q - z) s in fp32: they differ by
 // those two roundings and the output's, each at most u (2^-11 fp16, 2^-8 bf16) of
 // |q s|, |z s| and |w|; tolerance 2u times their sum. A wrong code, group or row is off by
@@ -221,7 +222,7 @@ TEST(GemvQnEdges, MisalignedActivationsAndBias) {
 TEST(DequantQn, MatchesTheCpuDecoder) {
   std::mt19937_64 rng(test_seed() + 41);
   StreamGuard stream;
-  for (const Shape shape : {Shape{4100, 37}, Shape{256, 16}}) {
+  for (const Shape shape : {Shape{4100, 37}, Shape{4104, 21}, Shape{256, 16}}) {
     const std::vector<float> w = random_weight(shape.N, shape.K, rng);
     for (int bits = 1; bits <= 8; ++bits) {
       for (int group : {32, 64, 128, 0}) {
@@ -272,7 +273,7 @@ TEST(DequantQn, S7MatchesTheCpuDecoder) {
   std::mt19937_64 rng(test_seed() + 43);
   StreamGuard stream;
   for (const char* name : {"s7", "s7g64"})
-    for (const Shape shape : {Shape{4100, 37}, Shape{256, 16}}) {
+    for (const Shape shape : {Shape{4100, 37}, Shape{4104, 21}, Shape{256, 16}}) {
       const int64_t N = shape.N, K = shape.K;
       const std::vector<float> w = random_weight(N, K, rng);
       const PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse(name));
