@@ -211,6 +211,20 @@ TEST(GemvQnEdges, MisalignedActivationsAndBias) {
   }
 }
 
+// dequant_qn's [N, K] copy of a weight uploaded for `act`, its output poisoned (NaN) first.
+std::vector<uint16_t> dequantize_on_device(const PackedWeight& packed, DType act, cudaStream_t stream) {
+  QnDeviceWeight dw = upload_qn_weight(packed, act);
+  const size_t count = size_t(dw.N * dw.K);
+  DeviceBuffer out(count * 2);
+  CUDA_CHECK(cudaMemsetAsync(out.ptr, 0xFF, count * 2, stream));
+  dequant_qn(dw, out.ptr, stream);
+  std::vector<uint16_t> got(count);
+  CUDA_CHECK(cudaMemcpyAsync(got.data(), out.ptr, count * 2, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  free_qn_weight(&dw);
+  return got;
+}
+
 // dequant_qn (the dense copy of the prefill path) against the CPU decoder, weight by
 // weight, for every bit width and group on shapes that fill no tile or 16-row block
 // (N = 37, K = 4100: one value stored at a time; N = 21, K = 4104: 16-byte stores up to
@@ -237,14 +251,7 @@ TEST(DequantQn, MatchesTheCpuDecoder) {
         for (DType act : {DType::F16, DType::BF16}) {
           SCOPED_TRACE(packed.format.name() + " " + dtype_name(act) + " K=" + std::to_string(K) +
                        " N=" + std::to_string(N) + " seed=" + std::to_string(test_seed()));
-          QnDeviceWeight dw = upload_qn_weight(packed, act);
-          DeviceBuffer out(size_t(N * K) * 2);
-          CUDA_CHECK(cudaMemsetAsync(out.ptr, 0xFF, size_t(N * K) * 2, stream.stream));
-          dequant_qn(dw, out.ptr, stream.stream);
-          std::vector<uint16_t> got(size_t(N * K));
-          CUDA_CHECK(cudaMemcpyAsync(got.data(), out.ptr, got.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
-          CUDA_CHECK(cudaStreamSynchronize(stream.stream));
-          free_qn_weight(&dw);
+          const std::vector<uint16_t> got = dequantize_on_device(packed, act, stream.stream);  // [N, K]
           const double u = act == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
           int64_t failures = 0;
           for (int64_t n = 0; n < N; ++n) {
@@ -285,14 +292,7 @@ TEST(DequantQn, S7MatchesTheCpuDecoder) {
       for (int64_t n = 0; n < N; ++n) decode(n, &want[size_t(n * K)]);
       for (DType act : {DType::F16, DType::BF16}) {
         SCOPED_TRACE(std::string(name) + " " + dtype_name(act) + " K=" + std::to_string(K) + " N=" + std::to_string(N));
-        QnDeviceWeight dw = upload_qn_weight(packed, act);
-        DeviceBuffer out(size_t(N * K) * 2);
-        CUDA_CHECK(cudaMemsetAsync(out.ptr, 0xFF, size_t(N * K) * 2, stream.stream));
-        dequant_qn(dw, out.ptr, stream.stream);
-        std::vector<uint16_t> got(size_t(N * K));
-        CUDA_CHECK(cudaMemcpyAsync(got.data(), out.ptr, got.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
-        CUDA_CHECK(cudaStreamSynchronize(stream.stream));
-        free_qn_weight(&dw);
+        const std::vector<uint16_t> got = dequantize_on_device(packed, act, stream.stream);  // [N, K]
         const double u = act == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
         int64_t failures = 0, zeros_seen = 0;
         for (int64_t n = 0; n < N; ++n)
