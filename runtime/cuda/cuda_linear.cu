@@ -1,5 +1,7 @@
 #include "runtime/cuda/cuda_linear.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +16,19 @@
 
 namespace gemlite {
 namespace {
+
+// Prompt chunks of up to this many rows run a qN / s7 weight as gemv_qn over slices of
+// kGemvMaxM rows instead of the dense copy + cuBLAS: the slices read the packed weight once
+// each, the dense path writes and reads 2 bytes a weight before its GEMM even starts.
+// GEMLITE_GEMV_SLICED_MAX_M overrides it (8 turns the slices off), for A/B measurements.
+// MEASUREMENT PENDING: the default is set from the llama2-7b pp12..pp48 A/B below.
+int64_t gemv_sliced_max_m() {
+  static const int64_t max_m = [] {
+    const char* v = std::getenv("GEMLITE_GEMV_SLICED_MAX_M");
+    return v ? std::atoll(v) : int64_t(32);
+  }();
+  return max_m;
+}
 
 class CudaLinear final : public QuantLinear {
  public:
@@ -66,7 +81,9 @@ class CudaLinear final : public QuantLinear {
   // THE DISPATCH RULE (the measurements behind each switch sit beside its constant):
   //   qN / qNgG and s7, M <= kGemvMaxM (8) -> gemv_qn, the fused dequantize + GEMV that
   //     reads the packed weight once (it adds the bias itself); a gate/up pair stacked
-  //     for SwiGLU -> gemv_qn_swiglu through forward_swiglu (below);
+  //     for SwiGLU -> gemv_qn_swiglu through forward_swiglu (below); up to
+  //     gemv_sliced_max_m() rows -> gemv_qn over slices of kGemvMaxM rows, each reading
+  //     the packed weight once, where that beats making the dense copy;
   //   fp6 / fp5, M <= gemm_fpx_max_m (kFpxTiledMaxM on an H100, else kFpxMaxM) -> gemm_fpx,
   //     the tensor-core FPx matmul (bias too);
   //   dense f16/bf16/f32, M <= 8 -> gemv_dense;
@@ -78,8 +95,10 @@ class CudaLinear final : public QuantLinear {
   void forward(const Tensor& x, Tensor& y) const override {
     const int64_t M = x.rows, N = out_features(), K = in_features();
     check_shapes(x, y, N);
-    if (qn_.qweight && M <= kGemvMaxM) {
-      gemv_qn(qn_, x.data, y.data, int(M), act_, ctx_->stream);
+    if (qn_.qweight && M <= gemv_max_rows()) {
+      for_row_slices(x, y, [&](const Tensor& xs, Tensor& ys) {
+        gemv_qn(qn_, xs.data, ys.data, int(xs.rows), act_, ctx_->stream);
+      });
       return;
     }
     if (fpx_.packed && M <= gemm_fpx_max_m(fpx_)) {
@@ -113,13 +132,16 @@ class CudaLinear final : public QuantLinear {
     if (bias_) launch_add_bias(y.data, bias_, M, N, act_, ctx_->stream);
   }
 
-  // A qN SwiGLU pair at M <= 8: gemv_qn_swiglu (silu(gate) * up in the GEMV's epilogue, one
-  // launch where the GEMV and silu_mul were two: 2.8 us of a Llama-2-7B layer, ncu).
+  // A qN SwiGLU pair where forward runs gemv_qn: gemv_qn_swiglu (silu(gate) * up in the
+  // GEMV's epilogue, one launch where the GEMV and silu_mul were two: 2.8 us of a Llama-2-7B
+  // layer, ncu). A pending norm comes only at M <= kGemvMaxM (fuses_rmsnorm): one slice.
   bool forward_swiglu(const Tensor& x, Tensor& y, const PendingNorm* norm) const override {
-    if (qn_.paired_half == 0 || x.rows > kGemvMaxM) return false;
+    if (qn_.paired_half == 0 || x.rows > gemv_max_rows() || (norm && x.rows > kGemvMaxM)) return false;
     check_shapes(x, y, qn_.paired_half);
     const QnPendingNorm pending = pending_norm(norm, x.rows);
-    gemv_qn_swiglu(qn_, x.data, y.data, int(x.rows), act_, ctx_->stream, {}, norm ? &pending : nullptr);
+    for_row_slices(x, y, [&](const Tensor& xs, Tensor& ys) {
+      gemv_qn_swiglu(qn_, xs.data, ys.data, int(xs.rows), act_, ctx_->stream, {}, norm ? &pending : nullptr);
+    });
     return true;
   }
 
@@ -191,6 +213,18 @@ class CudaLinear final : public QuantLinear {
                   std::to_string(x.cols) + "] " + dtype_name(x.dtype) + " and y [" + std::to_string(y.rows) + ", " +
                   std::to_string(y.cols) + "] " + dtype_name(y.dtype));
   }
+  // The most rows forward sends to gemv_qn (in slices).
+  static int64_t gemv_max_rows() { return std::max<int64_t>(kGemvMaxM, gemv_sliced_max_m()); }
+  // f(x rows, y rows) for consecutive slices of at most kGemvMaxM rows.
+  template <class F>
+  static void for_row_slices(const Tensor& x, Tensor& y, F&& f) {
+    for (int64_t m = 0; m < x.rows; m += kGemvMaxM) {
+      const int64_t rows = std::min<int64_t>(kGemvMaxM, x.rows - m);
+      Tensor ys = y.slice_rows(m, rows);
+      f(x.slice_rows(m, rows), ys);
+    }
+  }
+
   QnPendingNorm pending_norm(const PendingNorm* norm, int64_t M) const {
     if (!norm) return {};
     if (norm->sum_squares.dtype != DType::F32 || norm->sum_squares.rows != M)

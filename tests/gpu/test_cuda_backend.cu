@@ -27,8 +27,10 @@
 // The decode step runs as a replayed CUDA graph (the default). Graph decode must equal
 // eager decode (GEMLITE_NO_GRAPH's path) bitwise -- the same kernels on the same inputs --
 // ids and logits. A prompt run in chunks of 16 must match one 40-token chunk within
-// 1e-2 relative (different GEMM paths per chunk size: cuBLAS at 16 and 40 rows, gemv_qn at 8,
-// with fp16 rounding between; same cache contents), argmax >= 90%.
+// 1e-2 relative (different GEMM paths per chunk size: for qN and s7 gemv_qn over slices of 8
+// rows at 16 and 8 (gemv_sliced_max_m) and the dense copy + cuBLAS at 40; gemm_fpx's kernels
+// for fp6/fp5, gemv_dense at 8 and cuBLAS at 16 and 40 for dense weights; fp16 rounding
+// between; same cache contents), argmax >= 90%.
 //
 // The model file: $GEMLITE_STORIES260K_BIN, else models/stories260K.bin beside this test
 // binary (scripts/gpu-check.sh pack puts it there), else ../shared beside the source tree. A
