@@ -21,7 +21,15 @@ namespace {
 // kGemvMaxM rows instead of the dense copy + cuBLAS: the slices read the packed weight once
 // each, the dense path writes and reads 2 bytes a weight before its GEMM even starts.
 // GEMLITE_GEMV_SLICED_MAX_M overrides it (8 turns the slices off), for A/B measurements.
-// MEASUREMENT PENDING: the default is set from the llama2-7b pp12..pp48 A/B below.
+// Measured (H100, one run, `gemlite-bench --device cuda --synthetic llama2-7b -f q4g64,q8
+// -p 12,16,24,32,48,64 -n 0 -r 3`, GEMLITE_GEMV_SLICED_MAX_M=8 vs 64, tok/s):
+//   q4g64  pp12 952 -> 2258   pp16 1258 -> 2768   pp24 1878 -> 2881   pp32 2485 -> 2889
+//          pp48 3695 -> 2995  pp64 4869 -> 3038
+//   q8     pp12 914 -> 1800   pp16 1211 -> 2290   pp24 1803 -> 2362   pp32 2391 -> 2382
+//          pp48 3557 -> 2436  pp64 4713 -> 2454
+// A slice costs about one decode step, the dense path about the same ~12.6 ms whatever the
+// chunk's rows up to 32: the crossover lies at 32 rows for q4g64 and q8 (even there for q8;
+// fewer bits only favour the slices more).
 int64_t gemv_sliced_max_m() {
   static const int64_t max_m = [] {
     const char* v = std::getenv("GEMLITE_GEMV_SLICED_MAX_M");
