@@ -30,12 +30,10 @@ constexpr int kDequantWarps = 8;  // tiles per block
 struct DequantQnParams {
   const uint32_t* qweight;     // [row_blocks, tiles_per_row, 512] (qn_tile_word_index)
   const uint32_t* scale_bias;  // [n_groups, row_blocks * 16] pairs (qn_scale_bias_index)
-  uint16_t* out;               // [16 blocks, K] fp16 / bf16 bits (dequant_qn_blocks' row order)
-  int64_t N;
-  int first_block;  // the first row block dequantized
-  int slab_half;    // a SwiGLU pair's gate rows in the slab (8 blocks), else 0
+  uint16_t* out;               // [N, K] fp16 / bf16 bits
+  int64_t N, paired_half;
   int K;
-  int tiles_per_row, tiles;  // tiles = blocks * tiles_per_row
+  int tiles_per_row, tiles;  // tiles = row_blocks * tiles_per_row
   int64_t sb_group_stride;   // N16 / 2: uint2 pairs of scale_bias per group
   int bits, group_shift, n_groups;
   bool sparse;
@@ -68,21 +66,14 @@ __global__ void __launch_bounds__(32 * kDequantWarps) dequant_qn_kernel(DequantQ
   const int tile = blockIdx.x * kDequantWarps + threadIdx.x / 32;
   if (tile >= p.tiles) return;
   const int lane = threadIdx.x % 32;
-  const int slab_rb = tile / p.tiles_per_row, t = tile % p.tiles_per_row;  // row block in the slab, tile
-  const int rb = p.first_block + slab_rb;
-  const uint4* parts = reinterpret_cast<const uint4*>(p.qweight) + (size_t(rb) * p.tiles_per_row + t) * 128 + lane;
+  const int rb = tile / p.tiles_per_row, t = tile % p.tiles_per_row;  // row block, tile of the row
+  const uint4* parts = reinterpret_cast<const uint4*>(p.qweight) + size_t(tile) * 128 + lane;
   const uint4 w00 = parts[0], w01 = parts[32], w10 = parts[64], w11 = parts[96];  // part c * 2 + h
   const uint32_t words[2][8] = {{w00.x, w00.y, w00.z, w00.w, w10.x, w10.y, w10.z, w10.w},   // row lane / 4
                                 {w01.x, w01.y, w01.z, w01.w, w11.x, w11.y, w11.z, w11.w}};  // row 8 + lane / 4
-  int64_t row[2];  // the slab's output rows, or -1 for the padding rows of a plain weight past N
+  int64_t row[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int v = slab_rb * 16 + 8 * h + lane / 4;  // block row in the slab
-    if (p.slab_half > 0)
-      row[h] = qn_stored_row(v, p.slab_half);
-    else
-      row[h] = int64_t(p.first_block) * 16 + v < p.N ? v : -1;
-  }
+  for (int h = 0; h < 2; ++h) row[h] = qn_stored_row(int64_t(rb) * 16 + 8 * h + lane / 4, p.paired_half);
   // The lane's {row lane / 4, row 8 + lane / 4} pair of group g: at + g * N16.
   const uint2* sb = reinterpret_cast<const uint2*>(p.scale_bias + size_t(rb) * 16) + lane / 4;
   const int codes = 32 / p.bits, blocks_per_code = p.sparse ? 2 : 1;
@@ -96,7 +87,7 @@ __global__ void __launch_bounds__(32 * kDequantWarps) dequant_qn_kernel(DequantQ
       const uint2 pair = __ldg(sb + size_t(min(block >> p.group_shift, p.n_groups - 1)) * p.sb_group_stride);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (row[h] < 0) continue;
+        if (row[h] >= p.N) continue;  // a padding row of the last block
         const uint32_t bits = h == 0 ? pair.x : pair.y;
         const float scale = from_activation<BF16>(uint16_t(bits)), bias = from_activation<BF16>(uint16_t(bits >> 16));
         float v[8];
@@ -115,30 +106,20 @@ __global__ void __launch_bounds__(32 * kDequantWarps) dequant_qn_kernel(DequantQ
 }  // namespace
 
 void dequant_qn(const QnDeviceWeight& w, void* out, cudaStream_t stream) {
-  dequant_qn_blocks(w, 0, qn_padded_rows(w.N) / 16, out, stream);
-}
-
-void dequant_qn_blocks(const QnDeviceWeight& w, int64_t first_block, int64_t blocks, void* out,
-                       cudaStream_t stream) {
   if (w.bits < 1 || w.bits > 8 || (w.sparse && w.bits != 8))
     throw Error("dequant_qn: " + std::to_string(w.bits) + "-bit" + (w.sparse ? " s7" : "") +
                 " weights (qN, N = 1..8, or s7 pair bytes)");
-  const int64_t row_blocks = qn_padded_rows(w.N) / 16;
-  if (first_block < 0 || blocks < 1 || first_block + blocks > row_blocks)
-    throw Error("dequant_qn: row blocks [" + std::to_string(first_block) + ", " + std::to_string(first_block + blocks) +
-                ") of a weight of " + std::to_string(row_blocks));
   DequantQnParams p;
   p.qweight = w.qweight;
   p.scale_bias = w.scale_bias;
   p.out = static_cast<uint16_t*>(out);
   p.N = w.N;
-  p.first_block = int(first_block);
-  p.slab_half = int(w.paired_half > 0 ? 8 * blocks : 0);
+  p.paired_half = w.paired_half;
   p.K = int(w.K);  // upload_qn_weight keeps K < 2^31 - 1024
   p.tiles_per_row = int(w.Kw / kWarpLanes);
-  const int64_t tiles = blocks * p.tiles_per_row;
+  const int64_t tiles = qn_padded_rows(w.N) / 16 * p.tiles_per_row;
   // The last k block reached is below K + 32 E; its index times 32 must fit an int.
-  if (row_blocks * p.tiles_per_row >= (int64_t(1) << 31) || w.Kw * 32 >= (int64_t(1) << 31))
+  if (tiles >= (int64_t(1) << 31) || w.Kw * 32 >= (int64_t(1) << 31))
     throw Error("dequant_qn: " + std::to_string(w.N) + " x " + std::to_string(w.K) + " weight too large");
   p.tiles = int(tiles);
   p.sb_group_stride = qn_padded_rows(w.N) / 2;
@@ -147,11 +128,11 @@ void dequant_qn_blocks(const QnDeviceWeight& w, int64_t first_block, int64_t blo
   p.n_groups = int(w.n_groups);
   p.sparse = w.sparse;
   p.vector_ok = w.K % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  const unsigned grid = unsigned((tiles + kDequantWarps - 1) / kDequantWarps);
+  const unsigned blocks = unsigned((tiles + kDequantWarps - 1) / kDequantWarps);
   if (w.act == DType::BF16)
-    dequant_qn_kernel<true><<<grid, 32 * kDequantWarps, 0, stream>>>(p);
+    dequant_qn_kernel<true><<<blocks, 32 * kDequantWarps, 0, stream>>>(p);
   else
-    dequant_qn_kernel<false><<<grid, 32 * kDequantWarps, 0, stream>>>(p);
+    dequant_qn_kernel<false><<<blocks, 32 * kDequantWarps, 0, stream>>>(p);
   CHECK_LAST_LAUNCH("dequant_qn_kernel");
 }
 

@@ -16,12 +16,4 @@ namespace gemlite {
 // On `stream`, graph-safe.
 void dequant_qn(const QnDeviceWeight& w, void* out, cudaStream_t stream);
 
-// The same for the row blocks [first_block, first_block + blocks) of w (block b: block rows
-// 16b .. 16b + 15, see qn_block_row), a slab small enough to stay in L2 until cuBLAS reads
-// it. out [rows, K]: a plain weight's stored rows 16 first_block .. (those below N); a
-// SwiGLU pair's gate rows 8 first_block .. 8 (first_block + blocks) - 1 and then the same
-// up rows (paired_half + those). Error for a range outside the weight's row blocks.
-void dequant_qn_blocks(const QnDeviceWeight& w, int64_t first_block, int64_t blocks, void* out,
-                       cudaStream_t stream);
-
 }  // namespace gemlite

@@ -38,14 +38,6 @@ int64_t gemv_sliced_max_m() {
   return max_m;
 }
 
-// Bytes of W's dense copy made at a time for cuBLAS (forward_through_slabs); 0 = the whole
-// weight. GEMLITE_DEQUANT_SLAB_KB sets it (read at each call, so tests can change it).
-// MEASUREMENT PENDING.
-int64_t dequant_slab_bytes() {
-  const char* v = std::getenv("GEMLITE_DEQUANT_SLAB_KB");
-  return v ? std::atoll(v) * 1024 : 0;
-}
-
 class CudaLinear final : public QuantLinear {
  public:
   // `weight` is what runs: `sources` stacked along N (concat_rows), or the one source.
@@ -107,7 +99,12 @@ class CudaLinear final : public QuantLinear {
   // qN's, s7's and fp6 / fp5's dense copies are transient: dequant_qn / dequant_fpx write
   // them into the context's scratch (shared by all layers) before each GEMM, so the
   // model's memory stays that of its packed weights; dense f32 weights are rounded to
-  // fp16/bf16 like the activations.
+  // fp16/bf16 like the activations. The whole weight at once: tried (tenth session,
+  // commit 6dccf80) and dropped, slabs of row blocks small enough to stay in L2 between
+  // the copy and cuBLAS, one GEMM each, the same scratch every slab. llama2-7b q4g64,
+  // whole / 12 MB / 24 MB slabs, tok/s: pp64 4902 / 2053 / 4088, pp128 9421 / 4294 / 7299,
+  // pp512 24786 / 15082 / 19046 (one H100 run): cuBLAS on a few hundred rows at a time
+  // loses far more than the DRAM traffic the slabs save.
   void forward(const Tensor& x, Tensor& y) const override {
     const int64_t M = x.rows, N = out_features(), K = in_features();
     check_shapes(x, y, N);
@@ -121,12 +118,12 @@ class CudaLinear final : public QuantLinear {
       gemm_fpx(fpx_, x.data, y.data, int(M), act_, ctx_->stream);
       return;
     }
-    if (is_qn() || is_s7()) {
-      forward_through_slabs(x, y);
-      return;
-    }
     const void* dense = nullptr;
-    if (is_fpx()) {
+    if (is_qn() || is_s7()) {
+      void* scratch = ctx_->scratch(dense_bytes(), dense_what());
+      dequant_qn(qn_, scratch, ctx_->stream);
+      dense = scratch;
+    } else if (is_fpx()) {
       void* scratch = ctx_->scratch(dense_bytes(), dense_what());
       dequant_fpx(fpx_, scratch, ctx_->stream);
       dense = scratch;
@@ -138,7 +135,13 @@ class CudaLinear final : public QuantLinear {
       launch_gemv_dense(dense, x.data, bias_, y.data, int(M), N, K, act_, ctx_->stream);
       return;
     }
-    gemm_rows(dense, N, x, y, 0);
+    // Row-major y [M, N] = x [M, K] · Wᵀ is, column-major, yᵀ [N, M] = W(ᵀ as stored) · xᵀ:
+    // W [N, K] row-major is a column-major [K, N] matrix (ld K), taken transposed.
+    const float alpha = 1.0f, beta = 0.0f;
+    const cudaDataType_t type = cublas_type(act_);
+    CUBLAS_CHECK(cublasGemmEx(ctx_->cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, dense, type,
+                              int(K), x.data, type, int(K), &beta, y.data, type, int(N), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
     if (bias_) launch_add_bias(y.data, bias_, M, N, act_, ctx_->stream);
   }
 
@@ -223,43 +226,6 @@ class CudaLinear final : public QuantLinear {
                   std::to_string(x.cols) + "] " + dtype_name(x.dtype) + " and y [" + std::to_string(y.rows) + ", " +
                   std::to_string(y.cols) + "] " + dtype_name(y.dtype));
   }
-  // qN / s7 above gemv_max_rows(): cuBLAS over dense slabs of W, each dequantized into the
-  // context's scratch (the same addresses every slab) just before its GEMM, so that with
-  // slabs that fit in L2 the copy's writes and cuBLAS's reads can stay there.
-  // dequant_slab_bytes() sets their size (0: the whole weight, one slab).
-  void forward_through_slabs(const Tensor& x, Tensor& y) const {
-    const int64_t N = out_features(), K = in_features(), blocks = gemv_qn_blocks(qn_);
-    const int64_t block_bytes = 16 * K * int64_t(dtype_size(act_));  // a dense row block of 16 rows
-    const int64_t slab = dequant_slab_bytes();
-    const int64_t slab_blocks = slab > 0 ? std::clamp<int64_t>(slab / block_bytes, 1, blocks) : blocks;
-    auto* scratch = static_cast<uint8_t*>(ctx_->scratch(size_t(slab_blocks * block_bytes), dense_what()));
-    for (int64_t b = 0; b < blocks; b += slab_blocks) {
-      const int64_t count = std::min(slab_blocks, blocks - b);
-      dequant_qn_blocks(qn_, b, count, scratch, ctx_->stream);
-      if (qn_.paired_half > 0) {  // the slab's gate rows, then its up rows (dequant_qn_blocks)
-        gemm_rows(scratch, 8 * count, x, y, 8 * b);
-        gemm_rows(scratch + count * block_bytes / 2, 8 * count, x, y, qn_.paired_half + 8 * b);
-      } else {
-        gemm_rows(scratch, std::min(16 * count, N - 16 * b), x, y, 16 * b);
-      }
-    }
-    if (bias_) launch_add_bias(y.data, bias_, x.rows, N, act_, ctx_->stream);
-  }
-
-  // Columns [first, first + rows) of y [M, N] = x [M, K] · w_rowsᵀ, w_rows [rows, K] dense
-  // (act_), on cuBLAS. Row-major y is, column-major, yᵀ [N, M] = W(ᵀ as stored) · xᵀ: W
-  // [rows, K] row-major is a column-major [K, rows] matrix (ld K), taken transposed, and
-  // its output rows start at element `first` of yᵀ's columns (ld N).
-  void gemm_rows(const void* w_rows, int64_t rows, const Tensor& x, Tensor& y, int64_t first) const {
-    const float alpha = 1.0f, beta = 0.0f;
-    const cudaDataType_t type = cublas_type(act_);
-    const int64_t K = in_features();
-    void* y_first = static_cast<uint8_t*>(y.data) + first * int64_t(dtype_size(act_));
-    CUBLAS_CHECK(cublasGemmEx(ctx_->cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(x.rows), int(K), &alpha, w_rows,
-                              type, int(K), x.data, type, int(K), &beta, y_first, type, int(y.cols),
-                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  }
-
   // The most rows forward sends to gemv_qn (in slices).
   static int64_t gemv_max_rows() { return std::max<int64_t>(kGemvMaxM, gemv_sliced_max_m()); }
   // f(x rows, y rows) for consecutive slices of at most kGemvMaxM rows.

@@ -244,24 +244,6 @@ TEST(CudaBackendVsCpuSynthetic, PairedSwigluAndHeadsOf48) {
   }
 }
 
-// The dense copy of a prefill chunk made in slabs of row blocks (GEMLITE_DEQUANT_SLAB_KB,
-// CudaLinear::forward_through_slabs) against the CPU. 2 KB is one row block of 16 rows a
-// slab for every weight here (a block is 16 x K fp16, K >= 64), so every weight runs as
-// many slabs and GEMMs: stories15m's shape (random weights) has the paired gate/up (MLP
-// 768: two GEMMs a slab), stories260K's 172-wide MLP a stacked gate/up of 344 rows whose
-// last slab is a partial block. The 40-token prompt is above the sliced GEMV's 32 rows.
-TEST(CudaBackendVsCpuSynthetic, DenseCopyInSlabs) {
-  ASSERT_EQ(setenv("GEMLITE_DEQUANT_SLAB_KB", "2", 1), 0);
-  for (const std::string format : {"q4g64", "s7"}) {
-    BackendPair synthetic(make_synthetic_checkpoint(synthetic_config("stories15m"), WeightFormat::parse(format)),
-                          DType::F16);
-    compare_prefill_and_decode("stories15m-shaped " + format + " in slabs", synthetic, kRelativeTolerance, 0.0);
-    BackendPair real(format, DType::F16, "stories260K");
-    compare_prefill_and_decode("stories260K " + format + " in slabs", real, kRelativeTolerance, kMinArgmaxAgreement);
-  }
-  ASSERT_EQ(unsetenv("GEMLITE_DEQUANT_SLAB_KB"), 0);
-}
-
 // Decode as a replayed graph and eagerly, side by side, from the same prompt: the same
 // logits bitwise, hence the same greedy ids.
 void expect_graph_equals_eager(const std::string& format, DType activations) {

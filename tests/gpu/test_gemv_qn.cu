@@ -272,45 +272,6 @@ TEST(DequantQn, MatchesTheCpuDecoder) {
   }
 }
 
-// dequant_qn_blocks (the dense copy in slabs of row blocks) against the rows of the whole
-// copy, bit for bit: a plain weight whose last block is partial (N = 37: rows 16..36 from
-// blocks 1..2), a SwiGLU pair (halves of 24 rows: blocks 1..2 give gate rows 8..23, then up
-// rows 32..47), and a range outside the weight refused.
-TEST(DequantQn, BlocksMatchTheWholeCopy) {
-  std::mt19937_64 rng(test_seed() + 47);
-  StreamGuard stream;
-  const int64_t K = 300;
-  struct Case {
-    int64_t N, half;
-    std::vector<int64_t> rows;  // the whole copy's rows that blocks 1..2 hold, in order
-  };
-  std::vector<int64_t> plain_rows, paired_rows;
-  for (int64_t n = 16; n < 37; ++n) plain_rows.push_back(n);
-  for (int64_t n = 8; n < 24; ++n) paired_rows.push_back(n);
-  for (int64_t n = 32; n < 48; ++n) paired_rows.push_back(n);
-  for (const Case& c : {Case{37, 0, plain_rows}, Case{48, 24, paired_rows}}) {
-    SCOPED_TRACE("N=" + std::to_string(c.N) + " half=" + std::to_string(c.half));
-    const std::vector<float> w = random_weight(c.N, K, rng);
-    const PackedWeight packed = quantize_weight(w.data(), c.N, K, qn_format(4, 64));
-    QnDeviceWeight dw = upload_qn_weight(packed, DType::F16, c.half);
-    const size_t row_bytes = size_t(K) * 2;
-    DeviceBuffer whole(size_t(c.N) * row_bytes), slab(c.rows.size() * row_bytes);
-    CUDA_CHECK(cudaMemsetAsync(slab.ptr, 0xFF, c.rows.size() * row_bytes, stream.stream));
-    dequant_qn(dw, whole.ptr, stream.stream);
-    dequant_qn_blocks(dw, 1, 2, slab.ptr, stream.stream);
-    std::vector<uint16_t> all(size_t(c.N * K)), got(c.rows.size() * size_t(K));
-    CUDA_CHECK(cudaMemcpyAsync(all.data(), whole.ptr, all.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
-    CUDA_CHECK(cudaMemcpyAsync(got.data(), slab.ptr, got.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream.stream));
-    for (size_t i = 0; i < c.rows.size(); ++i)
-      EXPECT_TRUE(std::equal(got.begin() + i * K, got.begin() + (i + 1) * K, all.begin() + c.rows[i] * K))
-          << "slab row " << i << " is not row " << c.rows[i] << " of the whole copy";
-    EXPECT_THROW(dequant_qn_blocks(dw, 2, 2, slab.ptr, stream.stream), Error);
-    EXPECT_THROW(dequant_qn_blocks(dw, 0, 0, slab.ptr, stream.stream), Error);
-    free_qn_weight(&dw);
-  }
-}
-
 // dequant_qn on s7 weights (prefill's transient dense copy): within the tolerance of the
 // qN case above against the CPU decoder, and every pair's other element exactly 0 (at least
 // half of all weights: the kept one may be 0 too). K = 4100: a partial last tile, pairs
