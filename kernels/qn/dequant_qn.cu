@@ -118,8 +118,9 @@ void dequant_qn(const QnDeviceWeight& w, void* out, cudaStream_t stream) {
   p.K = int(w.K);  // upload_qn_weight keeps K < 2^31 - 1024
   p.tiles_per_row = int(w.Kw / kWarpLanes);
   const int64_t tiles = qn_padded_rows(w.N) / 16 * p.tiles_per_row;
-  // The last k block reached is below K + 32 E; its index times 32 must fit an int.
-  if (tiles >= (int64_t(1) << 31) || w.Kw * 32 >= (int64_t(1) << 31))
+  // k = 32 block + 8 (lane % 4) + 7 reaches 32 * (32-k blocks of a row) - 1 and must fit an int.
+  const int64_t k_blocks = w.Kw / kWarpLanes * (32 / w.bits) * (w.sparse ? 2 : 1);
+  if (tiles >= (int64_t(1) << 31) || k_blocks * 32 >= (int64_t(1) << 31))
     throw Error("dequant_qn: " + std::to_string(w.N) + " x " + std::to_string(w.K) + " weight too large");
   p.tiles = int(tiles);
   p.sb_group_stride = qn_padded_rows(w.N) / 2;

@@ -906,7 +906,8 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired
   // binaries in one session (gemlite-bench --kernels): 8192 x 57344 q8 93.8 -> 100.5,
   // q4g64 78.9 -> 85.7, q2g64 55.2 -> 57.3; 8192 x 8192 q4g64 63.8 -> 68.8; K 4096 N 22016
   // q4g64 60.8 -> 65.7, q8 80.1 -> 86.4; 4096 x 4096 q4g64 44.6 -> 46.4. llama2-7b q4g64
-  // tg128 371.7 -> 388.6 tok/s (pp512 16991 -> 16705: dequant_qn now gathers 64-byte pieces).
+  // tg128 371.7 -> 388.6 tok/s (pp512 16991 -> 16705: dequant_qn, then one thread a word,
+  // gathered 64-byte pieces; since c1e0a45 it reads whole tiles).
   const uint32_t* words = qweight.as<uint32_t>();  // [N, Kw]
   std::vector<uint32_t> tiles(size_t(N16 * d.Kw), 0u);
   for (int64_t n = 0; n < d.N; ++n) {

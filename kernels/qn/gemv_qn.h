@@ -14,13 +14,15 @@
 namespace gemlite {
 
 // Rows of x one launch takes: the n = 8 of an m16n8k16 mma. QuantLinear sends qN with
-// M <= kGemvMaxM here and larger M to a dense fp16 copy + cuBLAS. Measured rule (H100,
+// M <= kGemvMaxM here, prompt chunks up to gemv_sliced_max_m() rows here in slices of 8
+// (runtime/cuda/cuda_linear.cu: what that beats is the dense copy + cuBLAS, not cuBLAS on
+// a dense weight), and larger M to a dense fp16 copy + cuBLAS. Measured rule (H100,
 // fp16, cold L2, 2026-11-22, gemv_qn vs cuBLAS fp16 GEMM at the same M, shapes 4096^2,
 // 8192^2, 8192 x 57344, formats q8 q6g64 q4g64 q3g64 q2g64): gemv_qn is faster at every
 // M = 1, 2, 4, 8 and every bit width; its lead shrinks with M and is smallest at 8-6 bits
 // on the small shape: M = 8, 4096^2: q8 1.28x, q6g64 1.17x, q4g64 1.39x, q3g64 1.47x,
 // q2g64 1.69x (8192^2: 1.50-2.12x; 8192 x 57344: 1.76-2.68x). So the crossover lies above
-// 8 for every bit width and the switch stays at the kernel's limit.
+// 8 for every bit width and one launch takes as many rows as the kernel can.
 constexpr int kGemvMaxM = 8;
 
 // A qN weight in device memory, prepared for one activation type. Owns its buffers
@@ -48,7 +50,8 @@ struct QnDeviceWeight {
   // > 0: a SwiGLU stack [gate; up] of N = 2 * paired_half rows (paired_half % 8 == 0). Kernel
   // block b then takes gate rows [8b, 8b + 8) and the up rows paired_half + [8b, 8b + 8) (its
   // block rows 16b .. 16b + 15, see qn_block_row), so gemv_qn_swiglu can finish
-  // silu(gate) * up in its epilogue. qweight keeps the stacked row order.
+  // silu(gate) * up in its epilogue. y and bias keep the stacked row order; qweight and
+  // scale_bias are in block-row order (stored row n at block row qn_block_row(n, paired_half)).
   int64_t paired_half = 0;
 
   size_t weight_bytes() const;  // qweight + scale_bias (+ bias): what one GEMV reads of W

@@ -29,7 +29,9 @@ namespace {
 //          pp48 3557 -> 2436  pp64 4713 -> 2454
 // A slice costs about one decode step, the dense path about the same ~12.6 ms whatever the
 // chunk's rows up to 32: the crossover lies at 32 rows for q4g64 and q8 (even there for q8;
-// fewer bits only favour the slices more).
+// fewer bits only favour the slices more). Measured on that one shape, fp16, q4g64 and q8:
+// s7 reads q4g128's bytes and dequantizes through the same code, so it sides with q4g64;
+// bf16 runs within 1-2 % of fp16 in both paths' kernel benchmarks.
 int64_t gemv_sliced_max_m() {
   static const int64_t max_m = [] {
     const char* v = std::getenv("GEMLITE_GEMV_SLICED_MAX_M");
@@ -99,12 +101,12 @@ class CudaLinear final : public QuantLinear {
   // qN's, s7's and fp6 / fp5's dense copies are transient: dequant_qn / dequant_fpx write
   // them into the context's scratch (shared by all layers) before each GEMM, so the
   // model's memory stays that of its packed weights; dense f32 weights are rounded to
-  // fp16/bf16 like the activations. The whole weight at once: tried (tenth session,
-  // commit 6dccf80) and dropped, slabs of row blocks small enough to stay in L2 between
-  // the copy and cuBLAS, one GEMM each, the same scratch every slab. llama2-7b q4g64,
+  // fp16/bf16 like the activations. The copy is of the whole weight at once (slabs of row
+  // blocks small enough to stay in L2 between the copy and cuBLAS, one GEMM each, the same
+  // scratch every slab, were tried in commit 6dccf80 and dropped: llama2-7b q4g64,
   // whole / 12 MB / 24 MB slabs, tok/s: pp64 4902 / 2053 / 4088, pp128 9421 / 4294 / 7299,
   // pp512 24786 / 15082 / 19046 (one H100 run): cuBLAS on a few hundred rows at a time
-  // loses far more than the DRAM traffic the slabs save.
+  // loses far more than the DRAM traffic the slabs save).
   void forward(const Tensor& x, Tensor& y) const override {
     const int64_t M = x.rows, N = out_features(), K = in_features();
     check_shapes(x, y, N);

@@ -27,10 +27,10 @@
 // The decode step runs as a replayed CUDA graph (the default). Graph decode must equal
 // eager decode (GEMLITE_NO_GRAPH's path) bitwise -- the same kernels on the same inputs --
 // ids and logits. A prompt run in chunks of 16 must match one 40-token chunk within
-// 1e-2 relative (different GEMM paths per chunk size: for qN and s7 gemv_qn over slices of 8
-// rows at 16 and 8 (gemv_sliced_max_m) and the dense copy + cuBLAS at 40; gemm_fpx's kernels
-// for fp6/fp5, gemv_dense at 8 and cuBLAS at 16 and 40 for dense weights; fp16 rounding
-// between; same cache contents), argmax >= 90%.
+// 1e-2 relative (different GEMM paths per chunk size: for q4g64 gemv_qn over slices of 8
+// rows at 16 and 8 (gemv_sliced_max_m) and the dense copy + cuBLAS at 40; for f16
+// gemv_dense at 8 and cuBLAS at 16 and 40; fp16 rounding between; same cache contents),
+// argmax >= 90%. SlicedPrefill covers s7, bf16, the paired SwiGLU and a partial slice.
 //
 // The model file: $GEMLITE_STORIES260K_BIN, else models/stories260K.bin beside this test
 // binary (scripts/gpu-check.sh pack puts it there), else ../shared beside the source tree. A
@@ -232,8 +232,8 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, CudaBackendBf16VsCpu,
                          model_format_name);
 
 // The tiny real models' MLPs are 172 wide, which takes the two-pass SwiGLU (GEMV, then
-// silu_mul); halves of a multiple of 8 rows take gemv_qn's fused SwiGLU at decode and, for
-// q4g64, the paired layout's dense copy at prefill (s7's comes from the host decoder). stories15M's shape (288 wide, MLP 768, 6 heads
+// silu_mul); halves of a multiple of 8 rows take gemv_qn's fused SwiGLU at decode and the
+// paired layout's dense copy at prefill (40 rows). stories15M's shape (288 wide, MLP 768, 6 heads
 // of 48: the attention's thread groups with idle threads) with random weights, against
 // the CPU. Random logits have near ties, so only the logits' error is bounded here.
 TEST(CudaBackendVsCpuSynthetic, PairedSwigluAndHeadsOf48) {
@@ -241,6 +241,32 @@ TEST(CudaBackendVsCpuSynthetic, PairedSwigluAndHeadsOf48) {
     BackendPair pair(make_synthetic_checkpoint(synthetic_config("stories15m"), WeightFormat::parse(format)),
                      DType::F16);
     compare_prefill_and_decode("stories15m-shaped " + format, pair, kRelativeTolerance, 0.0);
+  }
+}
+
+// The sliced GEMV of short prompt chunks (gemv_sliced_max_m, runtime/cuda/cuda_linear.cu)
+// against the CPU: the 40-token prompt in chunks of 12 (three of 12 and one of 4: slices of
+// 8 and 4 rows, so a partial last slice) on stories15m's shape, whose MLP halves of 384 rows
+// take the paired layout (gemv_qn_swiglu over slices), for q4g64 and s7, fp16 and bf16.
+// Random weights: only the logits' error is bounded.
+TEST(CudaBackendVsCpuSynthetic, SlicedPrefill) {
+  for (const std::string format : {"q4g64", "s7"}) {
+    const PackedCheckpoint checkpoint =
+        make_synthetic_checkpoint(synthetic_config("stories15m"), WeightFormat::parse(format));
+    std::unique_ptr<Backend> cpu_backend = make_cpu_backend();
+    LlamaModel cpu(checkpoint, *cpu_backend);
+    const std::vector<int> ids = test_sequence();
+    std::vector<float> cpu_logits, gpu_logits;  // [40, vocab]
+    cpu.forward(ids, 0, true, cpu_logits);
+    for (DType act : {DType::F16, DType::BF16}) {
+      std::unique_ptr<Backend> cuda_backend = make_cuda_backend(cuda_options(act));
+      LlamaModel gpu(checkpoint, *cuda_backend, 0, /*max_chunk=*/12);
+      ASSERT_EQ(gpu.max_chunk(), 12);
+      gpu.forward(ids, 0, true, gpu_logits);
+      expect_close("stories15m-shaped " + format + " " + dtype_name(act) + " in chunks of 12",
+                   compare_logits(cpu_logits, gpu_logits, checkpoint.config.vocab_size),
+                   act == DType::BF16 ? kBf16RelativeTolerance : kRelativeTolerance, 0.0);
+    }
   }
 }
 
