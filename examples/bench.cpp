@@ -20,6 +20,7 @@
 #include "models/synthetic_model.h"
 #include "runtime/error.h"
 #ifdef GEMLITE_WITH_CUDA
+#include "kernels/bench/copy_bandwidth.h"
 #include "kernels/bench/fpx_bench.h"
 #include "kernels/bench/gemv_bench.h"
 #endif

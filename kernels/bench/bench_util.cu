@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bench/copy_bandwidth.h"
 #include "kernels/cuda_check.h"
 #include "runtime/error.h"
 
@@ -27,6 +28,27 @@ __global__ void fill_random_halves(uint16_t* values, int64_t n, uint32_t seed, u
 }
 
 }  // namespace
+
+BenchSession::BenchSession(FILE* log) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  std::fprintf(log, "device: %s, %d SMs, %d MB L2\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  copy_gbs = device_copy_bandwidth_gbs(log);
+  const size_t workspace_bytes = size_t(32) << 20;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUBLAS_CHECK(cublasCreate(&cublas));
+  CUBLAS_CHECK(cublasSetStream(cublas, stream));
+  CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes));
+  CUBLAS_CHECK(cublasSetWorkspace(cublas, workspace_, workspace_bytes));
+}
+
+BenchSession::~BenchSession() {  // no throwing from a destructor: errors here are ignored
+  if (cublas) cublasDestroy(cublas);
+  cudaFree(workspace_);
+  if (stream) cudaStreamDestroy(stream);
+}
 
 void fill_words(uint32_t* p, int64_t n, uint32_t seed, cudaStream_t stream) {
   fill_random_words<<<1024, 256, 0, stream>>>(p, n, seed);

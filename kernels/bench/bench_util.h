@@ -1,9 +1,11 @@
 #pragma once
 // What the kernel benchmarks (gemv_bench.cu, fpx_bench.cu) share: random data made on the
 // device, graph-replay timing, and the cold-L2 rotation sizes (docs/PERF.md's rules).
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -14,6 +16,24 @@
 #include "runtime/dtype.h"
 
 namespace gemlite {
+
+// What every kernel benchmark run holds: the device's line ("device: NAME, S SMs, L MB L2")
+// and its copy bandwidth (copy_bandwidth.h), both logged at construction; a non-blocking
+// stream and a cuBLAS handle on it with a 32 MB workspace. Throws Error on a CUDA failure.
+class BenchSession {
+ public:
+  explicit BenchSession(FILE* log);
+  ~BenchSession();
+  BenchSession(const BenchSession&) = delete;
+  BenchSession& operator=(const BenchSession&) = delete;
+
+  double copy_gbs = 0;  // GB/s, bytes read + written
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+
+ private:
+  void* workspace_ = nullptr;
+};
 
 // A splitmix-style hash: random data without a host round trip.
 __device__ inline uint32_t bench_hash32(uint64_t i, uint32_t seed) {

@@ -8,7 +8,6 @@
 #include <functional>
 
 #include "kernels/bench/bench_util.h"
-#include "kernels/bench/gemv_bench.h"
 #include "kernels/cuda_check.h"
 #include "kernels/fpx/dequant_fpx.h"
 #include "kernels/fpx/fpx_format.h"
@@ -136,21 +135,10 @@ FpxBenchOptions with_environment(FpxBenchOptions options) {
 
 void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
   const FpxBenchOptions options = with_environment(given);
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  cudaDeviceProp prop;
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  std::fprintf(out, "device: %s, %d SMs, %d MB L2\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-  const double copy_gbs = device_copy_bandwidth_gbs(out);
-  cudaStream_t stream;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cublasHandle_t handle;
-  CUBLAS_CHECK(cublasCreate(&handle));
-  CUBLAS_CHECK(cublasSetStream(handle, stream));
-  void* workspace = nullptr;
-  const size_t workspace_bytes = size_t(32) << 20;
-  CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
-  CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, workspace_bytes));
+  const BenchSession session(out);
+  cudaStream_t stream = session.stream;
+  cublasHandle_t handle = session.cublas;
+  const double copy_gbs = session.copy_gbs;
   const int max_m = *std::max_element(options.batch_sizes.begin(), options.batch_sizes.end());
 
   for (DType act : options.activations) {
@@ -271,9 +259,6 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
       CUDA_CHECK(cudaFree(y));
     }
   }
-  CUBLAS_CHECK(cublasDestroy(handle));
-  CUDA_CHECK(cudaFree(workspace));
-  CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 }  // namespace gemlite

@@ -32,10 +32,6 @@ struct GemvBenchOptions {
   int replays = 20;                           // timed graph replays; the median is reported
 };
 
-// Device-to-device copy bandwidth of the current device (bytes read + written per
-// second, GB/s): the ceiling every "% of copy" in gemlite refers to. Logs one "copy:" line.
-double device_copy_bandwidth_gbs(FILE* log);
-
 // Runs everything on the current device; throws Error on any CUDA/cuBLAS failure. The
 // environment narrows or widens `options` (see with_environment in gemv_bench.cu):
 // GEMLITE_BENCH_FORMATS=q4g64,q2g64 GEMLITE_BENCH_SHAPES=8192x8192 GEMLITE_BENCH_ACT=fp16
