@@ -8,6 +8,10 @@
 // every GEMM): one thread per word, its row and tile found by 64-bit division, every code's
 // group and scale recomputed: pp512 17.7k tok/s against 36.4k with a persistent dense copy,
 // i.e. the copies cost ~16 ms of a 30 ms chunk, ~1 TB/s for 16.7 GB written and read.
+// This version, A/B against it on one H100 (2026-11-25): llama2-7b pp512 q4g64 15.3k ->
+// 25.0k tok/s, q8 13.5k -> 24.3k, s7 15.8k -> 25.3k; the copy itself (`dequant` lines of
+// gemlite-bench --kernels, fp16) at 84-97 % of the copy bandwidth on the Llama shapes
+// (4096 x 22016 q4g64 86.9 us, 88.8 %), 67-90 % at 4096 x 4096.
 //
 // s7 (`sparse`, kernels/s7/s7_format.h): the word's 4 pair bytes, byte j covering k blocks
 // 2j and 2j + 1 of the tile (k0 and k0 + 32); the kept element gets value7 * scale + bias
