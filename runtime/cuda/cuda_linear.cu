@@ -17,8 +17,8 @@
 namespace gemlite {
 namespace {
 
-// Prompt chunks of up to this many rows run a qN / s7 weight as gemv_qn over slices of
-// kGemvMaxM rows instead of the dense copy + cuBLAS: the slices read the packed weight once
+// The most rows forward runs on gemv_qn: prompt chunks of up to this many rows run a qN /
+// s7 weight as gemv_qn over slices of kGemvMaxM rows instead of the dense copy + cuBLAS: the slices read the packed weight once
 // each, the dense path writes and reads 2 bytes a weight before its GEMM even starts.
 // GEMLITE_GEMV_SLICED_MAX_M overrides it (8 turns the slices off), for A/B measurements.
 // Measured (H100, one run, `gemlite-bench --device cuda --synthetic llama2-7b -f q4g64,q8
@@ -35,7 +35,7 @@ namespace {
 int64_t gemv_sliced_max_m() {
   static const int64_t max_m = [] {
     const char* v = std::getenv("GEMLITE_GEMV_SLICED_MAX_M");
-    return v ? std::atoll(v) : int64_t(32);
+    return std::max<int64_t>(kGemvMaxM, v ? std::atoll(v) : 32);
   }();
   return max_m;
 }
@@ -110,7 +110,7 @@ class CudaLinear final : public QuantLinear {
   void forward(const Tensor& x, Tensor& y) const override {
     const int64_t M = x.rows, N = out_features(), K = in_features();
     check_shapes(x, y, N);
-    if (qn_.qweight && M <= gemv_max_rows()) {
+    if (qn_.qweight && M <= gemv_sliced_max_m()) {
       for_row_slices(x, y, [&](const Tensor& xs, Tensor& ys) {
         gemv_qn(qn_, xs.data, ys.data, int(xs.rows), act_, ctx_->stream);
       });
@@ -151,7 +151,7 @@ class CudaLinear final : public QuantLinear {
   // GEMV's epilogue, one launch where the GEMV and silu_mul were two: 2.8 us of a Llama-2-7B
   // layer, ncu). A pending norm comes only at M <= kGemvMaxM (fuses_rmsnorm): one slice.
   bool forward_swiglu(const Tensor& x, Tensor& y, const PendingNorm* norm) const override {
-    if (qn_.paired_half == 0 || x.rows > gemv_max_rows() || (norm && x.rows > kGemvMaxM)) return false;
+    if (qn_.paired_half == 0 || x.rows > gemv_sliced_max_m() || (norm && x.rows > kGemvMaxM)) return false;
     check_shapes(x, y, qn_.paired_half);
     const QnPendingNorm pending = pending_norm(norm, x.rows);
     for_row_slices(x, y, [&](const Tensor& xs, Tensor& ys) {
@@ -228,8 +228,6 @@ class CudaLinear final : public QuantLinear {
                   std::to_string(x.cols) + "] " + dtype_name(x.dtype) + " and y [" + std::to_string(y.rows) + ", " +
                   std::to_string(y.cols) + "] " + dtype_name(y.dtype));
   }
-  // The most rows forward sends to gemv_qn (in slices).
-  static int64_t gemv_max_rows() { return std::max<int64_t>(kGemvMaxM, gemv_sliced_max_m()); }
   // f(x rows, y rows) for consecutive slices of at most kGemvMaxM rows.
   template <class F>
   static void for_row_slices(const Tensor& x, Tensor& y, F&& f) {
