@@ -18,8 +18,9 @@ namespace gemlite {
 namespace {
 
 // The most rows forward runs on gemv_qn: prompt chunks of up to this many rows run a qN /
-// s7 weight as gemv_qn over slices of kGemvMaxM rows instead of the dense copy + cuBLAS: the slices read the packed weight once
-// each, the dense path writes and reads 2 bytes a weight before its GEMM even starts.
+// s7 weight as gemv_qn over slices of kGemvMaxM rows instead of the dense copy + cuBLAS:
+// the slices read the packed weight once each, the dense path writes and reads 2 bytes a
+// weight before its GEMM even starts.
 // GEMLITE_GEMV_SLICED_MAX_M overrides it (8 turns the slices off), for A/B measurements.
 // Measured (H100, one run, `gemlite-bench --device cuda --synthetic llama2-7b -f q4g64,q8
 // -p 12,16,24,32,48,64 -n 0 -r 3`, GEMLITE_GEMV_SLICED_MAX_M=8 vs 64, tok/s):
