@@ -143,6 +143,16 @@
 // r_m, the residual element) issued right after the PDL wait instead of after the loop:
 // llama2-7b q4g64 tg128 464.4 / 466.0 -> 466.4 / 467.8 (A/B, two rounds), within noise,
 // and it spilled in the 1-bit bf16 kernel: not kept.
+// Tried (2026-11-25, eleventh session) and dropped: more warps per SM through fewer
+// registers. ncu on q4g64 4096 x 22016 (fp16, M = 1) found 3.6 active warps per scheduler
+// of which 0.8 eligible, 7.9 cycles between a warp's instructions (3.0 of them long
+// scoreboard), 2.6 waves of blocks and the SMs idle 17 % of the kernel. A variant of the
+// 4-warp kernel with __launch_bounds__(128, 5) (96 registers, 20 warps per SM instead of
+// 16; ptxas spilled 12-104 bytes: q8 12, q6g64 28, q4g64 104 in fp16, 16 in bf16) gained
+// nothing anywhere and lost where the grid has several waves (same binary, env switch, two
+// rounds, µs): q4g64 fp16 4096 x 22016 24.1 -> 29.3, 8192 x 57344 97.2 -> 109.5; bf16
+// 24.3 -> 26.8; q6g64 4096 x 22016 32.2 -> 35.8; 4096 x 4096, 4096 x 12288 and 11008 x
+// 4096 within 0.1 us; llama2-7b tg128 q4g64 467.1 -> 422.4 tok/s, q8 347.7 -> 343.7.
 #include "kernels/qn/gemv_qn.h"
 
 #include <cuda_bf16.h>
