@@ -37,6 +37,19 @@
 // residual += y, y = residual ∘ norm weight, per-block sums of squares). gemv_qn.h has
 // the contracts; none of them changes the loop.
 //
+// Nine to 16 activation rows (short prompts, sliced by CudaLinear) take a second
+// instantiation, XROWS = 16, that turns the mma around: x is the A operand (16 rows) and
+// the dequantized weights, the same registers as above, are B of two n = 8 mmas (block
+// rows 0..7 and 8..15; compute_chunk). The dequantization, most of a tile's instructions,
+// is shared by twice the rows; a lane loads two x fragments per block instead of one.
+// H100, fp16, cold L2, one run (gemlite-bench --kernels, GEMLITE_BENCH_M=8,16), µs of one
+// M = 16 launch against two M = 8 launches: q4g64 4096 x 4096 10.7 vs 2 x 7.3, 4096 x
+// 22016 45.9 vs 2 x 29.7, 11008 x 4096 25.3 vs 2 x 17.2; q8 10.9 vs 2 x 8.6, 46.8 vs 2 x
+// 37.8, 29.4 vs 2 x 22.3 (1.3-1.6x less time per row); 1.41-1.48x (q4g64) and 1.22-1.46x
+// (q8) faster than cuBLAS fp16 at M = 16 on a dense weight. At 128 registers ptxas spills
+// 0-64 bytes in it (q4 fp16 64, 1-bit fp16 52, s7 96) and none in the 8-row kernel, whose
+// code the template left as it was (the same PTX but for one shift in the prologue).
+//
 // Per chunk of 2 k blocks a lane loads one 8-byte {scale, bias} pair per block (rows gid
 // and gid + 8 side by side: the device layout of scale_bias, see gemv_qn.h) and one
 // 16-byte x fragment per block; the next chunk's (or next tile's first chunk's) loads are issued
@@ -180,6 +193,10 @@ namespace {
 
 constexpr int kRowsPerBlock = 16;  // the m of the mma
 constexpr int kMaxWarps = 16;
+// The 16-row kernel (XROWS = 16) keeps twice the partial sums per warp: at most 8 warps, so
+// that its static shared memory stays that of the 8-row kernel (see kScaleSlabMaxBytes).
+template <int XROWS>
+constexpr int kMaxWarpsOf = XROWS == 8 ? kMaxWarps : kMaxWarps / 2;
 // The largest slab of scale/bias pairs a block stages in shared memory (gemv_qn_stages_scales):
 // with the kernel's static 8.7 KB it stays under the 48 KB that needs no opt-in, and four
 // blocks an SM (the register limit) keep ~65 KB of L1 for x.
@@ -398,9 +415,11 @@ __device__ __forceinline__ uint32_t weight_pair(const WordPair& w, uint32_t scal
 // pairs. Lanes whose m >= M read row 0 and rows past N read row N - 1: an mma output
 // element depends only on its own row of A and column of B, so those lanes produce
 // garbage only in outputs that are never stored, and need no masking.
+template <int XROWS>
 struct LaneInputs {
-  const uint16_t* x_row;   // [K]
-  const uint16_t* x_lane;  // x_row + 8 tig: the lane's first activation of each 32-k block
+  // [h]: activation row gid + 8 h (the 16-row kernel, XROWS = 16, also takes rows 8..15).
+  const uint16_t* x_row[XROWS / 8];   // [K]
+  const uint16_t* x_lane[XROWS / 8];  // x_row + 8 tig: the lane's first activation of each 32-k block
   // Group 0's {row gid, row gid + 8} pair: in scale_bias (group g at + g * sb_group_stride)
   // or, with p.scales_in_smem, at this shared-memory address of the block's slab (group g
   // at + 64 g bytes).
@@ -411,10 +430,10 @@ struct LaneInputs {
 
 // What one chunk of JC k blocks needs besides the words: scale/bias per row and block, and
 // the 8-byte x fragments per block and chunk c.
-template <int JC>
+template <int JC, int XROWS>
 struct ChunkInputs {
   uint32_t sb[JC][2];
-  uint2 xb[JC][2];
+  uint2 xb[XROWS / 8][JC][2];  // [h][block][c]: activation row gid + 8 h
 };
 
 // Loads the inputs of the chunk starting at k block b0 (JC blocks): its scale/bias pairs
@@ -424,9 +443,9 @@ struct ChunkInputs {
 // loaded next to each use, behind branches, and ran at ~40 % of copy). FULL: the chunk
 // lies below K (decided once per tile in the kernel's loop, per chunk in last_tile);
 // otherwise groups are clamped and x is zero for k >= K.
-template <int JC, bool FULL, int CAP>
-__device__ __forceinline__ void load_chunk_scales(const GemvQnParams& p, const LaneInputs& in, int b0,
-                                                  ChunkInputs<CAP>& ci) {
+template <int JC, bool FULL, int CAP, int XROWS>
+__device__ __forceinline__ void load_chunk_scales(const GemvQnParams& p, const LaneInputs<XROWS>& in, int b0,
+                                                  ChunkInputs<CAP, XROWS>& ci) {
   static_assert(JC <= CAP, "chunk larger than its buffer");
 #pragma unroll
   for (int j = 0; j < JC; ++j) {
@@ -441,69 +460,84 @@ __device__ __forceinline__ void load_chunk_scales(const GemvQnParams& p, const L
   }
 }
 
-template <int JC, bool FULL, int CAP>
-__device__ __forceinline__ void load_chunk_x(const GemvQnParams& p, const LaneInputs& in, int b0,
-                                             ChunkInputs<CAP>& ci) {
+template <int JC, bool FULL, int CAP, int XROWS>
+__device__ __forceinline__ void load_chunk_x(const GemvQnParams& p, const LaneInputs<XROWS>& in, int b0,
+                                             ChunkInputs<CAP, XROWS>& ci) {
   static_assert(JC <= CAP, "chunk larger than its buffer");
-  const uint16_t* x = in.x_lane + uint32_t(b0) * 32u;  // + 32 j + 4 c + i: k
-  auto& xb = ci.xb;
-  if (FULL && p.x_vectorized) {
 #pragma unroll
-    for (int j = 0; j < JC; ++j) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + 32 * j));
-      xb[j][0] = make_uint2(v.x, v.y);
-      xb[j][1] = make_uint2(v.z, v.w);
-    }
-  } else if (FULL) {
+  for (int h = 0; h < XROWS / 8; ++h) {
+    const uint16_t* x = in.x_lane[h] + uint32_t(b0) * 32u;  // + 32 j + 4 c + i: k
+    auto& xb = ci.xb[h];
+    if (FULL && p.x_vectorized) {
 #pragma unroll
-    for (int j = 0; j < JC; ++j)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const uint16_t* e = x + 32 * j + 4 * c;
-        xb[j][c] = make_uint2(__ldg(e) | uint32_t(__ldg(e + 1)) << 16, __ldg(e + 2) | uint32_t(__ldg(e + 3)) << 16);
+      for (int j = 0; j < JC; ++j) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + 32 * j));
+        xb[j][0] = make_uint2(v.x, v.y);
+        xb[j][1] = make_uint2(v.z, v.w);
       }
-  } else {  // the chunk reaching past K: x zero for k >= K
-    const int k0 = b0 * 32 + 8 * (threadIdx.x % 4);
+    } else if (FULL) {
 #pragma unroll
-    for (int j = 0; j < JC; ++j) {
+      for (int j = 0; j < JC; ++j)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int k = k0 + 32 * j + 4 * c;
-        uint32_t e[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint32_t v = __ldg(in.x_row + min(k + i, p.K - 1));
-          e[i] = k + i < p.K ? v : 0u;
+        for (int c = 0; c < 2; ++c) {
+          const uint16_t* e = x + 32 * j + 4 * c;
+          xb[j][c] = make_uint2(__ldg(e) | uint32_t(__ldg(e + 1)) << 16, __ldg(e + 2) | uint32_t(__ldg(e + 3)) << 16);
         }
-        xb[j][c] = make_uint2(e[0] | e[1] << 16, e[2] | e[3] << 16);
+    } else {  // the chunk reaching past K: x zero for k >= K
+      const int k0 = b0 * 32 + 8 * (threadIdx.x % 4);
+#pragma unroll
+      for (int j = 0; j < JC; ++j) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int k = k0 + 32 * j + 4 * c;
+          uint32_t e[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t v = __ldg(in.x_row[h] + min(k + i, p.K - 1));
+            e[i] = k + i < p.K ? v : 0u;
+          }
+          xb[j][c] = make_uint2(e[0] | e[1] << 16, e[2] | e[3] << 16);
+        }
       }
     }
   }
 }
 
-template <int JC, bool FULL, int CAP>
-__device__ __forceinline__ void load_chunk_inputs(const GemvQnParams& p, const LaneInputs& in, int b0,
-                                                  ChunkInputs<CAP>& ci) {
+template <int JC, bool FULL, int CAP, int XROWS>
+__device__ __forceinline__ void load_chunk_inputs(const GemvQnParams& p, const LaneInputs<XROWS>& in, int b0,
+                                                  ChunkInputs<CAP, XROWS>& ci) {
   load_chunk_scales<JC, FULL>(p, in, b0, ci);
   load_chunk_x<JC, FULL>(p, in, b0, ci);
 }
 
-// Codes J0 .. J0 + JC - 1 of every word of a tile: 2 JC mmas into acc[c].
-// Blocks J0 .. J0 + JC - 1 of a tile: 2 JC mmas into acc[c]. Block = code for qN; for s7
-// blocks 2 J and 2 J + 1 are the first and second elements of the pairs in code J.
-template <int BITS, bool BF16, bool SPARSE, int J0, int JC, int CAP>
-__device__ __forceinline__ void compute_chunk(const LaneInputs& in, const WordPair (&words)[2][2][2],
-                                              const ChunkInputs<CAP>& ci, float (&acc)[2][4]) {
+// Blocks J0 .. J0 + JC - 1 of a tile. Block = code for qN; for s7 blocks 2 J and 2 J + 1
+// are the first and second elements of the pairs in code J.
+// XROWS = 8: the weights are the mma's A (16 rows) and x its B (8 activation rows), 2 JC
+// mmas into acc[c] (two chains). XROWS = 16 (M > kGemvMaxM): the same registers serve the
+// other way round, x as A (16 activation rows: a0/a2 = row gid {k, k+1}/{k+2, k+3}, a1/a3
+// = row gid + 8) and the weights as B of two n = 8 mmas, rows 0..7 ({a0, a2} above: B's
+// b0/b1 of column gid take exactly row gid's pairs) into acc[0] and rows 8..15 into
+// acc[1]: 4 JC mmas, the same dequantization, twice the activation rows.
+template <int BITS, bool BF16, bool SPARSE, int J0, int JC, int CAP, int XROWS>
+__device__ __forceinline__ void compute_chunk(const LaneInputs<XROWS>& in, const WordPair (&words)[2][2][2],
+                                              const ChunkInputs<CAP, XROWS>& ci, float (&acc)[2][4]) {
   static_for<0, JC>([&](auto jj) {
     constexpr int B = J0 + decltype(jj)::value, j = decltype(jj)::value;
     constexpr int J = SPARSE ? B / 2 : B, H = SPARSE ? B % 2 : 0;
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      mma_16816<BF16>(acc[c], weight_pair<BITS, BF16, J, SPARSE, H>(words[0][c][0], ci.sb[j][0], in.magic),
-                      weight_pair<BITS, BF16, J, SPARSE, H>(words[1][c][0], ci.sb[j][1], in.magic),
-                      weight_pair<BITS, BF16, J, SPARSE, H>(words[0][c][1], ci.sb[j][0], in.magic),
-                      weight_pair<BITS, BF16, J, SPARSE, H>(words[1][c][1], ci.sb[j][1], in.magic), ci.xb[j][c].x,
-                      ci.xb[j][c].y);
+      // w(r, u) = the weight pair of block row gid + 8 r, words u of the chunk's four.
+      const auto w = [&](int r, int u) {
+        return weight_pair<BITS, BF16, J, SPARSE, H>(words[r][c][u], ci.sb[j][r], in.magic);
+      };
+      if constexpr (XROWS == 8) {
+        mma_16816<BF16>(acc[c], w(0, 0), w(1, 0), w(0, 1), w(1, 1), ci.xb[0][j][c].x, ci.xb[0][j][c].y);
+      } else {
+        const uint32_t lo0 = w(0, 0), hi0 = w(1, 0), lo1 = w(0, 1), hi1 = w(1, 1);
+        const uint2 x_lo = ci.xb[0][j][c], x_hi = ci.xb[1][j][c];
+        mma_16816<BF16>(acc[0], x_lo.x, x_hi.x, x_lo.y, x_hi.y, lo0, lo1);
+        mma_16816<BF16>(acc[1], x_lo.x, x_hi.x, x_lo.y, x_hi.y, hi0, hi1);
+      }
     }
   });
 }
@@ -521,8 +555,8 @@ __device__ __forceinline__ void prefetch_l1(const void* p) {
 // (without it they waited on DRAM every few tiles: the scale/bias pairs are weight bytes
 // too, streamed once). The scale/bias half alone (prefetch_tile_scales) may run before a
 // PDL wait; the x half after it.
-template <int BITS, bool SPARSE>
-__device__ __forceinline__ void prefetch_tile_scales(const GemvQnParams& p, const LaneInputs& in, int t,
+template <int BITS, bool SPARSE, int XROWS>
+__device__ __forceinline__ void prefetch_tile_scales(const GemvQnParams& p, const LaneInputs<XROWS>& in, int t,
                                                      int lane) {
   constexpr int E = kTileBlocks<BITS, SPARSE>;
   if (p.scales_in_smem) return;
@@ -535,20 +569,23 @@ __device__ __forceinline__ void prefetch_tile_scales(const GemvQnParams& p, cons
     prefetch_l1(in.sb_lane - lane / 4 + uint32_t(g) * p.sb_group_stride);  // the block's pairs
 }
 
-template <int BITS, bool SPARSE>
-__device__ __forceinline__ void prefetch_tile_x(const GemvQnParams& p, const LaneInputs& in, int t, int lane) {
+template <int BITS, bool SPARSE, int XROWS>
+__device__ __forceinline__ void prefetch_tile_x(const GemvQnParams& p, const LaneInputs<XROWS>& in, int t,
+                                                int lane) {
   constexpr int E = kTileBlocks<BITS, SPARSE>;
   const int first = t * E;  // k block
   // The lanes of activation row gid (all of them read row 0 where gid >= M) share the
   // 128-byte lines covering its 32 E halves at any alignment.
   constexpr int kLines = E / 2 + 1;
 #pragma unroll
-  for (int line = lane % 4; line < kLines; line += 4)
-    prefetch_l1(in.x_row + min(first * 32 + line * 64, p.K - 1));
+  for (int h = 0; h < XROWS / 8; ++h)
+#pragma unroll
+    for (int line = lane % 4; line < kLines; line += 4)
+      prefetch_l1(in.x_row[h] + min(first * 32 + line * 64, p.K - 1));
 }
 
-template <int BITS, bool SPARSE>
-__device__ __forceinline__ void prefetch_tile_inputs(const GemvQnParams& p, const LaneInputs& in, int t,
+template <int BITS, bool SPARSE, int XROWS>
+__device__ __forceinline__ void prefetch_tile_inputs(const GemvQnParams& p, const LaneInputs<XROWS>& in, int t,
                                                      int lane) {
   prefetch_tile_scales<BITS, SPARSE>(p, in, t, lane);
   prefetch_tile_x<BITS, SPARSE>(p, in, t, lane);
@@ -571,10 +608,10 @@ constexpr int kFirstChunkBlocks = E < kChunkBlocks ? E : kChunkBlocks;
 // it takes the fast loads, across K the clamped ones, past K it is skipped.
 // PRECOND: `a` holds the inputs of the tile's first chunk. POSTCOND: when next_block32 >= 0,
 // `a` holds those of the tile starting there.
-template <int BITS, bool BF16, bool SPARSE, bool FULL>
-__device__ __forceinline__ void tile_step(const GemvQnParams& p, const LaneInputs& in,
+template <int BITS, bool BF16, bool SPARSE, bool FULL, int XROWS>
+__device__ __forceinline__ void tile_step(const GemvQnParams& p, const LaneInputs<XROWS>& in,
                                           const uint4 (&words)[2][2], int block32, int next_block32,
-                                          ChunkInputs<kChunkBlocks>& a, ChunkInputs<kChunkBlocks>& b,
+                                          ChunkInputs<kChunkBlocks, XROWS>& a, ChunkInputs<kChunkBlocks, XROWS>& b,
                                           float (&acc)[2][4]) {
   constexpr int E = kTileBlocks<BITS, SPARSE>, H = kChunks<E>;
   // [row r][chunk c][words {x, y} or {z, w} of the uint4]: A registers a0..a3 of an mma.
@@ -589,8 +626,8 @@ __device__ __forceinline__ void tile_step(const GemvQnParams& p, const LaneInput
   static_for<0, H>([&](auto hh) {
     constexpr int h = decltype(hh)::value, J0 = h * kChunkBlocks;
     constexpr int JC = E - J0 < kChunkBlocks ? E - J0 : kChunkBlocks;
-    ChunkInputs<kChunkBlocks>& cur = h % 2 == 0 ? a : b;
-    ChunkInputs<kChunkBlocks>& other = h % 2 == 0 ? b : a;
+    ChunkInputs<kChunkBlocks, XROWS>& cur = h % 2 == 0 ? a : b;
+    ChunkInputs<kChunkBlocks, XROWS>& other = h % 2 == 0 ? b : a;
     if constexpr (h + 1 < H) {
       constexpr int NJC = E - J0 - kChunkBlocks < kChunkBlocks ? E - J0 - kChunkBlocks : kChunkBlocks;
       constexpr int NJ0 = J0 + kChunkBlocks;
@@ -632,11 +669,11 @@ struct TileWords {
 // The last tile t of a row block, reaching past K (its words loaded), added to `sum`. Out
 // of line: inlined into the kernel's loop, its slow path made the loop spill at 128
 // registers.
-template <int BITS, bool BF16, bool SPARSE>
-__device__ __noinline__ Accumulators last_tile(const GemvQnParams& p, const LaneInputs in, const TileWords words,
-                                               int t, Accumulators sum) {
+template <int BITS, bool BF16, bool SPARSE, int XROWS>
+__device__ __noinline__ Accumulators last_tile(const GemvQnParams& p, const LaneInputs<XROWS> in,
+                                               const TileWords words, int t, Accumulators sum) {
   constexpr int E = kTileBlocks<BITS, SPARSE>;
-  ChunkInputs<kChunkBlocks> inputs_a, inputs_b;
+  ChunkInputs<kChunkBlocks, XROWS> inputs_a, inputs_b;
   if ((t * E + kFirstChunkBlocks<E>) * 32 <= p.K)
     load_chunk_inputs<kFirstChunkBlocks<E>, true>(p, in, t * E, inputs_a);
   else
@@ -646,18 +683,24 @@ __device__ __noinline__ Accumulators last_tile(const GemvQnParams& p, const Lane
 }
 
 // W (tiles of qN codes, qn_tile_word_index), x [M, K] -> y [M, N] (p.swiglu: y [M, N / 2] = silu(gate) * up).
-// PRECOND: blockDim.x = 32 * warps with warps <= kMaxWarps, grid.x = ceil(N / 16),
+// XROWS: the activation rows one launch can take, p.M <= XROWS (8: weights as the mma's A;
+// 16: x as A, see compute_chunk).
+// PRECOND: blockDim.x = 32 * warps with warps <= kMaxWarpsOf<XROWS>, grid.x = ceil(N / 16),
 // K <= 2^31 - 1024; p.paired_half = 0, or N = 2 * p.paired_half with p.paired_half % 8 == 0.
-template <int BITS, bool BF16, bool SPARSE>
+template <int BITS, bool BF16, bool SPARSE, int XROWS>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_constant__ GemvQnParams p) {
   constexpr int E = kTileBlocks<BITS, SPARSE>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int gid = lane / 4, tig = lane % 4;
   const int64_t row_base = int64_t(blockIdx.x) * kRowsPerBlock;  // block rows (scale_bias)
   const uint32_t* block_words = p.qweight + row_base * p.Kw + 4 * lane;  // the block's tiles, + lane
-  LaneInputs in;
-  in.x_row = p.x + (gid < p.M ? int64_t(gid) * p.K : 0);
-  in.x_lane = in.x_row + 8 * tig;
+  LaneInputs<XROWS> in;
+#pragma unroll
+  for (int h = 0; h < XROWS / 8; ++h) {
+    const int m = gid + 8 * h;
+    in.x_row[h] = p.x + (m < p.M ? int64_t(m) * p.K : 0);
+    in.x_lane[h] = in.x_row[h] + 8 * tig;
+  }
   // [n_groups, 4] (p.scales_in_smem): the block's 16 rows' pairs of each group, 64 bytes.
   extern __shared__ uint4 scale_slab[];
   in.sb_lane = reinterpret_cast<const uint2*>(p.scale_bias + row_base) + gid;
@@ -675,7 +718,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // bytes in flight.
   float acc[2][4] = {};  // two chains (c = 0, 1) halve the mma dependency chain
   uint4 words_a[2][2], words_b[2][2];  // the tile being computed and the next, in turn
-  ChunkInputs<kChunkBlocks> inputs_a, inputs_b;
+  ChunkInputs<kChunkBlocks, XROWS> inputs_a, inputs_b;
   // Tiles [0, full_tiles) lie below K; at most one more (the last) reaches past it.
   const int full_tiles = p.K / (32 * E);
 
@@ -748,20 +791,29 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     for (int c = 0; c < 2; ++c)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum.v[c][i] = acc[c][i];
-    sum = last_tile<BITS, BF16, SPARSE>(p, in, words, t, sum);
+    sum = last_tile<BITS, BF16, SPARSE, XROWS>(p, in, words, t, sum);
 #pragma unroll
     for (int c = 0; c < 2; ++c)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[c][i] = sum.v[c][i];
   }
 
-  // C fragment: acc[.][0..1] = row gid, columns (m) 2tig, 2tig+1; acc[.][2..3] = row gid + 8.
-  __shared__ float partial[kMaxWarps][4][32];
+  // XROWS = 8, C fragment: acc[c][0..1] = block row gid, activation rows (m) 2tig, 2tig+1;
+  // acc[c][2..3] = block row gid + 8; the two chains c summed. XROWS = 16: acc[h] holds block
+  // rows 8 h + 2tig, 8 h + 2tig + 1 (elements 0, 1 and 2, 3) of activation row gid (0, 1)
+  // and gid + 8 (2, 3).
+  constexpr int kPartials = XROWS == 8 ? 4 : 8;
+  __shared__ float partial[kMaxWarpsOf<XROWS>][kPartials][32];
+  if constexpr (XROWS == 8) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[0][i] + acc[1][i];
+    for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[0][i] + acc[1][i];
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) partial[warp][i][lane] = acc[i / 4][i % 4];
+  }
   // A pending norm: r_m from the producer's parts, one warp per activation row (a butterfly
   // sum, the same order in every block).
-  __shared__ float inv_rms[kGemvMaxM];
+  __shared__ float inv_rms[XROWS];
   if (p.norm.sum_squares) {
     for (int m = warp; m < p.M; m += warps) {
       const float r = pending_inv_rms(p.norm.sum_squares + int64_t(m) * p.norm.parts, p.norm.parts, p.K, p.norm.eps);
@@ -771,7 +823,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   __syncthreads();
   // x · Wᵀ (+ bias) of block row r (stored row n) and activation row m.
   const auto output = [&](int r, int m, int64_t n) {
-    const int i = (r >= 8 ? 2 : 0) + (m & 1), src = (r % 8) * 4 + m / 2;
+    const int i = XROWS == 8 ? (r >= 8 ? 2 : 0) + (m & 1) : 4 * (r / 8) + (m >= 8 ? 2 : 0) + (r & 1);
+    const int src = XROWS == 8 ? (r % 8) * 4 + m / 2 : (m % 8) * 4 + (r % 8) / 2;
     float sum = 0;
     for (int w = 0; w < warps; ++w) sum += partial[w][i][src];
     if (p.norm.sum_squares) sum *= inv_rms[m];
@@ -779,7 +832,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     return sum;
   };
   if (p.residual) {
-    __shared__ float squares[kGemvMaxM][kRowsPerBlock];
+    __shared__ float squares[XROWS][kRowsPerBlock];
     for (int o = threadIdx.x; o < kRowsPerBlock * p.M; o += blockDim.x) {
       const int m = o / kRowsPerBlock, r = o % kRowsPerBlock;
       const int64_t n = row_base + r, i = int64_t(m) * p.N + n;
@@ -822,18 +875,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
 
 using KernelFn = void (*)(GemvQnParams);
 
-template <bool BF16>
+template <bool BF16, int XROWS>
 KernelFn pick_kernel(int bits, bool sparse) {
-  if (sparse) return gemv_qn_kernel<8, BF16, true>;
+  if (sparse) return gemv_qn_kernel<8, BF16, true, XROWS>;
   switch (bits) {
-    case 1: return gemv_qn_kernel<1, BF16, false>;
-    case 2: return gemv_qn_kernel<2, BF16, false>;
-    case 3: return gemv_qn_kernel<3, BF16, false>;
-    case 4: return gemv_qn_kernel<4, BF16, false>;
-    case 5: return gemv_qn_kernel<5, BF16, false>;
-    case 6: return gemv_qn_kernel<6, BF16, false>;
-    case 7: return gemv_qn_kernel<7, BF16, false>;
-    case 8: return gemv_qn_kernel<8, BF16, false>;
+    case 1: return gemv_qn_kernel<1, BF16, false, XROWS>;
+    case 2: return gemv_qn_kernel<2, BF16, false, XROWS>;
+    case 3: return gemv_qn_kernel<3, BF16, false, XROWS>;
+    case 4: return gemv_qn_kernel<4, BF16, false, XROWS>;
+    case 5: return gemv_qn_kernel<5, BF16, false, XROWS>;
+    case 6: return gemv_qn_kernel<6, BF16, false, XROWS>;
+    case 7: return gemv_qn_kernel<7, BF16, false, XROWS>;
+    case 8: return gemv_qn_kernel<8, BF16, false, XROWS>;
   }
   throw Error("gemv_qn: bits " + std::to_string(bits) + " not in 1..8");
 }
@@ -962,8 +1015,8 @@ struct Epilogue {
 
 void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, const Epilogue& epilogue,
                     cudaStream_t stream, const GemvQnConfig& config) {
-  if (M < 1 || M > kGemvMaxM)
-    throw Error("gemv_qn: M = " + std::to_string(M) + " (expected 1.." + std::to_string(kGemvMaxM) + ")");
+  if (M < 1 || M > kGemvQnMaxRows)
+    throw Error("gemv_qn: M = " + std::to_string(M) + " (expected 1.." + std::to_string(kGemvQnMaxRows) + ")");
   if (act != w.act)
     throw Error(std::string("gemv_qn: activations are ") + dtype_name(act) + " but the weight was uploaded for " +
                 dtype_name(w.act));
@@ -1009,8 +1062,11 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
     };
     warps = last_wave_fill(8) > last_wave_fill(4) + 0.02 ? 8 : 4;
   }
-  warps = int(std::clamp<int64_t>(std::min<int64_t>(warps, tiles), 1, kMaxWarps));
-  const KernelFn kernel = act == DType::BF16 ? pick_kernel<true>(w.bits, w.sparse) : pick_kernel<false>(w.bits, w.sparse);
+  const bool wide = M > kGemvMaxM;  // the 16-row kernel
+  warps = int(std::clamp<int64_t>(std::min<int64_t>(warps, tiles), 1, wide ? kMaxWarpsOf<16> : kMaxWarps));
+  const bool bf16 = act == DType::BF16;
+  const KernelFn kernel = wide ? (bf16 ? pick_kernel<true, 16>(w.bits, w.sparse) : pick_kernel<false, 16>(w.bits, w.sparse))
+                               : (bf16 ? pick_kernel<true, 8>(w.bits, w.sparse) : pick_kernel<false, 8>(w.bits, w.sparse));
   launch_pdl("gemv_qn_kernel", kernel, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)),
              p.scales_in_smem ? scale_slab_bytes(w) : 0, stream, p);
 }

@@ -1,7 +1,8 @@
 #pragma once
-// Fused dequantize + GEMV for qN / qNgG weights on the GPU (batch-1..8 decode):
+// Fused dequantize + GEMV for qN / qNgG weights on the GPU (decode at batch 1..8, and
+// short prompts in slices of up to 16 rows):
 //   y [M, N] = x [M, K] · Wᵀ (+ bias),  W [N, K] stored as in kernels/qn/qn_format.h,
-// x and y fp16 or bf16, fp32 accumulation (tensor-core mma), M = 1..8, any K and N.
+// x and y fp16 or bf16, fp32 accumulation (tensor-core mma), M = 1..16, any K and N.
 // The launch is asynchronous on the caller's stream and never synchronizes, so it can be
 // captured into a CUDA graph.
 #include <cuda_runtime.h>
@@ -13,10 +14,11 @@
 
 namespace gemlite {
 
-// Rows of x one launch takes: the n = 8 of an m16n8k16 mma. QuantLinear sends qN with
-// M <= kGemvMaxM here, prompt chunks up to gemv_sliced_max_m() rows here in slices of 8
-// (runtime/cuda/cuda_linear.cu: what that beats is the dense copy + cuBLAS, not cuBLAS on
-// a dense weight), and larger M to a dense fp16 copy + cuBLAS. Measured rule (H100,
+// The decode GEMVs' rows (the n = 8 of an m16n8k16 mma with the weights as A). QuantLinear
+// sends qN with M <= kGemvMaxM here, prompt chunks up to gemv_sliced_max_m() rows here in
+// slices of kGemvQnMaxRows (runtime/cuda/cuda_linear.cu: what that beats is the dense copy
+// + cuBLAS, not cuBLAS on a dense weight), and larger M to a dense fp16 copy + cuBLAS.
+// Measured rule (H100,
 // fp16, cold L2, 2026-11-22, gemv_qn vs cuBLAS fp16 GEMM at the same M, shapes 4096^2,
 // 8192^2, 8192 x 57344, formats q8 q6g64 q4g64 q3g64 q2g64): gemv_qn is faster at every
 // M = 1, 2, 4, 8 and every bit width; its lead shrinks with M and is smallest at 8-6 bits
@@ -24,6 +26,10 @@ namespace gemlite {
 // q2g64 1.69x (8192^2: 1.50-2.12x; 8192 x 57344: 1.76-2.68x). So the crossover lies above
 // 8 for every bit width and one launch takes as many rows as the kernel can.
 constexpr int kGemvMaxM = 8;
+// The most rows of x one gemv_qn launch takes: above kGemvMaxM a second kernel puts the
+// activations in the mma's A (16 rows) and the weights in B, the same dequantization for
+// twice the rows (gemv_qn.cu, compute_chunk).
+constexpr int kGemvQnMaxRows = 16;
 
 // A qN weight in device memory, prepared for one activation type. Owns its buffers
 // (free with free_qn_weight).
@@ -123,7 +129,7 @@ struct QnPendingNorm {
 void check_pending_norm(const QnPendingNorm& norm, const char* who);
 
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias), on `stream`. x and y are device
-// pointers, rows contiguous. Preconditions (checked, Error): 1 <= M <= kGemvMaxM,
+// pointers, rows contiguous. Preconditions (checked, Error): 1 <= M <= kGemvQnMaxRows,
 // act == w.act. Any pointer alignment works; 16-byte-aligned x with K % 8 == 0 takes the
 // fast path for activations.
 void gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act,

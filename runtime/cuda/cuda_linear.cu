@@ -18,7 +18,7 @@ namespace gemlite {
 namespace {
 
 // The most rows forward runs on gemv_qn: prompt chunks of up to this many rows run a qN /
-// s7 weight as gemv_qn over slices of kGemvMaxM rows instead of the dense copy + cuBLAS:
+// s7 weight as gemv_qn over slices of kGemvQnMaxRows rows instead of the dense copy + cuBLAS:
 // the slices read the packed weight once each, the dense path writes and reads 2 bytes a
 // weight before its GEMM even starts.
 // GEMLITE_GEMV_SLICED_MAX_M overrides it (8 turns the slices off), for A/B measurements.
@@ -28,11 +28,19 @@ namespace {
 //          pp48 3695 -> 2995  pp64 4869 -> 3038
 //   q8     pp12 914 -> 1800   pp16 1211 -> 2290   pp24 1803 -> 2362   pp32 2391 -> 2382
 //          pp48 3557 -> 2436  pp64 4713 -> 2454
-// A slice costs about one decode step, the dense path about the same ~12.6 ms whatever the
-// chunk's rows up to 32: the crossover lies at 32 rows for q4g64 and q8 (even there for q8;
-// fewer bits only favour the slices more). Measured on that one shape, fp16, q4g64 and q8:
+// (slices of 8 rows then; a slice now takes 16, see below). A slice of 8 cost about one
+// decode step, the dense path about the same ~12.6 ms whatever the chunk's rows up to 32:
+// the crossover lay at 32 rows for q4g64 and q8 (even there for q8; fewer bits only favour
+// the slices more). Measured on that one shape, fp16, q4g64 and q8:
 // s7 reads q4g128's bytes and dequantizes through the same code, so it sides with q4g64;
 // bf16 runs within 1-2 % of fp16 in both paths' kernel benchmarks.
+// Since the eleventh session a slice takes 16 rows (gemv_qn's 16-row kernel: one pass of 16
+// rows costs 0.73-0.77x two passes of 8 at q4g64, 0.62-0.66x at q8, gemv_qn.cu), which
+// makes every sliced chunk of 9-32 rows cheaper than above and moves the crossover up; the
+// whole-model run that would place it again did not fit that session's device time (the
+// dense path alone measured pp16 1270, pp32 2514, pp48 3734, pp64 4931, pp96 7258, pp128
+// 9499 tok/s at q4g64), so the switch stays at the 32 rows measured above, where the
+// slices now win by more.
 int64_t gemv_sliced_max_m() {
   static const int64_t max_m = [] {
     const char* v = std::getenv("GEMLITE_GEMV_SLICED_MAX_M");
@@ -93,7 +101,7 @@ class CudaLinear final : public QuantLinear {
   //   qN / qNgG and s7, M <= kGemvMaxM (8) -> gemv_qn, the fused dequantize + GEMV that
   //     reads the packed weight once (it adds the bias itself); a gate/up pair stacked
   //     for SwiGLU -> gemv_qn_swiglu through forward_swiglu (below); up to
-  //     gemv_sliced_max_m() rows -> gemv_qn over slices of kGemvMaxM rows, each reading
+  //     gemv_sliced_max_m() rows -> gemv_qn over slices of kGemvQnMaxRows rows, each reading
   //     the packed weight once, where that beats making the dense copy;
   //   fp6 / fp5, M <= gemm_fpx_max_m (kFpxTiledMaxM on an H100, else kFpxMaxM) -> gemm_fpx,
   //     the tensor-core FPx matmul (bias too);
@@ -229,11 +237,11 @@ class CudaLinear final : public QuantLinear {
                   std::to_string(x.cols) + "] " + dtype_name(x.dtype) + " and y [" + std::to_string(y.rows) + ", " +
                   std::to_string(y.cols) + "] " + dtype_name(y.dtype));
   }
-  // f(x rows, y rows) for consecutive slices of at most kGemvMaxM rows.
+  // f(x rows, y rows) for consecutive slices of at most kGemvQnMaxRows rows.
   template <class F>
   static void for_row_slices(const Tensor& x, Tensor& y, F&& f) {
-    for (int64_t m = 0; m < x.rows; m += kGemvMaxM) {
-      const int64_t rows = std::min<int64_t>(kGemvMaxM, x.rows - m);
+    for (int64_t m = 0; m < x.rows; m += kGemvQnMaxRows) {
+      const int64_t rows = std::min<int64_t>(kGemvQnMaxRows, x.rows - m);
       Tensor ys = y.slice_rows(m, rows);
       f(x.slice_rows(m, rows), ys);
     }

@@ -27,8 +27,8 @@
 // The decode step runs as a replayed CUDA graph (the default). Graph decode must equal
 // eager decode (GEMLITE_NO_GRAPH's path) bitwise -- the same kernels on the same inputs --
 // ids and logits. A prompt run in chunks of 16 must match one 40-token chunk within
-// 1e-2 relative (different GEMM paths per chunk size: for q4g64 gemv_qn over slices of 8
-// rows at 16 and 8 (gemv_sliced_max_m) and the dense copy + cuBLAS at 40; for f16
+// 1e-2 relative (different GEMM paths per chunk size: for q4g64 gemv_qn, one slice of 16
+// rows and one of 8 (gemv_sliced_max_m), and the dense copy + cuBLAS at 40; for f16
 // gemv_dense at 8 and cuBLAS at 16 and 40; fp16 rounding between; same cache contents),
 // argmax >= 90%. SlicedPrefill covers s7, bf16, the paired SwiGLU and a partial slice.
 //
@@ -245,10 +245,11 @@ TEST(CudaBackendVsCpuSynthetic, PairedSwigluAndHeadsOf48) {
 }
 
 // The sliced GEMV of short prompt chunks (gemv_sliced_max_m, runtime/cuda/cuda_linear.cu)
-// against the CPU: the 40-token prompt in chunks of 12 (three of 12 and one of 4: slices of
-// 8 and 4 rows, so a partial last slice) on stories15m's shape, whose MLP halves of 384 rows
-// take the paired layout (gemv_qn_swiglu over slices), for q4g64 and s7, fp16 and bf16.
-// Random weights: only the logits' error is bounded.
+// against the CPU: the 40-token prompt in chunks of 12 (three of 12 and one of 4: one
+// slice each, 12 rows on the 16-row kernel, 4 on the 8-row one) and of 20 (slices of 16
+// and 4) on stories15m's shape, whose MLP halves of 384 rows take the paired layout
+// (gemv_qn_swiglu over slices), for q4g64 and s7, fp16 and bf16. Random weights: only the
+// logits' error is bounded.
 TEST(CudaBackendVsCpuSynthetic, SlicedPrefill) {
   for (const std::string format : {"q4g64", "s7"}) {
     const PackedCheckpoint checkpoint =
@@ -259,13 +260,15 @@ TEST(CudaBackendVsCpuSynthetic, SlicedPrefill) {
     std::vector<float> cpu_logits, gpu_logits;  // [40, vocab]
     cpu.forward(ids, 0, true, cpu_logits);
     for (DType act : {DType::F16, DType::BF16}) {
-      std::unique_ptr<Backend> cuda_backend = make_cuda_backend(cuda_options(act));
-      LlamaModel gpu(checkpoint, *cuda_backend, 0, /*max_chunk=*/12);
-      ASSERT_EQ(gpu.max_chunk(), 12);
-      gpu.forward(ids, 0, true, gpu_logits);
-      expect_close("stories15m-shaped " + format + " " + dtype_name(act) + " in chunks of 12",
-                   compare_logits(cpu_logits, gpu_logits, checkpoint.config.vocab_size),
-                   act == DType::BF16 ? kBf16RelativeTolerance : kRelativeTolerance, 0.0);
+      for (int chunk : {12, 20}) {
+        std::unique_ptr<Backend> cuda_backend = make_cuda_backend(cuda_options(act));
+        LlamaModel gpu(checkpoint, *cuda_backend, 0, /*max_chunk=*/chunk);
+        ASSERT_EQ(gpu.max_chunk(), chunk);
+        gpu.forward(ids, 0, true, gpu_logits);
+        expect_close("stories15m-shaped " + format + " " + dtype_name(act) + " in chunks of " + std::to_string(chunk),
+                     compare_logits(cpu_logits, gpu_logits, checkpoint.config.vocab_size),
+                     act == DType::BF16 ? kBf16RelativeTolerance : kRelativeTolerance, 0.0);
+      }
     }
   }
 }

@@ -1,5 +1,6 @@
 // gemv_qn against the CPU reference (linear_reference) on fresh random inputs: every bit
-// width 1..8 x group {32, 64, 128, per-channel} x {fp16, bf16} x M {1, 3, 8}, on shapes
+// width 1..8 x group {32, 64, 128, per-channel} x {fp16, bf16} x M {1, 3, 8, 13, 16} (above
+// 8 the kernel that takes the activations as the mma's A), on shapes
 // that are multiples of nothing (K = 33, 4100), thin (N = 7, 32, 64), long (K = 57344:
 // at groups 32 and 64 the kernel's path that reads scales from global memory), and one
 // large square (4096^2, on a subset to keep the run short).
@@ -156,7 +157,7 @@ TEST_P(GemvQnTest, MatchesCpuReference) {
     for (DType act : {DType::F16, DType::BF16}) {
       QnDeviceWeight dw = upload_qn_weight(packed, act);
       scale_paths[gemv_qn_stages_scales(dw)] = true;
-      for (int64_t M : {1, 3, 8}) {
+      for (int64_t M : {1, 3, 8, 13, 16}) {
         SCOPED_TRACE(format.name() + " " + dtype_name(act) + " K=" + std::to_string(shape.K) +
                      " N=" + std::to_string(shape.N) + " M=" + std::to_string(M) +
                      " seed=" + std::to_string(test_seed()));
@@ -378,7 +379,7 @@ TEST(GemvQnSwiglu, PairedLayoutMatchesPlainBitwise) {
     }
     QnDeviceWeight plain = upload_qn_weight(packed, c.act), paired = upload_qn_weight(packed, c.act, c.half);
     const auto to_float = [&](uint16_t v) { return c.act == DType::BF16 ? bf16_to_float(v) : half_to_float(v); };
-    for (int M : {1, 3, 8}) {
+    for (int M : {1, 3, 8, 11, 16}) {
       SCOPED_TRACE(packed.format.name() + " " + dtype_name(c.act) + " K=" + std::to_string(K) + " half=" +
                    std::to_string(c.half) + " M=" + std::to_string(M) + " seed=" + std::to_string(test_seed()));
       std::vector<uint16_t> x_bits;
@@ -466,7 +467,7 @@ TEST(GemvQnFusedNorm, ResidualThenPendingNormMatchTheCpu) {
     CUDA_CHECK(cudaMemcpyAsync(dg.ptr, g.data(), g.size() * 4, cudaMemcpyHostToDevice, stream.stream));
     const int64_t parts = gemv_qn_blocks(d1);
     EXPECT_EQ(parts, (D + 15) / 16);
-    for (int M : {1, 3, 8}) {
+    for (int M : {1, 3, 8, 11, 16}) {
       SCOPED_TRACE(std::string(dtype_name(c.act)) + " K=" + std::to_string(K) + " D=" + std::to_string(D) +
                    " M=" + std::to_string(M) + " seed=" + std::to_string(test_seed()));
       std::vector<uint16_t> x_bits, r_bits;
@@ -559,7 +560,7 @@ TEST(GemvQnEdges, RejectsWhatItCannotRun) {
   QnDeviceWeight dw = upload_qn_weight(q4, DType::F16);
   DeviceBuffer dx(9 * 192 * 2), dy(9 * 16 * 2);
   EXPECT_THROW(gemv_qn(dw, dx.ptr, dy.ptr, 0, DType::F16, nullptr), Error);
-  EXPECT_THROW(gemv_qn(dw, dx.ptr, dy.ptr, 9, DType::F16, nullptr), Error);
+  EXPECT_THROW(gemv_qn(dw, dx.ptr, dy.ptr, kGemvQnMaxRows + 1, DType::F16, nullptr), Error);
   EXPECT_THROW(gemv_qn(dw, dx.ptr, dy.ptr, 1, DType::BF16, nullptr), Error);
   const QnPendingNorm no_parts{static_cast<const float*>(dx.ptr), 0, 1e-5f};
   EXPECT_THROW(gemv_qn(dw, dx.ptr, dy.ptr, 1, DType::F16, nullptr, {}, &no_parts), Error);

@@ -1,5 +1,5 @@
 // gemv_s7 (the qN kernel on 1:2-sparse 7-bit pair bytes) against the CPU reference
-// (linear_reference) on fresh random inputs: groups {64, 128} x {fp16, bf16} x M {1, 3, 8},
+// (linear_reference) on fresh random inputs: groups {64, 128} x {fp16, bf16} x M {1, 3, 8, 13, 16},
 // on shapes that are multiples of nothing (K = 33, 100, 4100: pairs whose second element
 // lies past K, a last tile of one block), thin (N = 7, 64), long (K = 57344) and square.
 //
@@ -110,7 +110,7 @@ TEST_P(GemvS7Test, MatchesCpuReference) {
     const PackedWeight packed = quantize_weight(w.data(), shape.N, shape.K, format);
     for (DType act : {DType::F16, DType::BF16}) {
       S7DeviceWeight dw = upload_s7_weight(packed, act);
-      for (int64_t M : {1, 3, 8}) {
+      for (int64_t M : {1, 3, 8, 13, 16}) {
         SCOPED_TRACE(format.name() + " " + dtype_name(act) + " K=" + std::to_string(shape.K) +
                      " N=" + std::to_string(shape.N) + " M=" + std::to_string(M) +
                      " seed=" + std::to_string(test_seed()));
