@@ -16,7 +16,7 @@ std::unique_ptr<QuantLinear> make_cuda_linear(const PackedWeight& weight, std::s
 // One linear over `weights` stacked along N (Backend::make_stacked_linear), keeping no
 // stacked copy in host memory; null when they cannot be stacked. StackedUse::SwiGLU of qN /
 // s7 halves of a multiple of 8 rows gets gemv_qn's paired layout (forward_swiglu where gemv_qn
-// runs: up to gemv_sliced_max_m() rows, in slices of 8).
+// runs: up to gemv_sliced_max_m() rows, in slices of kGemvQnMaxRows).
 std::unique_ptr<QuantLinear> make_stacked_cuda_linear(const std::vector<const PackedWeight*>& weights,
                                                       std::shared_ptr<CudaContext> ctx, DType act,
                                                       StackedUse use = StackedUse::Concat);
