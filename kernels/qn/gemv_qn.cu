@@ -52,7 +52,7 @@
 //
 // Per chunk of 2 k blocks a lane loads one 8-byte {scale, bias} pair per block (rows gid
 // and gid + 8 side by side: the device layout of scale_bias, see gemv_qn.h) and one
-// 16-byte x fragment per block; the next chunk's (or next tile's first chunk's) loads are issued
+// 16-byte x fragment per block (two in the 16-row kernel); the next chunk's (or next tile's first chunk's) loads are issued
 // before this chunk's dequantization and mmas.
 //
 // The pairs come from shared memory: each block copies all of its pairs (64 bytes a group,
@@ -193,12 +193,16 @@ namespace {
 
 constexpr int kRowsPerBlock = 16;  // the m of the mma
 constexpr int kMaxWarps = 16;
-// The 16-row kernel (XROWS = 16) keeps twice the partial sums per warp: at most 8 warps, so
-// that its static shared memory stays that of the 8-row kernel (see kScaleSlabMaxBytes).
+// XROWS, the activation rows a kernel takes: kGemvMaxM (weights as the mma's A) or
+// kGemvQnMaxRows (activations as A, compute_chunk); LaneInputs and ChunkInputs hold
+// XROWS / 8 activation rows per lane.
+static_assert(kGemvMaxM == 8 && kGemvQnMaxRows == 16, "XROWS is 8 or 16");
+// The 16-row kernel keeps twice the partial sums per warp: at most 8 warps, so that its
+// `partial` array stays the 8 KB of the 8-row kernel (see kScaleSlabMaxBytes).
 template <int XROWS>
-constexpr int kMaxWarpsOf = XROWS == 8 ? kMaxWarps : kMaxWarps / 2;
+constexpr int kMaxWarpsOf = XROWS == kGemvMaxM ? kMaxWarps : kMaxWarps / 2;
 // The largest slab of scale/bias pairs a block stages in shared memory (gemv_qn_stages_scales):
-// with the kernel's static 8.7 KB it stays under the 48 KB that needs no opt-in, and four
+// with the kernel's static 8.7 KB (9.1 KB with 16 rows) it stays under the 48 KB that needs no opt-in, and four
 // blocks an SM (the register limit) keep ~65 KB of L1 for x.
 constexpr size_t kScaleSlabMaxBytes = 32 << 10;
 size_t scale_slab_bytes(const QnDeviceWeight& w) { return size_t(w.n_groups) * 64; }  // [n_groups, 16 rows] pairs
@@ -411,13 +415,13 @@ __device__ __forceinline__ uint32_t weight_pair(const WordPair& w, uint32_t scal
   }
 }
 
-// What a lane needs besides its words: its activation row and its two rows' scale/bias
-// pairs. Lanes whose m >= M read row 0 and rows past N read row N - 1: an mma output
+// What a lane needs besides its words: its activation rows (gid, and gid + 8 in the 16-row
+// kernel) and its two block rows' scale/bias pairs. Lanes whose m >= M read row 0 and rows past N read row N - 1: an mma output
 // element depends only on its own row of A and column of B, so those lanes produce
 // garbage only in outputs that are never stored, and need no masking.
 template <int XROWS>
 struct LaneInputs {
-  // [h]: activation row gid + 8 h (the 16-row kernel, XROWS = 16, also takes rows 8..15).
+  // [xh]: activation row gid + 8 xh.
   const uint16_t* x_row[XROWS / 8];   // [K]
   const uint16_t* x_lane[XROWS / 8];  // x_row + 8 tig: the lane's first activation of each 32-k block
   // Group 0's {row gid, row gid + 8} pair: in scale_bias (group g at + g * sb_group_stride)
@@ -433,7 +437,7 @@ struct LaneInputs {
 template <int JC, int XROWS>
 struct ChunkInputs {
   uint32_t sb[JC][2];
-  uint2 xb[XROWS / 8][JC][2];  // [h][block][c]: activation row gid + 8 h
+  uint2 xb[XROWS / 8][JC][2];  // [xh][block][c]: activation row gid + 8 xh
 };
 
 // Loads the inputs of the chunk starting at k block b0 (JC blocks): its scale/bias pairs
@@ -465,9 +469,9 @@ __device__ __forceinline__ void load_chunk_x(const GemvQnParams& p, const LaneIn
                                              ChunkInputs<CAP, XROWS>& ci) {
   static_assert(JC <= CAP, "chunk larger than its buffer");
 #pragma unroll
-  for (int h = 0; h < XROWS / 8; ++h) {
-    const uint16_t* x = in.x_lane[h] + uint32_t(b0) * 32u;  // + 32 j + 4 c + i: k
-    auto& xb = ci.xb[h];
+  for (int xh = 0; xh < XROWS / 8; ++xh) {
+    const uint16_t* x = in.x_lane[xh] + uint32_t(b0) * 32u;  // + 32 j + 4 c + i: k
+    auto& xb = ci.xb[xh];
     if (FULL && p.x_vectorized) {
 #pragma unroll
       for (int j = 0; j < JC; ++j) {
@@ -493,7 +497,7 @@ __device__ __forceinline__ void load_chunk_x(const GemvQnParams& p, const LaneIn
           uint32_t e[4];
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const uint32_t v = __ldg(in.x_row[h] + min(k + i, p.K - 1));
+            const uint32_t v = __ldg(in.x_row[xh] + min(k + i, p.K - 1));
             e[i] = k + i < p.K ? v : 0u;
           }
           xb[j][c] = make_uint2(e[0] | e[1] << 16, e[2] | e[3] << 16);
@@ -513,11 +517,12 @@ __device__ __forceinline__ void load_chunk_inputs(const GemvQnParams& p, const L
 // Blocks J0 .. J0 + JC - 1 of a tile. Block = code for qN; for s7 blocks 2 J and 2 J + 1
 // are the first and second elements of the pairs in code J.
 // XROWS = 8: the weights are the mma's A (16 rows) and x its B (8 activation rows), 2 JC
-// mmas into acc[c] (two chains). XROWS = 16 (M > kGemvMaxM): the same registers serve the
-// other way round, x as A (16 activation rows: a0/a2 = row gid {k, k+1}/{k+2, k+3}, a1/a3
-// = row gid + 8) and the weights as B of two n = 8 mmas, rows 0..7 ({a0, a2} above: B's
-// b0/b1 of column gid take exactly row gid's pairs) into acc[0] and rows 8..15 into
-// acc[1]: 4 JC mmas, the same dequantization, twice the activation rows.
+// mmas into acc[c] (two chains). XROWS = 16 (M > kGemvMaxM): the other way round, x is A
+// (16 activation rows: a0 / a2 = row gid's {k, k+1} / {k+2, k+3}, a1 / a3 those of row
+// gid + 8) and the weights are B of two n = 8 mmas: column gid of B takes block row gid's
+// two pairs (the registers that are a0 and a2 of the 8-row kernel) for rows 0..7 into
+// acc[0], and block row gid + 8's (a1, a3 there) for rows 8..15 into acc[1]: 4 JC mmas,
+// each accumulator a chain of 2 JC, the same dequantization for twice the rows.
 template <int BITS, bool BF16, bool SPARSE, int J0, int JC, int CAP, int XROWS>
 __device__ __forceinline__ void compute_chunk(const LaneInputs<XROWS>& in, const WordPair (&words)[2][2][2],
                                               const ChunkInputs<CAP, XROWS>& ci, float (&acc)[2][4]) {
@@ -530,7 +535,7 @@ __device__ __forceinline__ void compute_chunk(const LaneInputs<XROWS>& in, const
       const auto w = [&](int r, int u) {
         return weight_pair<BITS, BF16, J, SPARSE, H>(words[r][c][u], ci.sb[j][r], in.magic);
       };
-      if constexpr (XROWS == 8) {
+      if constexpr (XROWS == kGemvMaxM) {
         mma_16816<BF16>(acc[c], w(0, 0), w(1, 0), w(0, 1), w(1, 1), ci.xb[0][j][c].x, ci.xb[0][j][c].y);
       } else {
         const uint32_t lo0 = w(0, 0), hi0 = w(1, 0), lo1 = w(0, 1), hi1 = w(1, 1);
@@ -574,14 +579,14 @@ __device__ __forceinline__ void prefetch_tile_x(const GemvQnParams& p, const Lan
                                                 int lane) {
   constexpr int E = kTileBlocks<BITS, SPARSE>;
   const int first = t * E;  // k block
-  // The lanes of activation row gid (all of them read row 0 where gid >= M) share the
-  // 128-byte lines covering its 32 E halves at any alignment.
+  // The lanes of activation row gid + 8 xh (all of them read row 0 where that is >= M)
+  // share the 128-byte lines covering its 32 E halves at any alignment.
   constexpr int kLines = E / 2 + 1;
 #pragma unroll
-  for (int h = 0; h < XROWS / 8; ++h)
+  for (int xh = 0; xh < XROWS / 8; ++xh)
 #pragma unroll
     for (int line = lane % 4; line < kLines; line += 4)
-      prefetch_l1(in.x_row[h] + min(first * 32 + line * 64, p.K - 1));
+      prefetch_l1(in.x_row[xh] + min(first * 32 + line * 64, p.K - 1));
 }
 
 template <int BITS, bool SPARSE, int XROWS>
@@ -603,8 +608,8 @@ constexpr int kChunks = (E + kChunkBlocks - 1) / kChunkBlocks;
 template <int E>
 constexpr int kFirstChunkBlocks = E < kChunkBlocks ? E : kChunkBlocks;
 
-// The 16-row x 32E-column tile starting at 32-column block `block32`: 2E mmas into
-// acc[c]. FULL: every k of the tile is below K; otherwise each chunk is checked: below K
+// The 16-row x 32E-column tile starting at 32-column block `block32`: 2E mmas (4E in the
+// 16-row kernel) into acc. FULL: every k of the tile is below K; otherwise each chunk is checked: below K
 // it takes the fast loads, across K the clamped ones, past K it is skipped.
 // PRECOND: `a` holds the inputs of the tile's first chunk. POSTCOND: when next_block32 >= 0,
 // `a` holds those of the tile starting there.
@@ -696,10 +701,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   const uint32_t* block_words = p.qweight + row_base * p.Kw + 4 * lane;  // the block's tiles, + lane
   LaneInputs<XROWS> in;
 #pragma unroll
-  for (int h = 0; h < XROWS / 8; ++h) {
-    const int m = gid + 8 * h;
-    in.x_row[h] = p.x + (m < p.M ? int64_t(m) * p.K : 0);
-    in.x_lane[h] = in.x_row[h] + 8 * tig;
+  for (int xh = 0; xh < XROWS / 8; ++xh) {
+    const int m = gid + 8 * xh;
+    in.x_row[xh] = p.x + (m < p.M ? int64_t(m) * p.K : 0);
+    in.x_lane[xh] = in.x_row[xh] + 8 * tig;
   }
   // [n_groups, 4] (p.scales_in_smem): the block's 16 rows' pairs of each group, 64 bytes.
   extern __shared__ uint4 scale_slab[];
@@ -716,7 +721,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // no moves) ran 13 % slower at q4g64 8192 x 57344 (74.1 -> 64.0 % of copy; it spills at
   // 128 registers): the loop is bound by its instructions and their latencies, not by
   // bytes in flight.
-  float acc[2][4] = {};  // two chains (c = 0, 1) halve the mma dependency chain
+  // Two chains: c = 0, 1 (halving the mma dependency chain), or in the 16-row kernel the
+  // block rows 0..7 and 8..15.
+  float acc[2][4] = {};
   uint4 words_a[2][2], words_b[2][2];  // the tile being computed and the next, in turn
   ChunkInputs<kChunkBlocks, XROWS> inputs_a, inputs_b;
   // Tiles [0, full_tiles) lie below K; at most one more (the last) reaches past it.
@@ -802,9 +809,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // acc[c][2..3] = block row gid + 8; the two chains c summed. XROWS = 16: acc[h] holds block
   // rows 8 h + 2tig, 8 h + 2tig + 1 (elements 0, 1 and 2, 3) of activation row gid (0, 1)
   // and gid + 8 (2, 3).
-  constexpr int kPartials = XROWS == 8 ? 4 : 8;
+  constexpr int kPartials = XROWS == kGemvMaxM ? 4 : 8;
   __shared__ float partial[kMaxWarpsOf<XROWS>][kPartials][32];
-  if constexpr (XROWS == 8) {
+  if constexpr (XROWS == kGemvMaxM) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[0][i] + acc[1][i];
   } else {
@@ -823,8 +830,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   __syncthreads();
   // x · Wᵀ (+ bias) of block row r (stored row n) and activation row m.
   const auto output = [&](int r, int m, int64_t n) {
-    const int i = XROWS == 8 ? (r >= 8 ? 2 : 0) + (m & 1) : 4 * (r / 8) + (m >= 8 ? 2 : 0) + (r & 1);
-    const int src = XROWS == 8 ? (r % 8) * 4 + m / 2 : (m % 8) * 4 + (r % 8) / 2;
+    const int i = XROWS == kGemvMaxM ? (r >= 8 ? 2 : 0) + (m & 1) : 4 * (r / 8) + (m >= 8 ? 2 : 0) + (r & 1);
+    const int src = XROWS == kGemvMaxM ? (r % 8) * 4 + m / 2 : (m % 8) * 4 + (r % 8) / 2;
     float sum = 0;
     for (int w = 0; w < warps; ++w) sum += partial[w][i][src];
     if (p.norm.sum_squares) sum *= inv_rms[m];
@@ -1062,11 +1069,13 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
     };
     warps = last_wave_fill(8) > last_wave_fill(4) + 0.02 ? 8 : 4;
   }
-  const bool wide = M > kGemvMaxM;  // the 16-row kernel
-  warps = int(std::clamp<int64_t>(std::min<int64_t>(warps, tiles), 1, wide ? kMaxWarpsOf<16> : kMaxWarps));
+  constexpr int kWide = kGemvQnMaxRows, kNarrow = kGemvMaxM;
+  const bool wide = M > kNarrow;  // the 16-row kernel
+  warps = int(std::clamp<int64_t>(std::min<int64_t>(warps, tiles), 1, wide ? kMaxWarpsOf<kWide> : kMaxWarps));
   const bool bf16 = act == DType::BF16;
-  const KernelFn kernel = wide ? (bf16 ? pick_kernel<true, 16>(w.bits, w.sparse) : pick_kernel<false, 16>(w.bits, w.sparse))
-                               : (bf16 ? pick_kernel<true, 8>(w.bits, w.sparse) : pick_kernel<false, 8>(w.bits, w.sparse));
+  const KernelFn kernel =
+      wide ? (bf16 ? pick_kernel<true, kWide>(w.bits, w.sparse) : pick_kernel<false, kWide>(w.bits, w.sparse))
+           : (bf16 ? pick_kernel<true, kNarrow>(w.bits, w.sparse) : pick_kernel<false, kNarrow>(w.bits, w.sparse));
   launch_pdl("gemv_qn_kernel", kernel, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)),
              p.scales_in_smem ? scale_slab_bytes(w) : 0, stream, p);
 }

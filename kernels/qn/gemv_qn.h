@@ -115,6 +115,7 @@ bool gemv_qn_stages_scales(const QnDeviceWeight& w);
 // Launch tuning; the defaults are what run_gemv_benchmarks measured best.
 struct GemvQnConfig {
   int warps_per_block = 0;  // warps that split K for one block of 16 rows; 0 = automatic
+                            // (at most 16; at most 8 when M > kGemvMaxM, larger values clamped)
 };
 
 // A norm whose last step is left to the projection that reads it (norm != null in gemv_qn

@@ -237,7 +237,9 @@ class CudaLinear final : public QuantLinear {
                   std::to_string(x.cols) + "] " + dtype_name(x.dtype) + " and y [" + std::to_string(y.rows) + ", " +
                   std::to_string(y.cols) + "] " + dtype_name(y.dtype));
   }
-  // f(x rows, y rows) for consecutive slices of at most kGemvQnMaxRows rows.
+  // f(x rows, y rows) for consecutive slices of at most kGemvQnMaxRows rows. A pending
+  // norm's sums of squares are not sliced with them: a norm comes only with M <= kGemvMaxM
+  // (fuses_rmsnorm, forward_swiglu), one slice, and sum_squares_ has kGemvMaxM rows.
   template <class F>
   static void for_row_slices(const Tensor& x, Tensor& y, F&& f) {
     for (int64_t m = 0; m < x.rows; m += kGemvQnMaxRows) {

@@ -27,8 +27,9 @@
 // The decode step runs as a replayed CUDA graph (the default). Graph decode must equal
 // eager decode (GEMLITE_NO_GRAPH's path) bitwise -- the same kernels on the same inputs --
 // ids and logits. A prompt run in chunks of 16 must match one 40-token chunk within
-// 1e-2 relative (different GEMM paths per chunk size: for q4g64 gemv_qn, one slice of 16
-// rows and one of 8 (gemv_sliced_max_m), and the dense copy + cuBLAS at 40; for f16
+// 1e-2 relative (different GEMM paths per chunk size: for q4g64 gemv_qn on the 16-row
+// kernel for chunks of 16 and the 8-row one for the last 8 (gemv_sliced_max_m), and the
+// dense copy + cuBLAS at 40; for f16
 // gemv_dense at 8 and cuBLAS at 16 and 40; fp16 rounding between; same cache contents),
 // argmax >= 90%. SlicedPrefill covers s7, bf16, the paired SwiGLU and a partial slice.
 //

@@ -1,5 +1,5 @@
 // gemv_qn against the CPU reference (linear_reference) on fresh random inputs: every bit
-// width 1..8 x group {32, 64, 128, per-channel} x {fp16, bf16} x M {1, 3, 8, 13, 16} (above
+// width 1..8 x group {32, 64, 128, per-channel} x {fp16, bf16} x M {1, 3, 8, 9, 13, 16} (above
 // 8 the kernel that takes the activations as the mma's A; not on the square), on shapes
 // that are multiples of nothing (K = 33, 4100), thin (N = 7, 32, 64), long (K = 57344:
 // at groups 32 and 64 the kernel's path that reads scales from global memory), and one
@@ -160,7 +160,7 @@ TEST_P(GemvQnTest, MatchesCpuReference) {
       // The 16-row kernel (M 13, 16) on every shape but the large square, whose CPU
       // reference at those M would double the suite's time.
       const bool square = shape.K == 4096 && shape.N == 4096;
-      for (int64_t M : {1, 3, 8, 13, 16}) {
+      for (int64_t M : {1, 3, 8, 9, 13, 16}) {
         if (square && M > kGemvMaxM) continue;
         SCOPED_TRACE(format.name() + " " + dtype_name(act) + " K=" + std::to_string(shape.K) +
                      " N=" + std::to_string(shape.N) + " M=" + std::to_string(M) +
@@ -562,7 +562,7 @@ TEST(GemvQnEdges, RejectsWhatItCannotRun) {
   const PackedWeight q4 = quantize_weight(w.data(), 16, 192, qn_format(4, 64));
   EXPECT_THROW(upload_qn_weight(q4, DType::F32), Error);
   QnDeviceWeight dw = upload_qn_weight(q4, DType::F16);
-  DeviceBuffer dx(9 * 192 * 2), dy(9 * 16 * 2);
+  DeviceBuffer dx((kGemvQnMaxRows + 1) * 192 * 2), dy((kGemvQnMaxRows + 1) * 16 * 2);
   EXPECT_THROW(gemv_qn(dw, dx.ptr, dy.ptr, 0, DType::F16, nullptr), Error);
   EXPECT_THROW(gemv_qn(dw, dx.ptr, dy.ptr, kGemvQnMaxRows + 1, DType::F16, nullptr), Error);
   EXPECT_THROW(gemv_qn(dw, dx.ptr, dy.ptr, 1, DType::BF16, nullptr), Error);
