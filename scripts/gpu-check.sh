@@ -30,7 +30,10 @@
 # GEMLITE_GPU_AB_REPS=2 times each model run with -r 2 instead of 3: a llama2-7b run of two
 # formats took ~70 s at -r 3, so four of them are half of a 10-minute device call),
 # GEMLITE_GPU_PROFILE="llama2-7b q4g64" (ncu time per kernel of a decode step and of a
-# 512-token prefill of that synthetic model and format: where a token's time goes).
+# 512-token prefill of that synthetic model and format: where a token's time goes),
+# GEMLITE_GPU_SLICED_PROMPTS=16,24,32,48,64,96 (short prompts of llama2-7b q4g64 and q8 on
+# the dense copy + cuBLAS, GEMLITE_GEMV_SLICED_MAX_M=8, then on gemv_qn slices, =128: where
+# runtime/cuda/cuda_linear.cu's gemv_sliced_max_m() belongs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step="${1:-}"
@@ -170,6 +173,14 @@ run() {
       done
     done
     python3 scripts/ab_summary.py "$out" | tee "$out/ab.txt" || status=1
+  fi
+  if [ -n "${GEMLITE_GPU_SLICED_PROMPTS:-}" ]; then
+    echo "== short prompts: dense copy + cuBLAS (GEMLITE_GEMV_SLICED_MAX_M=8), then gemv_qn slices (=128)"
+    for max_m in 8 128; do
+      GEMLITE_GEMV_SLICED_MAX_M=$max_m "$dir"/gemlite-bench --device cuda --synthetic llama2-7b -f q4g64,q8 \
+        -p "$GEMLITE_GPU_SLICED_PROMPTS" -n 0 -r 3 2>>"$out/model-bench.log" | sed "s/^/max_m=$max_m /" |
+        tee -a "$out/sliced.md" || status=1
+    done
   fi
   if [ -z "${GEMLITE_GPU_SKIP_COMPARE:-}" ]; then
     echo "== against Hugging Face transformers (random models, 64-token prompt)"
