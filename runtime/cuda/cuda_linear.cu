@@ -22,29 +22,26 @@ namespace {
 // the slices read the packed weight once each, the dense path writes and reads 2 bytes a
 // weight before its GEMM even starts.
 // GEMLITE_GEMV_SLICED_MAX_M overrides it (8 turns the slices off), for A/B measurements.
-// Measured (H100, one run, `gemlite-bench --device cuda --synthetic llama2-7b -f q4g64,q8
-// -p 12,16,24,32,48,64 -n 0 -r 3`, GEMLITE_GEMV_SLICED_MAX_M=8 vs 64, tok/s):
-//   q4g64  pp12 952 -> 2258   pp16 1258 -> 2768   pp24 1878 -> 2881   pp32 2485 -> 2889
-//          pp48 3695 -> 2995  pp64 4869 -> 3038
-//   q8     pp12 914 -> 1800   pp16 1211 -> 2290   pp24 1803 -> 2362   pp32 2391 -> 2382
-//          pp48 3557 -> 2436  pp64 4713 -> 2454
-// (slices of 8 rows then; a slice now takes 16, see below). A slice of 8 cost about one
-// decode step, the dense path about the same ~12.6 ms whatever the chunk's rows up to 32:
-// the crossover lay at 32 rows for q4g64 and q8 (even there for q8; fewer bits only favour
-// the slices more). Measured on that one shape, fp16, q4g64 and q8:
-// s7 reads q4g128's bytes and dequantizes through the same code, so it sides with q4g64;
-// bf16 runs within 1-2 % of fp16 in both paths' kernel benchmarks.
+// Measured on one shape, fp16, q4g64 and q8; s7 reads q4g128's bytes and dequantizes
+// through the same code, so it sides with q4g64; bf16 runs within 1-2 % of fp16 in both
+// paths' kernel benchmarks. With slices of 8 rows (the tenth session) the crossover lay at
+// 32 rows (README, "short prompts").
 // Since the eleventh session a slice takes 16 rows (gemv_qn's 16-row kernel: one pass of 16
 // rows costs 0.73-0.77x two passes of 8 at q4g64, 0.62-0.66x at q8, gemv_qn.cu), which
-// makes every sliced chunk of 9-32 rows cheaper than above and moves the crossover up; the
-// whole-model run that would place it again did not fit that session's device time (the
-// dense path alone measured pp16 1270, pp32 2514, pp48 3734, pp64 4931, pp96 7258, pp128
-// 9499 tok/s at q4g64), so the switch stays at the 32 rows measured above, where the
-// slices now win by more.
+// moved the crossover up. Measured again (H100, one machine, the twelfth session,
+// `gemlite-bench --device cuda --synthetic llama2-7b -f q4g64,q8 -p 16,24,32,48,64,96 -n 0
+// -r 3`, GEMLITE_GEMV_SLICED_MAX_M=8 vs 128, tok/s):
+//   q4g64  pp16 1270 -> 3623  pp24 1893 -> 3308  pp32 2513 -> 3791
+//          pp48 3736 -> 3901  pp64 4912 -> 3953  pp96 7279 -> 4075
+//   q8     pp16 1211 -> 3580  pp24 1809 -> 3063  pp32 2384 -> 3691
+//          pp48 3559 -> 3851  pp64 4656 -> 3864  pp96 6880 -> 3952
+// A 16-row pass costs ~4.3 ms (about 1.9 decode steps) against the dense path's ~12.8 ms
+// up to 64 rows: the slices win through 48 rows (three passes) and lose from 64, for both
+// formats, so the switch sits at 48.
 int64_t gemv_sliced_max_m() {
   static const int64_t max_m = [] {
     const char* v = std::getenv("GEMLITE_GEMV_SLICED_MAX_M");
-    return std::max<int64_t>(kGemvMaxM, v ? std::atoll(v) : 32);
+    return std::max<int64_t>(kGemvMaxM, v ? std::atoll(v) : 48);
   }();
   return max_m;
 }
