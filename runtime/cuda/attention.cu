@@ -187,6 +187,12 @@ __global__ void __launch_bounds__(kAttentionThreads)
   // returning right after the wait, an upper bound); these two moves took tg128 447.3 ->
   // 461.9 (A/B on one machine, GEMLITE_GPU_BASE_REV, two rounds: 447.9 / 446.7 -> 461.8 /
   // 462.1). Most of what is left is the two kernel boundaries around it.
+  // Tried (twelfth session) and dropped: every block, the dead splits' too, pulling the
+  // output projection's weights (scales, then codes, up to 16 MB) into L2 before the wait
+  // with cp.async.bulk.prefetch.L2, since DRAM idles while attention runs. llama2-7b tg128
+  // (same binary, GEMLITE_L2_PREFETCH_MB=0 / 16, two rounds): q4g64 460.6 / 463.9 vs
+  // 461.6, fp6 382.4 / 380.3 vs 374.1. The 4096 x 4096 GEMV after it is bound by latency,
+  // not by where its bytes come from (an earlier whole-slice prefetch: kernels/pdl.cuh).
   load_round(begin, begin, earlier_end);
   for (int base = begin + kPositionsPerGroup * n_slots; base < earlier_end; base += kPositionsPerGroup * n_slots) {
 #pragma unroll
