@@ -71,101 +71,15 @@
 // ~3 % against the loop that had only that path (q3g64 8192 x 57344 96.7 vs 99.3 µs when
 // forced onto it).
 //
-// Where it stands on the H100 (fp16, M = 1, cold L2, % of a ~2.99 TB/s copy measured in
-// the same run; GEMLITE_BENCH_ACT=fp16 gemlite-bench --kernels, 2026-11-22, before -> after
-// this version, both binaries in one device session):
-//   8192 x 57344   q8 95.2 -> 93.7   q6g64 82.9 -> 81.5   q4g64 73.3 -> 78.1
-//                  q3g64 60.5 -> 65.5   q2g64 44.8 -> 54.6   (s7 75.5, q4g128 77.8)
-//   28672 x 8192   q8 89.0 -> 87.5   q6g64 82.6 -> 79.3   q4g64 68.7 -> 73.2
-//                  q3g64 58.9 -> 63.9   q2g64 42.3 -> 50.6
-//   8192 x 8192    q8 80.0 -> 78.3   q4g64 58.4 -> 60.4 (21.7 -> 20.9 us)   q2g64 34.6 -> 39.4
-//   4096-K shapes  q4g64 43-56 -> 48-61 %, q2g64 24-33 -> 28-37 %.
-// Then (2026-11-23) the tile layout of qweight (upload_qn_weight has the numbers): q4g64
-// 8192 x 57344 78.9 -> 85.7 %, q8 93.8 -> 100.5 %.
-// Below the targets (docs/PERF.md) at 2-6 bits. What limits it (ncu --clock-control none,
-// q4g64 8192 x 57344): 16 warps per SM (128 registers a thread), issue 2.2 of 4 per cycle,
-// ~4 instructions per weight, and the largest stall is long scoreboard (~37 % of samples:
-// L1/L2 loads of x and scale/bias in the dequantization chain), then fixed-latency waits
-// (15 %). The SASS of the q4 fp16 loop (tile layout) issues ~470 instructions per tile per
-// warp, 3.7 per weight: 208 dequantize + mma (a lop3 and two fma2 per pair, 16 mma), 32
-// permutes and shifts, the rest loads, their addresses, the per-chunk K checks and the loop.
-// Tried and measured: a register ring two tiles deep (q4g64 74 -> 64 %, spills),
-// shared half permutes alone (no change: the loop was not permute-bound), 32-bit address
-// arithmetic alone (instructions 61.3 M -> 60.5 M, no change), one 16-byte x load per block
-// instead of two 8-byte ones (the k order of the lanes' words, kept: no measurable change).
-// Tried on the tile layout and dropped, each A/B in one device session (fp16, M = 1, % of
-// copy, then llama2-7b q4g64 tg128):
-//   - a ring of 4 (6) tiles per warp in shared memory filled by cp.async.bulk (TMA) copies
-//     with an mbarrier per slot: 8192 x 57344 q4g64 84.1 -> 78.8 (62.7), 4096 x 22016
-//     64.4 -> 55.6 (49.8); tg128 385.4 -> 340.9. More bytes in flight do not help: the
-//     loop is bound by issue and latency, not by memory parallelism.
-//   - stream-K over warps (one wave of warps, each a run of consecutive tiles across row
-//     blocks; row blocks split between warps summed in a fixed order by the last one, after
-//     a __threadfence and an atomic ticket): 4096 x 4096 q4g64 45.8 -> 27.1, 8192 x 57344
-//     84.7 -> 79.3, 4096 x 22016 64.8 -> 64.0; tg128 388.9 -> 347.9. The fence and the
-//     last warp's sum cost more than the block starts and drains they remove.
-// Then (2026-11-24) the loop's overhead: the SASS of the q4 fp16 loop issued ~472
-// instructions per tile, of which 187 were loads, their address arithmetic (64-bit
-// pointers rebuilt per chunk), a K check per chunk and 16 SELs copying the next tile's
-// words. Now the loop runs over the tiles below K only, without any per-chunk check,
-// unrolled twice so that the two word buffers swap roles; the last tile, reaching past K,
-// goes out of line (last_tile), with a check per chunk. ~392 instructions per tile (-17 %).
-// A/B in one device session (fp16, M = 1, cold L2, % of copy, before -> after): q4g64
-// 8192 x 57344 85.2 -> 92.2, 4096 x 4096 48.1 -> 53.0, 4096 x 12288 56.4 -> 62.6, 11008 x
-// 4096 63.2 -> 70.1; q6g64 4096 x 4096 56.5 -> 64.5, 11008 x 4096 75.8 -> 84.5; q3g64 and
-// q2g64 +0.5..8 points; llama2-7b q4g64 tg128 421.0 -> 450.5 tok/s. Kept out: x loaded one
-// element at a time (K % 8 != 0 or unaligned x) sent through last_tile for every tile, to
-// drop a uniform branch per chunk from the loop: measured slower (tg128 450.5 -> 441.5);
-// x addressed from a pointer the loop advances (immediate offsets per chunk) with the
-// prefetch's group clamps dropped for tiles below K: neutral (q4g64 within 0.2 %, q3g64
-// 0.5-2 % slower, tg128 456.7 -> 454.0, `GEMLITE_GPU_BASE_REV` A/B).
-// Tried (2026-11-25) and dropped: blocks looping over row blocks, a grid of one wave of
-// resident blocks whose warps load the first tile of the block's next row block while they
-// compute their last tile of this one (no block starts or first-load stalls after the
-// first wave). Within the new kernel the looping grid beat one row block a block on some
-// shapes (q4g64 fp16 M = 1, 8 warps: 4096 x 12288 16.7 -> 14.9 us, 4096 x 22016 26.8 ->
-// 24.6), but the restructured loop lost to this one everywhere, even where no block loops
-// (GEMLITE_GPU_BASE_REV A/B, two versions: the next row block's load inside the step, then
-// behind a uniform branch; 4096 x 4096 6.0 -> 6.9 us, 8192 x 57344 96.2 -> 105.5,
-// llama2-7b tg128 q4g64 448.0 -> 416.1, q8 343.8 -> 326.8). 16 warps a block (one block
-// an SM, whose barrier idles it) lost on every decode shape (8192 x 57344 117 vs 102 us).
-// Built (2026-11-25) and dropped: int8 activations (issue 3's dp4a variant, on the integer
-// tensor cores). Each block found max|x| of each activation row, x was quantized per token
-// in the loop (one fma2 per two activations: x * inv + 1536 leaves the int8 in the low
-// byte), the codes went in unconverted as the u8 A operand of mma m16n8k32 u8 x s8 (the
-// lane's 4 words regrouped into byte planes, one shift + mask per code), a second mma with
-// an A of ones gave Σ xq for the zero point, and exact int32 sums per group were scaled once
-// in fp32. Correct (a CPU reference of the same rule to 4e-5 of the fp32 bound, every width
-// and group) at 0.8-1.2 % relative rms error from quantizing N(0, 1) activations, but slower
-// everywhere on the H100 (fp16, M = 1, one run, fp16 kernel -> int8): q4g64 4096 x 4096 5.9
-// -> 7.4 us, 11008 x 4096 11.9 -> 14.1, 8192 x 57344 95.9 -> 105.5; q8 8192 x 57344 155.7
-// -> 157.5, 28672 x 8192 81.0 -> 88.5; q2g64 8192 x 57344 76 -> 103; bf16 worse still.
-// Without the max|x| pass (a fixed scale, to isolate the loop) q8 gained 1-2 % at the large
-// shapes and q4g64 still lost 4 %: the planes, the x quantization and the per-group flush
-// cost what the conversions saved, and the pass itself costs each block an L2 round trip.
-// The code is commit 005a4e0 (kernel, reference, tests, GEMLITE_BENCH_INT8).
-// Measured and dropped the same day: fp16 accumulation (the seeds' half2 variant; here
-// mma m16n8k16 with fp16 C, a tile's sum added to the fp32 one per tile, fp16 activations
-// only: no bf16-accumulating mma exists). The mmas are 16 of ~392 instructions a q4 tile,
-// so it saves nothing and adds the per-tile conversion: A/B on one machine
-// (GEMLITE_GPU_BASE_REV), fp32 vs fp16 accumulation: q4g64 4096 x 12288 14.9 vs 15.2 us,
-// 8192 x 57344 96.0 vs 97.6, q8 and q2g64 equal; llama2-7b q4g64 tg128 452.5 vs 443.6
-// tok/s -- on top of the accuracy it
-// costs (fp16 sums of 256-4096 products).
-// Tried the same day: the epilogue's reads of earlier kernels' outputs (a pending norm's
-// r_m, the residual element) issued right after the PDL wait instead of after the loop:
-// llama2-7b q4g64 tg128 464.4 / 466.0 -> 466.4 / 467.8 (A/B, two rounds), within noise,
-// and it spilled in the 1-bit bf16 kernel: not kept.
-// Tried (2026-11-25, eleventh session) and dropped: more warps per SM through fewer
-// registers. ncu on q4g64 4096 x 22016 (fp16, M = 1) found 3.6 active warps per scheduler
-// of which 0.8 eligible, 7.9 cycles between a warp's instructions (3.0 of them long
-// scoreboard), 2.6 waves of blocks and the SMs idle 17 % of the kernel. A variant of the
-// 4-warp kernel with __launch_bounds__(128, 5) (96 registers, 20 warps per SM instead of
-// 16; ptxas spilled 12-104 bytes: q8 12, q6g64 28, q4g64 104 in fp16, 16 in bf16) gained
-// nothing anywhere and lost where the grid has several waves (same binary, env switch, two
-// rounds, µs): q4g64 fp16 4096 x 22016 24.1 -> 29.3, 8192 x 57344 97.2 -> 109.5; bf16
-// 24.3 -> 26.8; q6g64 4096 x 22016 32.2 -> 35.8; 4096 x 4096, 4096 x 12288 and 11008 x
-// 4096 within 0.1 us; llama2-7b tg128 q4g64 467.1 -> 422.4 tok/s, q8 347.7 -> 343.7.
+// What limits it, in short (kernels/qn/MEASURED.md has each version's A/B on the H100 and
+// the variants built and dropped: register and shared-memory rings, TMA copies, stream-K,
+// blocks looping over row blocks, int8 activations, fp16 accumulation, 96 registers, L2
+// prefetches): the q4 fp16 loop issues ~392 instructions a tile per warp, ~3 per weight
+// (a lop3 and two fma2 per pair, 16 mmas, permutes, the loads), at 16 warps an SM (128
+// registers a thread); the largest stall is long scoreboard (the x and scale loads of the
+// dequantization chain), then fixed-latency dependencies. It is bound by issue and latency,
+// not by bytes in flight: 92 % of the copy bandwidth at q4g64 8192 x 57344, 53-70 % on the
+// 4096-wide Llama shapes, whose grids are one to three waves of short blocks.
 #include "kernels/qn/gemv_qn.h"
 
 #include <cuda_bf16.h>
@@ -716,7 +630,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // The next tile's four 16-byte loads stay in flight while this one is dequantized.
   // Deeper pipelines did not pay: a cp.async ring per warp of 2..5 tiles in shared memory
   // ran 5-8 % slower at 2 stages and slower still with more (less L1 left for the scale
-  // and x lines), so did a ring of bulk (TMA) copies on the tile layout (see the top), L2
+  // and x lines), so did a ring of bulk (TMA) copies on the tile layout (kernels/qn/MEASURED.md), L2
   // prefetches of later tiles cost 5-15 %, and a register ring two tiles deep (unrolled,
   // no moves) ran 13 % slower at q4g64 8192 x 57344 (74.1 -> 64.0 % of copy; it spills at
   // 128 registers): the loop is bound by its instructions and their latencies, not by
