@@ -20,10 +20,14 @@
 // Argmax ids must agree on at least 90% of positions (near-ties may flip under rounding).
 //
 // bf16 activations (--dtype bf16): unit roundoff 2^-8 ~ 3.9e-3, 8x fp16's, at the same
-// ~50 roundings. Measured on an H100: 1.0e-2 .. 3.5e-2 for every format except q2g64
-// (6.4e-2: gemv_qn's scale and -zero*scale rounded to bf16 on 2-bit groups, as above);
-// tolerance 1e-1, which a wrong head/position/group still exceeds by far. Argmax agreement
-// >= 85% (measured >= 90% on 40 tokens: bf16 flips more near-ties).
+// ~50 roundings. Measured on an H100 over the 64 tokens: 1.0e-2 .. 4.3e-2 for every
+// format except q2g64; tolerance 1e-1, which a wrong head/position/group still exceeds by
+// far. q2g64 on stories260K measured 0.16 (prefill on the dense copy and decode on gemv_qn
+// alike; 6.4e-2 over the first 40 tokens, 2.8e-2 on aidreams260K): both round scale and
+// -zero*scale to bf16, an error relative to |zero*scale| that 2-bit groups make large
+// (as above), so a weight error, which the later positions of this model amplify; its
+// tolerance is 2.5e-1, with fp16 holding the same code paths to 2e-2. Argmax agreement
+// >= 85% (measured >= 60/64: bf16 flips more near-ties).
 //
 // The decode step runs as a replayed CUDA graph (the default). Graph decode must equal
 // eager decode (GEMLITE_NO_GRAPH's path) bitwise -- the same kernels on the same inputs --
@@ -76,6 +80,7 @@ const std::vector<int> kReferenceIds = {403, 407, 261, 378, 432, 383, 286, 261, 
 constexpr float kRelativeTolerance = 2e-2f;
 constexpr double kMinArgmaxAgreement = 0.9;
 constexpr float kBf16RelativeTolerance = 1e-1f;
+constexpr float kBf16TwoBitRelativeTolerance = 2.5e-1f;  // q2g64: see the top
 constexpr double kBf16MinArgmaxAgreement = 0.85;
 constexpr float kChunkedRelativeTolerance = 1e-2f;
 
@@ -225,7 +230,8 @@ class CudaBackendBf16VsCpu : public ::testing::TestWithParam<ModelFormat> {};
 TEST_P(CudaBackendBf16VsCpu, PrefillAndDecodeLogitsMatch) {
   const auto& [model, format] = GetParam();
   BackendPair pair(format, DType::BF16, model);
-  compare_prefill_and_decode(model + " " + format + " bf16", pair, kBf16RelativeTolerance, kBf16MinArgmaxAgreement);
+  const float tolerance = format == "q2g64" ? kBf16TwoBitRelativeTolerance : kBf16RelativeTolerance;
+  compare_prefill_and_decode(model + " " + format + " bf16", pair, tolerance, kBf16MinArgmaxAgreement);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaBackendBf16VsCpu,
