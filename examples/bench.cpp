@@ -23,6 +23,7 @@
 #include "kernels/bench/copy_bandwidth.h"
 #include "kernels/bench/fpx_bench.h"
 #include "kernels/bench/gemv_bench.h"
+#include "kernels/bench/kernel_trace.h"
 #endif
 
 using namespace gemlite;
@@ -90,6 +91,7 @@ struct BenchPlan {
   std::vector<int> prompts, gens, depths;       // -p, -n, -d (a 0 in prompts or gens: none)
   std::vector<std::pair<int, int>> prompt_gens;  // -pg: a prompt, then that many tokens decoded
   int batch = 512, repetitions = 5;
+  bool trace = false;  // --trace: one decode step kernel by kernel after the tests (CUDA)
 
   // Positions the longest test needs: the model's KV cache capacity (64-bit: --pg
   // 2000000000,2000000000 overflowed int and was then met by an 8 GB prompt).
@@ -165,6 +167,28 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
       if (n_gen > 0) run_test(0, n_gen);
     for (const auto& [n_prompt, n_gen] : plan.prompt_gens) run_test(n_prompt, n_gen);
   }
+#ifdef GEMLITE_WITH_CUDA
+  if (plan.trace) {
+    // 64 tokens in (the decode graph captured and warm, mid-way through a tg128), then
+    // five single steps traced; the one of median length is printed.
+    generation.reset();
+    decode(random_tokens(64, vocab, rng));
+    KernelTrace trace;
+    std::vector<std::vector<KernelSpan>> steps;
+    for (int i = 0; i < 5; ++i) {
+      trace.start();
+      decode(random_tokens(1, vocab, rng));
+      steps.push_back(trace.stop());
+    }
+    const auto length = [](const std::vector<KernelSpan>& s) {
+      uint64_t end = 0;
+      for (const KernelSpan& k : s) end = std::max(end, k.end_ns);
+      return s.empty() ? 0 : end - s.front().start_ns;
+    };
+    std::sort(steps.begin(), steps.end(), [&](const auto& a, const auto& b) { return length(a) < length(b); });
+    print_decode_trace(stderr, label, steps[steps.size() / 2]);
+  }
+#endif
 }
 
 std::vector<std::string> split_commas(const std::string& text) {
@@ -252,7 +276,9 @@ int main(int argc, char** argv) {
         ("kernels", "GPU kernel benchmarks instead: each QuantLinear kernel vs cuBLAS and the copy "
                     "bandwidth, cold L2 (CUDA builds only)")
         ("kernel-set", "With --kernels: gemv (qN GEMV), fpx (fp6 matmul, M = 1..512) or all",
-         cxxopts::value<std::string>()->default_value("all"));
+         cxxopts::value<std::string>()->default_value("all"))
+        ("trace", "After the tests, one decode step of each model kernel by kernel as the CUDA graph "
+                  "runs it (CUPTI): start, duration and time added per kernel, on stderr ('trace' lines)");
     const auto args = parse_args(options, argc, argv);
     if (args.count("kernels")) {
 #ifdef GEMLITE_WITH_CUDA
@@ -273,6 +299,7 @@ int main(int argc, char** argv) {
     plan.depths = args["n-depth"].as<std::vector<int>>();
     plan.batch = args["batch-size"].as<int>();
     plan.repetitions = args["repetitions"].as<int>();
+    plan.trace = args.count("trace") > 0;
     const std::vector<int> pg = args.count("pg") ? args["pg"].as<std::vector<int>>() : std::vector<int>{};
     if (pg.size() % 2 != 0) throw Error("--pg takes pairs: pp,tg (e.g. --pg 512,128)");
     for (size_t i = 0; i < pg.size(); i += 2) {
@@ -300,6 +327,9 @@ int main(int argc, char** argv) {
     if (!args.count("model") && !args.count("synthetic"))
       throw Error("nothing to benchmark: give -m DIR or --synthetic NAME (see --help)");
     const std::string device = args["device"].as<std::string>();
+    const std::string backend_name = device.empty() ? default_backend_name() : device;
+    if (plan.trace && backend_name != "cuda")
+      throw Error("--trace times kernels on the GPU: it needs the cuda device");
     const BackendOptions backend_options = {parse_activation_type(args["dtype"].as<std::string>())};
 
     // Every model is opened (and every name checked) before the slow work starts.
@@ -322,7 +352,6 @@ int main(int argc, char** argv) {
 
     // The ceiling for "% of copy BW" is the memory the weights stream from: the GPU's
     // device-to-device copy on cuda, a host memcpy on cpu.
-    const std::string backend_name = device.empty() ? default_backend_name() : device;
     double copy_gbps = 0;
 #ifdef GEMLITE_WITH_CUDA
     if (backend_name == "cuda") copy_gbps = device_copy_bandwidth_gbs(stderr);

@@ -332,6 +332,7 @@ TEST(Programs, BenchListsAndPairsRejectBadValuesInOneLine) {
   expect_one_line_error("gemlite-bench", "--synthetic stories260k --pg 0,5", "--pg 0,5");
   expect_one_line_error("gemlite-bench", "--synthetic stories260k -f ,", "no format named");
   expect_one_line_error("gemlite-bench", "--synthetic stories260k --kernel-set gemv", "--kernels");
+  expect_one_line_error("gemlite-bench", "--device cpu --synthetic stories260k --trace", "--trace");
   // p + n overflowed int and an 8 GB prompt was drawn before the context ran out.
   expect_one_line_error("gemlite-bench", "--device cpu --synthetic stories260k --pg 2000000000,2000000000 -r 1",
                         "positions");
