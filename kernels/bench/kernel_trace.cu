@@ -24,6 +24,11 @@ namespace gemlite {
 
 namespace {
 
+// CUPTI hands records over in buffers, possibly from its own threads; they land in the
+// running trace's spans.
+std::mutex g_mutex;
+std::vector<KernelSpan>* g_spans = nullptr;
+
 #ifdef GEMLITE_WITH_CUPTI
 // The CUPTI entry points this file uses, from libcupti opened once.
 struct Cupti {
@@ -59,10 +64,6 @@ const Cupti& cupti() {
   }();
   return api;
 }
-
-// CUPTI hands records over in buffers from its own threads; they land here.
-std::mutex g_mutex;
-std::vector<KernelSpan>* g_spans = nullptr;
 
 std::string demangle(const char* name) {
   int status = 0;
@@ -142,25 +143,29 @@ KernelTrace::~KernelTrace() {
 void KernelTrace::start() {
 #ifdef GEMLITE_WITH_CUPTI
   CUDA_CHECK(cudaDeviceSynchronize());
+  {
+    // From here every record delivered (a full buffer may come from CUPTI's own thread
+    // before stop) lands in spans_.
+    std::lock_guard<std::mutex> lock(g_mutex);
+    spans_.clear();
+    g_spans = &spans_;
+  }
   check_cupti(cupti().enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enabling kernel records");
 #endif
 }
 
 std::vector<KernelSpan> KernelTrace::stop() {
-  std::vector<KernelSpan> spans;
 #ifdef GEMLITE_WITH_CUPTI
   CUDA_CHECK(cudaDeviceSynchronize());
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    g_spans = &spans;
-  }
   check_cupti(cupti().flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flushing the records");
   check_cupti(cupti().disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "disabling kernel records");
+#endif
+  std::vector<KernelSpan> spans;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
+    spans.swap(spans_);
     g_spans = nullptr;
   }
-#endif
   std::sort(spans.begin(), spans.end(), [](const KernelSpan& a, const KernelSpan& b) { return a.start_ns < b.start_ns; });
   uint64_t latest_end = 0;
   for (KernelSpan& span : spans) {

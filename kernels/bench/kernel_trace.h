@@ -35,6 +35,9 @@ class KernelTrace {
   void start();
   // Waits for the device, returns the kernels since start() by start time, added_ns set.
   std::vector<KernelSpan> stop();
+
+ private:
+  std::vector<KernelSpan> spans_;  // filled by CUPTI's buffer callbacks between start and stop
 };
 
 // Prints `spans` (one decode step) to `out`: its first `first` kernels one a line (the
