@@ -92,6 +92,9 @@ struct BenchPlan {
   std::vector<std::pair<int, int>> prompt_gens;  // -pg: a prompt, then that many tokens decoded
   int batch = 512, repetitions = 5;
   bool trace = false;  // --trace: one decode step kernel by kernel after the tests (CUDA)
+  // --trace decodes this many tokens (the graph captured and warm, the steps mid-way
+  // through a tg128), then traces this many single steps.
+  static constexpr int kTraceWarmTokens = 64, kTraceSteps = 5;
 
   // Positions the longest test needs: the model's KV cache capacity (64-bit: --pg
   // 2000000000,2000000000 overflowed int and was then met by an 8 GB prompt).
@@ -100,6 +103,7 @@ struct BenchPlan {
     for (int p : prompts) longest = std::max<int64_t>(longest, p);
     for (int n : gens) longest = std::max<int64_t>(longest, n);
     for (const auto& [p, n] : prompt_gens) longest = std::max(longest, int64_t(p) + n);
+    if (trace) longest = std::max<int64_t>(longest, kTraceWarmTokens + kTraceSteps);
     return *std::max_element(depths.begin(), depths.end()) + longest;
   }
 };
@@ -169,13 +173,12 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
   }
 #ifdef GEMLITE_WITH_CUDA
   if (plan.trace) {
-    // 64 tokens in (the decode graph captured and warm, mid-way through a tg128), then
-    // five single steps traced; the one of median length is printed.
+    // The step of median length is printed (after the depths' tests: from an empty context).
     generation.reset();
-    decode(random_tokens(64, vocab, rng));
+    decode(random_tokens(BenchPlan::kTraceWarmTokens, vocab, rng));
     KernelTrace trace;
     std::vector<std::vector<KernelSpan>> steps;
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < BenchPlan::kTraceSteps; ++i) {
       trace.start();
       decode(random_tokens(1, vocab, rng));
       steps.push_back(trace.stop());
