@@ -30,7 +30,8 @@
 # GEMLITE_GPU_AB_REPS=2 times each model run with -r 2 instead of 3: a llama2-7b run of two
 # formats took ~70 s at -r 3, so four of them are half of a 10-minute device call),
 # GEMLITE_GPU_PROFILE="llama2-7b q4g64" (ncu time per kernel of a decode step and of a
-# 512-token prefill of that synthetic model and format: where a token's time goes),
+# 512-token prefill of that synthetic model and format, eager and at ncu's locked clock;
+# the whole-model bench's --trace lines, $out/trace.txt, show the step as the graph runs it),
 # GEMLITE_GPU_SLICED_PROMPTS=16,24,32,48,64,96 (short prompts of llama2-7b q4g64 and q8 on
 # the dense copy + cuBLAS, GEMLITE_GEMV_SLICED_MAX_M=8, then on gemv_qn slices, =128: where
 # runtime/cuda/cuda_linear.cu's gemv_sliced_max_m() belongs).
@@ -139,8 +140,10 @@ run() {
   if [ -z "${GEMLITE_GPU_SKIP_MODEL_BENCH:-}" ] && [ -z "$ab" ]; then
     for model in ${GEMLITE_GPU_MODELS:-tinyllama-1.1b}; do
       echo "== whole model on the GPU (synthetic $model shape, random weights, batch 1)"
-      "$dir"/gemlite-bench --device cuda --synthetic "$model" -f "$formats" -r 3 \
+      # --trace: one decode step per format kernel by kernel (CUPTI), into trace.txt.
+      "$dir"/gemlite-bench --device cuda --synthetic "$model" -f "$formats" -r 3 --trace \
         2>>"$out/model-bench.log" | tee -a "$out/model-bench.md" || status=1
+      grep '^trace ' "$out/model-bench.log" >"$out/trace.txt" || true
       if [ -n "${GEMLITE_GPU_DEPTH:-}" ]; then
         "$dir"/gemlite-bench --device cuda --synthetic "$model" -f q4g64 -r 2 -d "$GEMLITE_GPU_DEPTH" \
           2>>"$out/model-bench.log" | tee -a "$out/model-bench.md" || status=1
