@@ -183,12 +183,8 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
       decode(random_tokens(1, vocab, rng));
       steps.push_back(trace.stop());
     }
-    const auto length = [](const std::vector<KernelSpan>& s) {
-      uint64_t end = 0;
-      for (const KernelSpan& k : s) end = std::max(end, k.end_ns);
-      return s.empty() ? 0 : end - s.front().start_ns;
-    };
-    std::sort(steps.begin(), steps.end(), [&](const auto& a, const auto& b) { return length(a) < length(b); });
+    std::sort(steps.begin(), steps.end(),
+              [](const auto& a, const auto& b) { return trace_length_ns(a) < trace_length_ns(b); });
     print_decode_trace(stderr, label, steps[steps.size() / 2]);
   }
 #endif

@@ -176,17 +176,20 @@ std::vector<KernelSpan> KernelTrace::stop() {
   return spans;
 }
 
+uint64_t trace_length_ns(const std::vector<KernelSpan>& spans) {
+  uint64_t end = 0;
+  for (const KernelSpan& span : spans) end = std::max(end, span.end_ns);
+  return spans.empty() ? 0 : end - spans.front().start_ns;
+}
+
 void print_decode_trace(FILE* out, const std::string& label, const std::vector<KernelSpan>& spans, int first) {
   if (spans.empty()) {
     std::fprintf(out, "trace %s: no kernels recorded\n", label.c_str());
     return;
   }
-  const uint64_t t0 = spans.front().start_ns;
-  uint64_t t1 = 0, added = 0;
-  for (const KernelSpan& span : spans) {
-    t1 = std::max(t1, span.end_ns);
-    added += span.added_ns;
-  }
+  const uint64_t t0 = spans.front().start_ns, length = trace_length_ns(spans);
+  uint64_t added = 0;
+  for (const KernelSpan& span : spans) added += span.added_ns;
   std::fprintf(out, "trace %s: %-6s %9s %9s %9s  %s\n", label.c_str(), "#", "start_us", "dur_us", "added_us",
                "kernel grid x block");
   for (size_t i = 0; i < spans.size() && int(i) < first; ++i) {
@@ -218,7 +221,7 @@ void print_decode_trace(FILE* out, const std::string& label, const std::vector<K
                  std::get<2>(key));
   std::fprintf(out, "trace %s: %zu kernels, %.1f us from the first start to the last end, %.1f us added by kernels, "
                "%.1f us with none running\n",
-               label.c_str(), spans.size(), (t1 - t0) / 1e3, added / 1e3, ((t1 - t0) - added) / 1e3);
+               label.c_str(), spans.size(), length / 1e3, added / 1e3, (length - added) / 1e3);
 }
 
 }  // namespace gemlite

@@ -40,6 +40,10 @@ class KernelTrace {
   std::vector<KernelSpan> spans_;  // filled by CUPTI's buffer callbacks between start and stop
 };
 
+// From the first kernel's start to the last one's end (0 for none); spans sorted as stop()
+// returns them.
+uint64_t trace_length_ns(const std::vector<KernelSpan>& spans);
+
 // Prints `spans` (one decode step) to `out`: its first `first` kernels one a line (the
 // step's start and first layers, in order), then one line per kernel name and launch shape
 // (count, time added, mean duration), then the step's total. Every line starts with

@@ -41,6 +41,8 @@ TEST(KernelTrace, RecordsSequentialKernelsInOrder) {
     EXPECT_EQ(spans[i].added_ns, duration);  // sequential: nothing ran before it in its time
     if (i > 0) EXPECT_GE(spans[i].start_ns, spans[i - 1].end_ns);
   }
+  EXPECT_EQ(trace_length_ns(spans), spans[2].end_ns - spans[0].start_ns);
+  EXPECT_EQ(trace_length_ns({}), 0u);
   // A second trace holds only its own kernels.
   trace.start();
   spin_kernel<<<1, 32>>>(5000);
