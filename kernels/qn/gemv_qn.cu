@@ -65,11 +65,11 @@
 // 4096 x 4096 6.0 -> 5.5, 11008 x 4096 12.3 -> 11.6, 8192 x 8192 17.1 -> 16.0, 28672 x 8192
 // 52.4 -> 50.4; q3g64 4096 x 12288 18.3 -> 16.8, 28672 x 8192 49.0 -> 45.4; q8 within 1 %;
 // q2g64 4096 x 4096 4.9 -> 4.7; llama2-7b q4g64 tg128 453.2 / 454.0 -> 467.8 / 467.1 tok/s
-// (+3.1 %). A generic load of the pairs (one path for shared and global) kept them on the
-// long scoreboard and gained less; ld.shared it is, behind a uniform branch, which costs
-// the global path (K > 32768 at group 64, > 16384 at group 32, gemv_qn_stages_scales)
-// ~3 % against the loop that had only that path (q3g64 8192 x 57344 96.7 vs 99.3 µs when
-// forced onto it).
+// (+3.1 %). Shared memory is the only path: slabs over 32 KB (K > 32768 at group 64,
+// > 16384 at group 32) take the opt-in shared memory (up to 227 KB a block on the H100,
+// fewer blocks an SM), where a global-memory path behind a uniform branch had been, whose
+// predicated-off address arithmetic and loads the shared path issued too (the SASS of the
+// q4 fp16 loop: 34 of ~408 instructions a tile).
 //
 // What limits it, in short (kernels/qn/MEASURED.md has each version's A/B on the H100 and
 // the variants built and dropped: register and shared-memory rings, TMA copies, stream-K,
@@ -112,14 +112,15 @@ constexpr int kMaxWarps = 16;
 // XROWS / 8 activation rows per lane.
 static_assert(kGemvMaxM == 8 && kGemvQnMaxRows == 16, "XROWS is 8 or 16");
 // The 16-row kernel keeps twice the partial sums per warp: at most 8 warps, so that its
-// `partial` array stays the 8 KB of the 8-row kernel (see kScaleSlabMaxBytes).
+// `partial` array stays the 8 KB of the 8-row kernel (see kScaleSlabDefaultBytes).
 template <int XROWS>
 constexpr int kMaxWarpsOf = XROWS == kGemvMaxM ? kMaxWarps : kMaxWarps / 2;
-// The largest slab of scale/bias pairs a block stages in shared memory (gemv_qn_stages_scales):
-// with the kernel's static 8.7 KB (9.1 KB with 16 rows) it stays under the 48 KB that needs no opt-in, and four
-// blocks an SM (the register limit) keep ~65 KB of L1 for x.
-constexpr size_t kScaleSlabMaxBytes = 32 << 10;
-size_t scale_slab_bytes(const QnDeviceWeight& w) { return size_t(w.n_groups) * 64; }  // [n_groups, 16 rows] pairs
+// The slab of scale/bias pairs a block stages in shared memory, [n_groups, 16 rows] pairs:
+// up to 32 KB (with the kernel's static 8.7 KB, 9.1 KB with 16 rows) it stays under the 48
+// KB that needs no opt-in, and four blocks an SM (the register limit) keep ~65 KB of L1
+// for x; larger slabs take the opt-in (kernel_shared_bytes).
+constexpr size_t kScaleSlabDefaultBytes = 32 << 10;
+constexpr size_t kStaticSharedBound = 10 << 10;  // the kernels' static shared memory, rounded up
 
 struct GemvQnParams {
   const uint32_t* qweight;     // [N16 / 16, Kw / 32, 512] tiles (qn_tile_word_index)
@@ -130,7 +131,6 @@ struct GemvQnParams {
   int64_t N, Kw;
   int K, n_groups;  // K <= 2^31 - 1024 (checked at upload): k block arithmetic reaches K + 32 E - 1
   uint32_t sb_group_stride;  // N16 / 2: uint2 pairs of scale_bias per group
-  bool scales_in_smem;       // the block's scale/bias pairs staged in shared memory (kScaleSlabMaxBytes)
   int group_shift;
   int M;
   bool x_vectorized;  // K % 8 == 0 and x 16-byte aligned: a block's B fragments are one 16-byte load
@@ -338,10 +338,8 @@ struct LaneInputs {
   // [xh]: activation row gid + 8 xh.
   const uint16_t* x_row[XROWS / 8];   // [K]
   const uint16_t* x_lane[XROWS / 8];  // x_row + 8 tig: the lane's first activation of each 32-k block
-  // Group 0's {row gid, row gid + 8} pair: in scale_bias (group g at + g * sb_group_stride)
-  // or, with p.scales_in_smem, at this shared-memory address of the block's slab (group g
-  // at + 64 g bytes).
-  const uint2* sb_lane;
+  // Group 0's {row gid, row gid + 8} pair: this shared-memory address of the block's slab
+  // (group g at + 64 g bytes).
   uint32_t sb_slab;
   uint32_t magic;  // CodeLayout::magic(), opaque to the compiler so that it stays in one register
 };
@@ -369,10 +367,7 @@ __device__ __forceinline__ void load_chunk_scales(const GemvQnParams& p, const L
   for (int j = 0; j < JC; ++j) {
     const int g = FULL ? (b0 + j) >> p.group_shift : min((b0 + j) >> p.group_shift, p.n_groups - 1);
     uint2 v;
-    if (p.scales_in_smem)
-      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(in.sb_slab + 64u * uint32_t(g)));
-    else
-      v = __ldg(in.sb_lane + uint32_t(g) * p.sb_group_stride);
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(in.sb_slab + 64u * uint32_t(g)));
     ci.sb[j][0] = v.x;
     ci.sb[j][1] = v.y;
   }
@@ -470,24 +465,7 @@ __device__ __forceinline__ void prefetch_l1(const void* p) {
 }
 
 
-// Pulls tile t's scale/bias and x lines into L1 a tile ahead, so tile_chunk's loads hit
-// (without it they waited on DRAM every few tiles: the scale/bias pairs are weight bytes
-// too, streamed once). The scale/bias half alone (prefetch_tile_scales) may run before a
-// PDL wait; the x half after it.
-template <int BITS, bool SPARSE, int XROWS>
-__device__ __forceinline__ void prefetch_tile_scales(const GemvQnParams& p, const LaneInputs<XROWS>& in, int t,
-                                                     int lane) {
-  constexpr int E = kTileBlocks<BITS, SPARSE>;
-  if (p.scales_in_smem) return;
-  const int first = t * E, last = first + E - 1;  // k blocks
-  // The block's 64 bytes of scale/bias per group lie in one line: lane i takes the tile's
-  // i-th group (a tile spans at most 32).
-  const int g0 = min(first >> p.group_shift, p.n_groups - 1);
-  const int g = g0 + lane;
-  if (g <= min(last >> p.group_shift, p.n_groups - 1))
-    prefetch_l1(in.sb_lane - lane / 4 + uint32_t(g) * p.sb_group_stride);  // the block's pairs
-}
-
+// Pulls tile t's x lines into L1 a tile ahead, so that tile_chunk's loads hit.
 template <int BITS, bool SPARSE, int XROWS>
 __device__ __forceinline__ void prefetch_tile_x(const GemvQnParams& p, const LaneInputs<XROWS>& in, int t,
                                                 int lane) {
@@ -501,13 +479,6 @@ __device__ __forceinline__ void prefetch_tile_x(const GemvQnParams& p, const Lan
 #pragma unroll
     for (int line = lane % 4; line < kLines; line += 4)
       prefetch_l1(in.x_row[xh] + min(first * 32 + line * 64, p.K - 1));
-}
-
-template <int BITS, bool SPARSE, int XROWS>
-__device__ __forceinline__ void prefetch_tile_inputs(const GemvQnParams& p, const LaneInputs<XROWS>& in, int t,
-                                                     int lane) {
-  prefetch_tile_scales<BITS, SPARSE>(p, in, t, lane);
-  prefetch_tile_x<BITS, SPARSE>(p, in, t, lane);
 }
 
 // Blocks per chunk: 2, and the inputs of the next chunk (or of the next tile's first) are
@@ -620,9 +591,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     in.x_row[xh] = p.x + (m < p.M ? int64_t(m) * p.K : 0);
     in.x_lane[xh] = in.x_row[xh] + 8 * tig;
   }
-  // [n_groups, 4] (p.scales_in_smem): the block's 16 rows' pairs of each group, 64 bytes.
+  // [n_groups, 4]: the block's 16 rows' pairs of each group, 64 bytes (kernel_shared_bytes).
   extern __shared__ uint4 scale_slab[];
-  in.sb_lane = reinterpret_cast<const uint2*>(p.scale_bias + row_base) + gid;
   in.sb_slab = uint32_t(__cvta_generic_to_shared(scale_slab)) + 8u * uint32_t(gid);
   asm volatile("mov.b32 %0, %1;" : "=r"(in.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
   const int tiles = int(p.Kw / 32);
@@ -649,33 +619,26 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // gemm_fpx and gemv_dense doing the same: llama2-7b q4g64 tg128 242.7 -> 249.7 tok/s
   // (kernels/pdl.cuh has the command and the other formats); pulling the block's whole
   // slice of W into L2 here as well made it slower (237.4).
-  // The block's scale/bias pairs (or, past kScaleSlabMaxBytes, the first chunk's) are
+  // The block's scale/bias pairs are
   // weights too: fetched before the wait, so that their DRAM latency no longer follows it (A/B on one machine, fp16 M = 1, two rounds:
   // q4g64 4096 x 4096 5.9 -> 5.7-5.8 us, 11008 x 4096 12.1 -> 11.8, q8 4096 x 4096 7.6 ->
   // 7.3, 4096 x 12288 20.2-20.5 -> 19.9, the long-K shapes unchanged; llama2-7b q4g64
   // tg128 448.8 / 451.2 -> 452.3 / 452.3 tok/s).
   pdl_launch_dependents();
   if (warp < tiles) load_tile(block_words, warp, words_a);
-  if (p.scales_in_smem) {
-    const uint4* block_pairs = reinterpret_cast<const uint4*>(p.scale_bias + row_base);  // + 2 stride g: group g
-    for (int i = threadIdx.x; i < 4 * p.n_groups; i += blockDim.x)
-      cp_async16(&scale_slab[i], block_pairs + int64_t(i / 4) * (p.sb_group_stride / 2) + i % 4);
-    cp_async_commit();
-  } else if (warp < full_tiles) {
-    prefetch_tile_scales<BITS, SPARSE>(p, in, warp, lane);
-    load_chunk_scales<kFirstChunkBlocks<E>, true>(p, in, warp * E, inputs_a);
-  }
+  const uint4* block_pairs = reinterpret_cast<const uint4*>(p.scale_bias + row_base);  // + 2 stride g: group g
+  for (int i = threadIdx.x; i < 4 * p.n_groups; i += blockDim.x)
+    cp_async16(&scale_slab[i], block_pairs + int64_t(i / 4) * (p.sb_group_stride / 2) + i % 4);
+  cp_async_commit();
   // The residual epilogue's thread stores rows r = threadIdx.x % 16 (blockDim.x % 32 == 0):
   // its norm weight, not written by any kernel, is fetched now rather than after the loop.
   const int64_t norm_row = min(row_base + threadIdx.x % kRowsPerBlock, p.N - 1);
   const float norm_weight = p.residual ? p.norm_weight[norm_row] : 0.0f;
   pdl_wait();
-  if (p.scales_in_smem) {
-    cp_async_wait<0>();
-    __syncthreads();
-    if (warp < full_tiles) load_chunk_scales<kFirstChunkBlocks<E>, true>(p, in, warp * E, inputs_a);
-  }
+  cp_async_wait<0>();
+  __syncthreads();
   if (warp < full_tiles) {
+    load_chunk_scales<kFirstChunkBlocks<E>, true>(p, in, warp * E, inputs_a);
     prefetch_tile_x<BITS, SPARSE>(p, in, warp, lane);
     load_chunk_x<kFirstChunkBlocks<E>, true>(p, in, warp * E, inputs_a);
   }
@@ -687,7 +650,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     const int t_next = t + warps;
     if (t_next < tiles) load_tile(block_words, t_next, next);
     const bool next_full = t_next < full_tiles;
-    if (next_full) prefetch_tile_inputs<BITS, SPARSE>(p, in, t_next, lane);
+    if (next_full) prefetch_tile_x<BITS, SPARSE>(p, in, t_next, lane);
     tile_step<BITS, BF16, SPARSE, true>(p, in, cur, t * E, next_full ? t_next * E : -1, inputs_a, inputs_b, acc);
   };
   int t = warp;
@@ -824,7 +787,7 @@ uint16_t to_activation_bits(float v, DType act) {
 
 }  // namespace
 
-bool gemv_qn_stages_scales(const QnDeviceWeight& w) { return scale_slab_bytes(w) <= kScaleSlabMaxBytes; }
+size_t gemv_qn_scale_slab_bytes(const QnDeviceWeight& w) { return size_t(w.n_groups) * 64; }
 
 void check_pending_norm(const QnPendingNorm& norm, const char* who) {
   if (norm.sum_squares && (norm.parts < 1 || !(norm.eps >= 0)))
@@ -864,6 +827,16 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired
     d.group_shift = log2_exact(group_size(d.group, d.K) / 32);
     if (d.group % 32 != 0 || d.group_shift < 0)
       fail(where, "group " + std::to_string(d.group) + " not supported on the GPU (expected 32 * 2^i or per-channel)");
+  }
+  {
+    int device = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    const size_t slab = gemv_qn_scale_slab_bytes(d);
+    if (slab + kStaticSharedBound > size_t(optin))
+      fail(where, "K = " + std::to_string(d.K) + " at group " + std::to_string(d.group) + " needs " +
+                      std::to_string((slab + kStaticSharedBound) >> 10) + " KB of shared memory a block for its " +
+                      "scales; this GPU offers " + std::to_string(optin >> 10) + " KB");
   }
   const HostTensor& qweight = w.part("qweight");
   const uint16_t* scales = w.part("scales").as<uint16_t>();  // [N, n_groups]
@@ -953,7 +926,6 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   p.Kw = w.Kw;
   p.n_groups = int(w.n_groups);
   p.sb_group_stride = uint32_t(qn_padded_rows(w.N) / 2);
-  p.scales_in_smem = gemv_qn_stages_scales(w);
   p.group_shift = w.group_shift;
   p.M = M;
   // K % 8 == 4 (K = 4100 in the tests) takes the scalar path too since x became one 16-byte
@@ -990,8 +962,11 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   const KernelFn kernel =
       wide ? (bf16 ? pick_kernel<true, kWide>(w.bits, w.sparse) : pick_kernel<false, kWide>(w.bits, w.sparse))
            : (bf16 ? pick_kernel<true, kNarrow>(w.bits, w.sparse) : pick_kernel<false, kNarrow>(w.bits, w.sparse));
-  launch_pdl("gemv_qn_kernel", kernel, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)),
-             p.scales_in_smem ? scale_slab_bytes(w) : 0, stream, p);
+  const size_t slab = gemv_qn_scale_slab_bytes(w);  // fits: checked by upload_qn_weight
+  if (slab > kScaleSlabDefaultBytes)
+    CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(slab)));
+  launch_pdl("gemv_qn_kernel", kernel, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)), slab, stream, p);
 }
 
 }  // namespace

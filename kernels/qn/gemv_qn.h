@@ -102,15 +102,16 @@ GEMLITE_HOST_DEVICE inline int64_t qn_scale_bias_index(int64_t g, int64_t v, int
 
 // Uploads a qN / qNgG weight (synchronously; not for use inside a graph capture).
 // Throws Error for other formats, for act other than F16/BF16, and for a group that is
-// not 32 * 2^i or per-channel. paired_half > 0 lays out a SwiGLU stack [gate; up] (see
+// not 32 * 2^i or per-channel, or whose scales need more shared memory than the GPU offers a
+// block (gemv_qn_scale_slab_bytes). paired_half > 0 lays out a SwiGLU stack [gate; up] (see
 // QnDeviceWeight::paired_half; Error unless rows == 2 * paired_half, paired_half % 8 == 0).
 QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired_half = 0);
 void free_qn_weight(QnDeviceWeight* w);  // frees and clears; safe on an empty weight
 
-// Whether the kernel stages a block's scale/bias pairs in shared memory (64 bytes a group
-// and 16 rows, up to 32 KB: K <= 32768 at group 64, 16384 at group 32) rather than reading
-// them from global memory in its loop (longer K with small groups).
-bool gemv_qn_stages_scales(const QnDeviceWeight& w);
+// The shared memory a block stages a weight's scale/bias pairs in: 64 bytes a group (16
+// rows). Over 32 KB (K > 32768 at group 64, > 16384 at group 32) the launch opts in to more
+// (up to 227 KB a block on the H100); upload_qn_weight throws where the GPU has too little.
+size_t gemv_qn_scale_slab_bytes(const QnDeviceWeight& w);
 
 // Launch tuning; the defaults are what run_gemv_benchmarks measured best.
 struct GemvQnConfig {
