@@ -785,6 +785,23 @@ uint16_t to_activation_bits(float v, DType act) {
   return act == DType::BF16 ? float_to_bf16(v) : float_to_half(v);
 }
 
+// Lets every kernel that may run a weight of `act`, `bits` and `sparse` launch with `slab`
+// bytes of dynamic shared memory (the opt-in past 48 KB). At upload, not at launch: the
+// attribute is not a stream operation, and launches may be captured into a graph. The
+// attribute only ever grows, so an earlier weight's larger slab stays allowed.
+void allow_scale_slab(DType act, int bits, bool sparse, size_t slab) {
+  const bool bf16 = act == DType::BF16;
+  for (const KernelFn kernel :
+       {bf16 ? pick_kernel<true, kGemvMaxM>(bits, sparse) : pick_kernel<false, kGemvMaxM>(bits, sparse),
+        bf16 ? pick_kernel<true, kGemvQnMaxRows>(bits, sparse) : pick_kernel<false, kGemvQnMaxRows>(bits, sparse)}) {
+    cudaFuncAttributes attributes{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel)));
+    if (size_t(attributes.maxDynamicSharedSizeBytes) < slab)
+      CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(slab)));
+  }
+}
+
 }  // namespace
 
 size_t gemv_qn_scale_slab_bytes(const QnDeviceWeight& w) { return size_t(w.n_groups) * 64; }
@@ -837,6 +854,7 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired
       fail(where, "K = " + std::to_string(d.K) + " at group " + std::to_string(d.group) + " needs " +
                       std::to_string((slab + kStaticSharedBound) >> 10) + " KB of shared memory a block for its " +
                       "scales; this GPU offers " + std::to_string(optin >> 10) + " KB");
+    if (slab > kScaleSlabDefaultBytes) allow_scale_slab(act, d.bits, d.sparse, slab);
   }
   const HostTensor& qweight = w.part("qweight");
   const uint16_t* scales = w.part("scales").as<uint16_t>();  // [N, n_groups]
@@ -962,10 +980,7 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   const KernelFn kernel =
       wide ? (bf16 ? pick_kernel<true, kWide>(w.bits, w.sparse) : pick_kernel<false, kWide>(w.bits, w.sparse))
            : (bf16 ? pick_kernel<true, kNarrow>(w.bits, w.sparse) : pick_kernel<false, kNarrow>(w.bits, w.sparse));
-  const size_t slab = gemv_qn_scale_slab_bytes(w);  // fits: checked by upload_qn_weight
-  if (slab > kScaleSlabDefaultBytes)
-    CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(slab)));
+  const size_t slab = gemv_qn_scale_slab_bytes(w);  // fits and allowed: upload_qn_weight
   launch_pdl("gemv_qn_kernel", kernel, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)), slab, stream, p);
 }
 

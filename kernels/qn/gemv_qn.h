@@ -109,8 +109,8 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired
 void free_qn_weight(QnDeviceWeight* w);  // frees and clears; safe on an empty weight
 
 // The shared memory a block stages a weight's scale/bias pairs in: 64 bytes a group (16
-// rows). Over 32 KB (K > 32768 at group 64, > 16384 at group 32) the launch opts in to more
-// (up to 227 KB a block on the H100); upload_qn_weight throws where the GPU has too little.
+// rows). Over 32 KB (K > 32768 at group 64, > 16384 at group 32) upload_qn_weight opts the
+// kernels in to more (up to 227 KB a block on the H100), or throws where the GPU has too little.
 size_t gemv_qn_scale_slab_bytes(const QnDeviceWeight& w);
 
 // Launch tuning; the defaults are what run_gemv_benchmarks measured best.

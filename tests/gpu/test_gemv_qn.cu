@@ -315,39 +315,49 @@ TEST(DequantQn, S7MatchesTheCpuDecoder) {
     }
 }
 
-// The launch must be capturable: no default-stream work, no synchronization inside.
+// The launch must be capturable: no default-stream work, no synchronization inside; also
+// for a weight whose scales take the opt-in shared memory (K = 40000 at group 32: an 80 KB
+// slab), which upload_qn_weight, not the launch, allows the kernels.
 TEST(GemvQnEdges, CapturesIntoCudaGraph) {
   std::mt19937_64 rng(test_seed() + 29);
-  const int64_t K = 2048, N = 333, M = 2;
-  const std::vector<float> w = random_weight(N, K, rng);
-  const PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(3, 64));
-  QnDeviceWeight dw = upload_qn_weight(packed, DType::F16);
-  std::vector<uint16_t> x_bits;
-  std::vector<float> x;
-  random_activations(M, K, DType::F16, rng, &x_bits, &x);
-  std::vector<float> ref(size_t(M * N));
-  linear_reference(packed, x.data(), M, ref.data());
-  const ErrorScales scales = error_scales(packed, x, M);
+  struct Case {
+    int64_t K, N;
+    int bits, group;
+  };
+  for (const Case c : {Case{2048, 333, 3, 64}, Case{40000, 40, 4, 32}}) {
+    SCOPED_TRACE("K=" + std::to_string(c.K) + " N=" + std::to_string(c.N));
+    const int64_t K = c.K, N = c.N, M = 2;
+    const std::vector<float> w = random_weight(N, K, rng);
+    const PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(c.bits, c.group));
+    QnDeviceWeight dw = upload_qn_weight(packed, DType::F16);
+    EXPECT_EQ(gemv_qn_scale_slab_bytes(dw) > (48u << 10), c.K == 40000);
+    std::vector<uint16_t> x_bits;
+    std::vector<float> x;
+    random_activations(M, K, DType::F16, rng, &x_bits, &x);
+    std::vector<float> ref(size_t(M * N));
+    linear_reference(packed, x.data(), M, ref.data());
+    const ErrorScales scales = error_scales(packed, x, M);
 
-  StreamGuard stream;
-  DeviceBuffer dx(size_t(M * K) * 2), dy(size_t(M * N) * 2);
-  CUDA_CHECK(cudaMemcpy(dx.ptr, x_bits.data(), x_bits.size() * 2, cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemset(dy.ptr, 0xFF, size_t(M * N) * 2));
-  cudaGraph_t graph;
-  CUDA_CHECK(cudaStreamBeginCapture(stream.stream, cudaStreamCaptureModeGlobal));
-  gemv_qn(dw, dx.ptr, dy.ptr, int(M), DType::F16, stream.stream);
-  CUDA_CHECK(cudaStreamEndCapture(stream.stream, &graph));
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CUDA_CHECK(cudaGraphLaunch(exec, stream.stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream.stream));
-  std::vector<uint16_t> y(size_t(M * N));
-  CUDA_CHECK(cudaMemcpy(y.data(), dy.ptr, y.size() * 2, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < y.size(); ++i)
-    ASSERT_LE(std::abs(half_to_float(y[i]) - ref[i]), std::ldexp(1.0, -9) * scales.dequant[i]) << "output " << i;
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  free_qn_weight(&dw);
+    StreamGuard stream;
+    DeviceBuffer dx(size_t(M * K) * 2), dy(size_t(M * N) * 2);
+    CUDA_CHECK(cudaMemcpy(dx.ptr, x_bits.data(), x_bits.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(dy.ptr, 0xFF, size_t(M * N) * 2));
+    cudaGraph_t graph;
+    CUDA_CHECK(cudaStreamBeginCapture(stream.stream, cudaStreamCaptureModeGlobal));
+    gemv_qn(dw, dx.ptr, dy.ptr, int(M), DType::F16, stream.stream);
+    CUDA_CHECK(cudaStreamEndCapture(stream.stream, &graph));
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream.stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+    std::vector<uint16_t> y(size_t(M * N));
+    CUDA_CHECK(cudaMemcpy(y.data(), dy.ptr, y.size() * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_LE(std::abs(half_to_float(y[i]) - ref[i]), std::ldexp(1.0, -9) * scales.dequant[i]) << "output " << i;
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    free_qn_weight(&dw);
+  }
 }
 
 // A SwiGLU pair [gate; up] uploaded with paired_half (kernel block b = the gate and up rows
