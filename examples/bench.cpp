@@ -108,6 +108,23 @@ struct BenchPlan {
   }
 };
 
+// What the model took of the device's memory against its weights and KV cache in theory
+// (issue 5: within 5 %): one `memory` line on stderr. `loaded` counts everything the model
+// allocated when built (weights, KV cache, activations, per-layer buffers); `after` adds
+// what the runs left allocated (the prefill's dense-copy scratch, cuBLAS's own).
+void print_device_memory(const std::string& label, const PackedCheckpoint& ckpt, int64_t context, DType act,
+                         int64_t loaded, int64_t after) {
+  const double mib = 1048576.0;
+  const int64_t kv = 2 * int64_t(ckpt.config.n_layers) * context * ckpt.config.kv_dim() * int64_t(dtype_size(act));
+  const double theory = double(ckpt.weight_bytes() + kv);
+  const auto over = [&](int64_t bytes) { return 100.0 * (double(bytes) / theory - 1.0); };
+  std::fprintf(stderr,
+               "memory %s: weights %.1f MiB + KV cache %.1f MiB (%lld positions, %s) = %.1f MiB; on the device "
+               "after loading %.1f MiB (%+.1f %%), after the runs %.1f MiB (%+.1f %%)\n",
+               label.c_str(), double(ckpt.weight_bytes()) / mib, double(kv) / mib, (long long)context,
+               dtype_name(act), theory / mib, double(loaded) / mib, over(loaded), double(after) / mib, over(after));
+}
+
 // pp: the prompt fed at once (the model runs it in chunks of `batch`), until the backend is
 // done. tg: one token at a time, each forward waited for, like llama-bench's
 // (llama_decode + llama_synchronize per token) and like gemlite-chat's decode (which also
@@ -118,7 +135,9 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
                  const BackendOptions& options, const BenchPlan& plan,
                  const std::function<void(const Result&)>& report) {
   auto backend = make_backend(device.empty() ? default_backend_name() : device, options);
+  const int64_t memory_before = backend->device_memory_used();
   LlamaModel model(ckpt, *backend, int(plan.context()), plan.batch);  // context() checked at parse
+  const int64_t memory_loaded = backend->device_memory_used();
   Generation generation(model);
   std::mt19937 rng(42);
   const int vocab = ckpt.config.vocab_size;
@@ -171,6 +190,9 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
       if (n_gen > 0) run_test(0, n_gen);
     for (const auto& [n_prompt, n_gen] : plan.prompt_gens) run_test(n_prompt, n_gen);
   }
+  if (memory_before >= 0)
+    print_device_memory(label, ckpt, plan.context(), backend->activation_type(), memory_loaded - memory_before,
+                        backend->device_memory_used() - memory_before);
 #ifdef GEMLITE_WITH_CUDA
   if (plan.trace) {
     // The step of median length is printed (after the depths' tests: from an empty context).

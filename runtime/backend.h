@@ -56,6 +56,9 @@ class Backend {
   virtual DType activation_type() const = 0;
 
   // ---- memory
+  // Bytes in use on the backend's device, everyone's allocations and the driver's included
+  // (cuda: total minus free), or -1 for a backend without memory of its own (cpu).
+  virtual int64_t device_memory_used() const { return -1; }
   virtual Tensor upload(const HostTensor& host) = 0;  // keeps host's dtype, 1-D -> [1, n]
   virtual Tensor alloc(int64_t rows, int64_t cols) = 0;  // activation dtype, uninitialised
   virtual std::unique_ptr<QuantLinear> make_linear(const PackedWeight& weight) = 0;

@@ -98,6 +98,11 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   DType activation_type() const override { return act_; }
+  int64_t device_memory_used() const override {
+    size_t free = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return int64_t(total - free);
+  }
 
   Tensor upload(const HostTensor& host) override {
     const int64_t rows = host.shape.size() == 2 ? host.shape[0] : 1;
