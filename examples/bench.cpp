@@ -111,17 +111,21 @@ struct BenchPlan {
 // What the model took of the device's memory against its weights and KV cache in theory
 // (issue 5: within 5 %): one `memory` line on stderr. `loaded` counts everything the model
 // allocated when built (weights, KV cache, activations, per-layer buffers); `after` adds
-// what the runs left allocated (the prefill's dense-copy scratch, cuBLAS's own).
+// what the runs left allocated (the prefill's dense-copy scratch, cuBLAS's own). Both come
+// from the device's free memory, so other processes' allocations in between count too.
 void print_device_memory(const std::string& label, const PackedCheckpoint& ckpt, int64_t context, DType act,
                          int64_t loaded, int64_t after) {
   const double mib = 1048576.0;
+  // weight_bytes() counts the embedding row a token reads; the device holds the whole table.
+  const int64_t weights = int64_t(ckpt.weight_bytes() + ckpt.embedding.nbytes()) -
+                          int64_t(ckpt.config.dim) * int64_t(dtype_size(ckpt.embedding.dtype));
   const int64_t kv = 2 * int64_t(ckpt.config.n_layers) * context * ckpt.config.kv_dim() * int64_t(dtype_size(act));
-  const double theory = double(ckpt.weight_bytes() + kv);
+  const double theory = double(weights + kv);
   const auto over = [&](int64_t bytes) { return 100.0 * (double(bytes) / theory - 1.0); };
   std::fprintf(stderr,
                "memory %s: weights %.1f MiB + KV cache %.1f MiB (%lld positions, %s) = %.1f MiB; on the device "
                "after loading %.1f MiB (%+.1f %%), after the runs %.1f MiB (%+.1f %%)\n",
-               label.c_str(), double(ckpt.weight_bytes()) / mib, double(kv) / mib, (long long)context,
+               label.c_str(), double(weights) / mib, double(kv) / mib, (long long)context,
                dtype_name(act), theory / mib, double(loaded) / mib, over(loaded), double(after) / mib, over(after));
 }
 
@@ -135,8 +139,10 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
                  const BackendOptions& options, const BenchPlan& plan,
                  const std::function<void(const Result&)>& report) {
   auto backend = make_backend(device.empty() ? default_backend_name() : device, options);
+  backend->synchronize();  // memory freed asynchronously returns at a synchronization
   const int64_t memory_before = backend->device_memory_used();
   LlamaModel model(ckpt, *backend, int(plan.context()), plan.batch);  // context() checked at parse
+  backend->synchronize();
   const int64_t memory_loaded = backend->device_memory_used();
   Generation generation(model);
   std::mt19937 rng(42);
@@ -190,6 +196,7 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
       if (n_gen > 0) run_test(0, n_gen);
     for (const auto& [n_prompt, n_gen] : plan.prompt_gens) run_test(n_prompt, n_gen);
   }
+  backend->synchronize();
   if (memory_before >= 0)
     print_device_memory(label, ckpt, plan.context(), backend->activation_type(), memory_loaded - memory_before,
                         backend->device_memory_used() - memory_before);

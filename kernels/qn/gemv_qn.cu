@@ -86,8 +86,11 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -118,7 +121,7 @@ constexpr int kMaxWarpsOf = XROWS == kGemvMaxM ? kMaxWarps : kMaxWarps / 2;
 // The slab of scale/bias pairs a block stages in shared memory, [n_groups, 16 rows] pairs:
 // up to 32 KB (with the kernel's static 8.7 KB, 9.1 KB with 16 rows) it stays under the 48
 // KB that needs no opt-in, and four blocks an SM (the register limit) keep ~65 KB of L1
-// for x; larger slabs take the opt-in (kernel_shared_bytes).
+// for x; larger slabs take the opt-in (gemv_qn_allow_scale_slab).
 constexpr size_t kScaleSlabDefaultBytes = 32 << 10;
 constexpr size_t kStaticSharedBound = 10 << 10;  // the kernels' static shared memory, rounded up
 
@@ -591,7 +594,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     in.x_row[xh] = p.x + (m < p.M ? int64_t(m) * p.K : 0);
     in.x_lane[xh] = in.x_row[xh] + 8 * tig;
   }
-  // [n_groups, 4]: the block's 16 rows' pairs of each group, 64 bytes (kernel_shared_bytes).
+  // [n_groups, 4]: the block's 16 rows' pairs of each group, 64 bytes (gemv_qn_scale_slab_bytes).
   extern __shared__ uint4 scale_slab[];
   in.sb_slab = uint32_t(__cvta_generic_to_shared(scale_slab)) + 8u * uint32_t(gid);
   asm volatile("mov.b32 %0, %1;" : "=r"(in.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
@@ -619,8 +622,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // gemm_fpx and gemv_dense doing the same: llama2-7b q4g64 tg128 242.7 -> 249.7 tok/s
   // (kernels/pdl.cuh has the command and the other formats); pulling the block's whole
   // slice of W into L2 here as well made it slower (237.4).
-  // The block's scale/bias pairs are
-  // weights too: fetched before the wait, so that their DRAM latency no longer follows it (A/B on one machine, fp16 M = 1, two rounds:
+  // The block's scale/bias pairs are weights too: fetched before the wait, so that their
+  // DRAM latency no longer follows it (A/B on one machine, fp16 M = 1, two rounds:
   // q4g64 4096 x 4096 5.9 -> 5.7-5.8 us, 11008 x 4096 12.1 -> 11.8, q8 4096 x 4096 7.6 ->
   // 7.3, 4096 x 12288 20.2-20.5 -> 19.9, the long-K shapes unchanged; llama2-7b q4g64
   // tg128 448.8 / 451.2 -> 452.3 / 452.3 tok/s).
@@ -785,26 +788,46 @@ uint16_t to_activation_bits(float v, DType act) {
   return act == DType::BF16 ? float_to_bf16(v) : float_to_half(v);
 }
 
-// Lets every kernel that may run a weight of `act`, `bits` and `sparse` launch with `slab`
-// bytes of dynamic shared memory (the opt-in past 48 KB). At upload, not at launch: the
-// attribute is not a stream operation, and launches may be captured into a graph. The
-// attribute only ever grows, so an earlier weight's larger slab stays allowed.
-void allow_scale_slab(DType act, int bits, bool sparse, size_t slab) {
-  const bool bf16 = act == DType::BF16;
-  for (const KernelFn kernel :
-       {bf16 ? pick_kernel<true, kGemvMaxM>(bits, sparse) : pick_kernel<false, kGemvMaxM>(bits, sparse),
-        bf16 ? pick_kernel<true, kGemvQnMaxRows>(bits, sparse) : pick_kernel<false, kGemvQnMaxRows>(bits, sparse)}) {
-    cudaFuncAttributes attributes{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel)));
-    if (size_t(attributes.maxDynamicSharedSizeBytes) < slab)
-      CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(slab)));
-  }
+// The dynamic shared memory each kernel may launch with past the default 48 KB (its
+// cudaFuncAttributeMaxDynamicSharedMemorySize, set by gemv_qn_allow_scale_slab), recorded
+// on the host so that a launch can check it without a driver call.
+std::mutex allowed_mutex;
+std::map<KernelFn, size_t> allowed_slab;
+
+// The kernels that may run a weight: its width and sparsity, the 8- and 16-row versions.
+std::array<KernelFn, 2> kernels_of(const QnDeviceWeight& w) {
+  const bool bf16 = w.act == DType::BF16;
+  return {bf16 ? pick_kernel<true, kGemvMaxM>(w.bits, w.sparse) : pick_kernel<false, kGemvMaxM>(w.bits, w.sparse),
+          bf16 ? pick_kernel<true, kGemvQnMaxRows>(w.bits, w.sparse)
+               : pick_kernel<false, kGemvQnMaxRows>(w.bits, w.sparse)};
 }
 
 }  // namespace
 
 size_t gemv_qn_scale_slab_bytes(const QnDeviceWeight& w) { return size_t(w.n_groups) * 64; }
+
+void gemv_qn_allow_scale_slab(const QnDeviceWeight& w, const std::string& where) {
+  const size_t slab = gemv_qn_scale_slab_bytes(w);
+  if (slab <= kScaleSlabDefaultBytes) return;
+  int device = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (slab + kStaticSharedBound > size_t(optin))
+    throw Error(where + ": K = " + std::to_string(w.K) + " at group " + std::to_string(w.group) + " needs " +
+                std::to_string((slab + kStaticSharedBound + 1023) >> 10) +
+                " KB of shared memory a block for its scales; this GPU offers " + std::to_string(optin >> 10) +
+                " KB (a larger group or per-channel scales would fit)");
+  // The attribute only ever grows: an earlier weight's larger slab stays allowed. Not at
+  // launch: it is not a stream operation, and launches may be captured into a graph.
+  const std::lock_guard<std::mutex> lock(allowed_mutex);
+  for (const KernelFn kernel : kernels_of(w)) {
+    size_t& allowed = allowed_slab[kernel];
+    if (allowed >= slab) continue;
+    CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(slab)));
+    allowed = slab;
+  }
+}
 
 void check_pending_norm(const QnPendingNorm& norm, const char* who) {
   if (norm.sum_squares && (norm.parts < 1 || !(norm.eps >= 0)))
@@ -845,17 +868,7 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired
     if (d.group % 32 != 0 || d.group_shift < 0)
       fail(where, "group " + std::to_string(d.group) + " not supported on the GPU (expected 32 * 2^i or per-channel)");
   }
-  {
-    int device = 0, optin = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    const size_t slab = gemv_qn_scale_slab_bytes(d);
-    if (slab + kStaticSharedBound > size_t(optin))
-      fail(where, "K = " + std::to_string(d.K) + " at group " + std::to_string(d.group) + " needs " +
-                      std::to_string((slab + kStaticSharedBound) >> 10) + " KB of shared memory a block for its " +
-                      "scales; this GPU offers " + std::to_string(optin >> 10) + " KB");
-    if (slab > kScaleSlabDefaultBytes) allow_scale_slab(act, d.bits, d.sparse, slab);
-  }
+  gemv_qn_allow_scale_slab(d, where);
   const HostTensor& qweight = w.part("qweight");
   const uint16_t* scales = w.part("scales").as<uint16_t>();  // [N, n_groups]
   const uint16_t* zeros = w.part("zeros").as<uint16_t>();    // [N, n_groups]
@@ -958,17 +971,26 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   p.sum_squares = epilogue.sum_squares;
 
   // Warps per block, 4 or 8: the one whose last wave of blocks is fullest, at 16 resident
-  // warps per SM (128 registers a thread), 4 on a tie. The sweep on the H100 (q8, q4g64,
+  // warps per SM (128 registers a thread) or as many blocks as the scale slabs leave room
+  // for past 32 KB (not measured: no such shape in the benchmarks), 4 on a tie. The sweep on the H100 (q8, q4g64,
   // q2g64): 8 won at N = 4096 and 10240 (0.5 / 1.2 waves with 4), 4 at N = 8192 and 57344.
   const int64_t tiles = w.Kw / 32;
   const int64_t blocks = (w.N + kRowsPerBlock - 1) / kRowsPerBlock;
+  const size_t slab = gemv_qn_scale_slab_bytes(w);
   int warps = config.warps_per_block;
   if (warps <= 0) {
     int device = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const auto last_wave_fill = [&](int per_block) {
-      const double waves = double(blocks) / double(int64_t(sms) * (16 / per_block));
+      int resident = 16 / per_block;
+      if (slab > kScaleSlabDefaultBytes) {  // fewer blocks an SM where the slabs fill its shared memory
+        const KernelFn narrow = kernels_of(w)[0];
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, reinterpret_cast<const void*>(narrow),
+                                                                 per_block * 32, slab));
+        resident = std::max(resident, 1);
+      }
+      const double waves = double(blocks) / double(int64_t(sms) * resident);
       return waves / std::ceil(waves);
     };
     warps = last_wave_fill(8) > last_wave_fill(4) + 0.02 ? 8 : 4;
@@ -980,7 +1002,14 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   const KernelFn kernel =
       wide ? (bf16 ? pick_kernel<true, kWide>(w.bits, w.sparse) : pick_kernel<false, kWide>(w.bits, w.sparse))
            : (bf16 ? pick_kernel<true, kNarrow>(w.bits, w.sparse) : pick_kernel<false, kNarrow>(w.bits, w.sparse));
-  const size_t slab = gemv_qn_scale_slab_bytes(w);  // fits and allowed: upload_qn_weight
+  if (slab > kScaleSlabDefaultBytes) {
+    const std::lock_guard<std::mutex> lock(allowed_mutex);
+    const auto allowed = allowed_slab.find(kernel);
+    if (allowed == allowed_slab.end() || allowed->second < slab)
+      throw Error("gemv_qn: the weight's " + std::to_string(slab >> 10) +
+                  " KB of scales were not allowed their shared memory (gemv_qn_allow_scale_slab; upload_qn_weight "
+                  "does it)");
+  }
   launch_pdl("gemv_qn_kernel", kernel, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)), slab, stream, p);
 }
 

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/packed_weight.h"
 #include "runtime/dtype.h"
@@ -109,9 +110,14 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired
 void free_qn_weight(QnDeviceWeight* w);  // frees and clears; safe on an empty weight
 
 // The shared memory a block stages a weight's scale/bias pairs in: 64 bytes a group (16
-// rows). Over 32 KB (K > 32768 at group 64, > 16384 at group 32) upload_qn_weight opts the
-// kernels in to more (up to 227 KB a block on the H100), or throws where the GPU has too little.
+// rows). Over 32 KB (K > 32768 at group 64, > 16384 at group 32) the kernels need the
+// opt-in (up to ~217 KB of slab a block on the H100, ~89 KB on sm_86 / sm_89), which
+// gemv_qn_allow_scale_slab grants; upload_qn_weight calls it, and gemv_qn* throw for a
+// weight whose slab was not allowed.
 size_t gemv_qn_scale_slab_bytes(const QnDeviceWeight& w);
+// Throws Error (prefixed with `where`) when the GPU cannot give a block the weight's slab.
+// Not for use inside a graph capture.
+void gemv_qn_allow_scale_slab(const QnDeviceWeight& w, const std::string& where);
 
 // Launch tuning; the defaults are what run_gemv_benchmarks measured best.
 struct GemvQnConfig {

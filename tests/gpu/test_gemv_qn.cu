@@ -2,8 +2,9 @@
 // width 1..8 x group {32, 64, 128, per-channel} x {fp16, bf16} x M {1, 3, 8, 9, 13, 16} (above
 // 8 the kernel that takes the activations as the mma's A; not on the square), on shapes
 // that are multiples of nothing (K = 33, 4100), thin (N = 7, 32, 64), long (K = 57344:
-// at groups 32 and 64 the kernel's path that reads scales from global memory), and one
-// large square (4096^2, on a subset to keep the run short).
+// at groups 32 and 64 a scale slab past 48 KB, the opt-in shared memory; where the GPU
+// cannot hold it, upload_qn_weight must refuse it instead), and one large square (4096^2,
+// on a subset to keep the run short).
 //
 // Tolerance, per output: |y - ref| <= tol * S2 with
 //   S2 = sum_k |x_k| (|w_k| + |q_k s| + |z s|),
@@ -140,6 +141,13 @@ struct Shape {
   int64_t K, N;
 };
 
+size_t device_shared_memory_per_block() {  // with the opt-in
+  int device = 0, bytes = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return size_t(bytes);
+}
+
 class GemvQnTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(GemvQnTest, MatchesCpuReference) {
@@ -150,13 +158,21 @@ TEST_P(GemvQnTest, MatchesCpuReference) {
   std::vector<Shape> shapes = {{33, 7}, {4100, 1000}, {11008, 64}, {57344, 32}};
   if (bits == 4 || group == 64) shapes.push_back({4096, 4096});  // the large square on a subset
   double worst[2] = {0, 0}, worst_plain[2] = {0, 0};
-  bool opt_in_slab = false;  // a slab of scale/bias pairs past the 48 KB a block has without opting in
+  bool opt_in_slab = false, refused = false;  // a slab past the 48 KB a block has without opting in; one refused
+  const size_t shared_per_block = device_shared_memory_per_block();
   for (const Shape& shape : shapes) {
     const std::vector<float> w = random_weight(shape.N, shape.K, rng);
     const PackedWeight packed = quantize_weight(w.data(), shape.N, shape.K, format);
+    const size_t slab = size_t(group_count(format.group, shape.K)) * 64;
+    if (slab + (10u << 10) > shared_per_block) {  // sm_86 / sm_89 at K = 57344, group 32
+      EXPECT_THROW(upload_qn_weight(packed, DType::F16), Error) << "K = " << shape.K << ": a slab the GPU cannot hold";
+      refused = true;
+      continue;
+    }
     for (DType act : {DType::F16, DType::BF16}) {
       QnDeviceWeight dw = upload_qn_weight(packed, act);
-      opt_in_slab |= gemv_qn_scale_slab_bytes(dw) > (48u << 10);
+      ASSERT_EQ(gemv_qn_scale_slab_bytes(dw), slab);
+      opt_in_slab |= slab > (48u << 10);
       // The 16-row kernel (M 13, 16) on every shape but the large square, whose CPU
       // reference at those M would double the suite's time.
       const bool square = shape.K == 4096 && shape.N == 4096;
@@ -175,7 +191,8 @@ TEST_P(GemvQnTest, MatchesCpuReference) {
     }
   }
   // K = 57344 at groups 32 and 64 (114 and 57 KB of scales a block) takes the opt-in shared memory.
-  if (group == 32 || group == 64) EXPECT_TRUE(opt_in_slab) << "no shape's scales needed the opt-in shared memory";
+  if (group == 32 || group == 64)
+    EXPECT_TRUE(opt_in_slab || refused) << "no shape's scales needed the opt-in shared memory";
   std::cout << "[gemv_qn] " << format.name() << ": worst |error| / S2 fp16 " << worst[0] << " (tol "
             << std::ldexp(1.0, -9) << "), bf16 " << worst[1] << " (tol " << std::ldexp(1.0, -7)
             << "); / S fp16 " << worst_plain[0] << ", bf16 " << worst_plain[1] << "\n";
@@ -313,6 +330,23 @@ TEST(DequantQn, S7MatchesTheCpuDecoder) {
         EXPECT_GE(zeros_seen, N * (K / 64) * 32) << "pruned elements not zero";
       }
     }
+}
+
+// A weight whose scales no block can hold (K = 131072 at group 32: 256 KB, past every GPU's
+// 227 KB) is refused at upload with one line naming the weight, not at launch.
+TEST(GemvQnEdges, RefusesScalesPastSharedMemory) {
+  std::mt19937_64 rng(test_seed() + 31);
+  const int64_t K = 131072, N = 16;
+  const std::vector<float> w = random_weight(N, K, rng);
+  const PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(4, 32));
+  try {
+    upload_qn_weight(packed, DType::F16);
+    ADD_FAILURE() << "uploaded a weight with 256 KB of scales a block";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("upload_qn_weight (q4g32)"), std::string::npos) << what;
+    EXPECT_NE(what.find("shared memory"), std::string::npos) << what;
+  }
 }
 
 // The launch must be capturable: no default-stream work, no synchronization inside; also
