@@ -1,6 +1,6 @@
 #pragma once
-// What the device weight uploaders (upload_qn_weight, upload_fpx_weight) share: copying a
-// packed weight's optional parts to the GPU.
+// What the device weight uploaders (upload_qn_weight, upload_fpx_weight) share: where their
+// buffers come from, and copying a packed weight's optional parts to the GPU.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -10,16 +10,35 @@
 
 namespace gemlite {
 
-// The weight's "bias" part ([rows] fp32) in a new device buffer (the caller cudaFrees it),
-// or null when the weight has none. Synchronous.
+// Device memory for a weight's buffers, usable on every stream once this returns: from the
+// device's default memory pool (cudaMallocAsync), which packs allocations, where cudaMalloc
+// gives each one whole 2 MiB pages. On the H100, 32 layers of Llama-2-7B-shaped q4g64
+// buffers (codes, scale/bias pairs, norm weights; 3475 MiB asked) took 3618 MiB of the
+// device through cudaMalloc (+4.1 %) and 3488 MiB from the pool (+0.4 %).
+inline void* device_weight_alloc(size_t bytes) {
+  void* device = nullptr;
+  CUDA_CHECK(cudaMallocAsync(&device, bytes, cudaStreamLegacy));
+  CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+  return device;
+}
+
+// Returns a device_weight_alloc buffer (null: nothing) to the pool once the device is idle,
+// as cudaFree would.
+inline void device_weight_free(const void* device) {
+  if (!device) return;
+  cudaDeviceSynchronize();
+  cudaFreeAsync(const_cast<void*>(device), cudaStreamLegacy);
+}
+
+// The weight's "bias" part ([rows] fp32) in a new device_weight_alloc buffer (the caller
+// frees it with device_weight_free), or null when the weight has none. Synchronous.
 inline const float* upload_bias(const PackedWeight& w) {
   const auto bias = w.parts.find("bias");
   if (bias == w.parts.end()) return nullptr;
-  float* device = nullptr;
-  CUDA_CHECK(cudaMalloc(&device, size_t(w.rows) * 4));
+  float* device = static_cast<float*>(device_weight_alloc(size_t(w.rows) * 4));
   const cudaError_t copied = cudaMemcpy(device, bias->second.data, size_t(w.rows) * 4, cudaMemcpyHostToDevice);
   if (copied != cudaSuccess) {
-    cudaFree(device);
+    device_weight_free(device);
     throw_cuda_error(copied, "cudaMemcpy(bias)", __FILE__, __LINE__);
   }
   return device;

@@ -11,6 +11,7 @@
 
 #include "kernels/bench/bench_util.h"
 #include "kernels/cuda_check.h"
+#include "kernels/device_upload.h"
 #include "kernels/qn/dequant_qn.h"
 #include "kernels/qn/gemv_qn.h"
 #include "kernels/qn/qn_format.h"
@@ -60,9 +61,9 @@ QnDeviceWeight random_qn_weight(const WeightFormat& format, int64_t K, int64_t N
   int shift = 0;
   while ((int64_t(32) << shift) < group_size(format.group, K)) ++shift;
   w.group_shift = w.n_groups == 1 ? 30 : shift;
-  uint32_t *q = nullptr, *sb = nullptr;
-  CUDA_CHECK(cudaMalloc(&q, size_t(qn_padded_rows(N) * w.Kw) * 4));  // random tiles, padding rows too
-  CUDA_CHECK(cudaMalloc(&sb, size_t(qn_padded_rows(N) * w.n_groups) * 4));
+  // Freed by free_qn_weight, like an uploaded weight: random tiles, padding rows too.
+  uint32_t* q = static_cast<uint32_t*>(device_weight_alloc(size_t(qn_padded_rows(N) * w.Kw) * 4));
+  uint32_t* sb = static_cast<uint32_t*>(device_weight_alloc(size_t(qn_padded_rows(N) * w.n_groups) * 4));
   w.qweight = q;
   w.scale_bias = sb;
   fill_words(q, qn_padded_rows(N) * w.Kw, seed, stream);

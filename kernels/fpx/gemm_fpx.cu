@@ -725,15 +725,11 @@ FpxDeviceWeight alloc_fpx_weight(const WeightFormat& format, int64_t N, int64_t 
   d.max_splits = choose_launch(d.row_blocks, d.k_tiles, 1, sm_count(), {}).splits;
   const size_t padded_n = size_t(d.row_blocks) * kFpxTileRows;
   try {
-    uint8_t* q = nullptr;
-    float* f = nullptr;
-    CUDA_CHECK(cudaMalloc(&q, size_t(d.row_blocks * d.k_tiles * fpx_tile_bytes(d.bits))));
-    d.packed = q;
-    CUDA_CHECK(cudaMalloc(&f, padded_n * 4));
-    d.row_factor = f;
+    d.packed = static_cast<uint8_t*>(device_weight_alloc(size_t(d.row_blocks * d.k_tiles * fpx_tile_bytes(d.bits))));
+    d.row_factor = static_cast<float*>(device_weight_alloc(padded_n * 4));
     if (d.max_splits > 1) {
-      CUDA_CHECK(cudaMalloc(&d.workspace, size_t(d.max_splits) * kSplitMaxM * padded_n * 4));
-      CUDA_CHECK(cudaMalloc(&d.counters, size_t(d.row_blocks) * 4));
+      d.workspace = static_cast<float*>(device_weight_alloc(size_t(d.max_splits) * kSplitMaxM * padded_n * 4));
+      d.counters = static_cast<int*>(device_weight_alloc(size_t(d.row_blocks) * 4));
       CUDA_CHECK(cudaMemset(d.counters, 0, size_t(d.row_blocks) * 4));
     }
   } catch (...) {
@@ -767,11 +763,11 @@ FpxDeviceWeight upload_fpx_weight(const PackedWeight& w, DType act) {
 }
 
 void free_fpx_weight(FpxDeviceWeight* w) {
-  cudaFree(const_cast<uint8_t*>(w->packed));
-  cudaFree(const_cast<float*>(w->row_factor));
-  cudaFree(const_cast<float*>(w->bias));
-  cudaFree(w->workspace);
-  cudaFree(w->counters);
+  device_weight_free(w->packed);
+  device_weight_free(w->row_factor);
+  device_weight_free(w->bias);
+  device_weight_free(w->workspace);
+  device_weight_free(w->counters);
   *w = FpxDeviceWeight{};
 }
 

@@ -904,12 +904,10 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired
       std::memcpy(&tiles[size_t(qn_tile_word_index(v, kw, d.Kw / 32))], &words[n * d.Kw + kw], 16);
   }
   try {
-    uint32_t* q = nullptr;
-    uint32_t* sb = nullptr;
-    CUDA_CHECK(cudaMalloc(&q, tiles.size() * 4));
+    uint32_t* q = static_cast<uint32_t*>(device_weight_alloc(tiles.size() * 4));
     d.qweight = q;
     CUDA_CHECK(cudaMemcpy(q, tiles.data(), tiles.size() * 4, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMalloc(&sb, scale_bias.size() * 4));
+    uint32_t* sb = static_cast<uint32_t*>(device_weight_alloc(scale_bias.size() * 4));
     d.scale_bias = sb;
     CUDA_CHECK(cudaMemcpy(sb, scale_bias.data(), scale_bias.size() * 4, cudaMemcpyHostToDevice));
     d.bias = upload_bias(w);
@@ -921,9 +919,9 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired
 }
 
 void free_qn_weight(QnDeviceWeight* w) {
-  cudaFree(const_cast<uint32_t*>(w->qweight));
-  cudaFree(const_cast<uint32_t*>(w->scale_bias));
-  cudaFree(const_cast<float*>(w->bias));
+  device_weight_free(w->qweight);
+  device_weight_free(w->scale_bias);
+  device_weight_free(w->bias);
   *w = QnDeviceWeight{};
 }
 

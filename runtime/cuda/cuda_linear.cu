@@ -60,7 +60,7 @@ class CudaLinear final : public QuantLinear {
       throw Error(std::string("cuda backend: linear layers for activation type ") + dtype_name(act) +
                   " (expected F16 or BF16)");
     if (is_qn() || is_s7()) {
-      // upload_qn_weight allocates with cudaMalloc itself: check first, for a clear error.
+      // upload_qn_weight allocates the device memory itself: check first, for a clear error.
       require_device_memory(weight.nbytes(), "a " + format().name() + " weight [" + std::to_string(weight.rows) +
                                                  ", " + std::to_string(weight.cols) + "]");
       qn_ = upload_qn_weight(weight, act, paired_half);  // s7 runs on the same kernel (kernels/s7/gemv_s7.h)
@@ -87,7 +87,7 @@ class CudaLinear final : public QuantLinear {
     }
   }
   ~CudaLinear() override {
-    cudaStreamSynchronize(ctx_->stream);  // launches may still read qn_ / fpx_ (plain cudaFree)
+    cudaStreamSynchronize(ctx_->stream);  // launches may still read qn_ / fpx_
     free_qn_weight(&qn_);
     free_fpx_weight(&fpx_);
   }
