@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
     std::vector<int> ids;             // [n_ctx]
     std::vector<float> logits;        // [n_ctx, vocab]
     std::vector<float> base_log_probs;  // [n_ctx - 1 - first_scored, vocab]
+    std::vector<double> nll(size_t(n_ctx - 1 - first_scored));  // [n_ctx - 1 - first_scored]
     const double start = now_seconds();
     for (int chunk = 0; chunk < n_chunks; ++chunk) {
       if (compare) {
@@ -100,14 +101,23 @@ int main(int argc, char** argv) {
         ids[0] = loaded.tokenizer->bos_id();
       }
       loaded.model->forward(ids, 0, /*all_logits=*/true, logits);
-      // logits at position j predict token j + 1
+      // logits at position j predict token j + 1: -log p(next token) of each scored position,
+      // the rows spread over the threads and summed in order below (the same result at any
+      // thread count). One thread scoring 255 rows of 32000 logits took longer than the
+      // H100's forward of the 25M-parameter model.
+#pragma omp parallel for schedule(static)
       for (int j = first_scored; j < n_ctx - 1; ++j) {
         const float* row = &logits[size_t(j) * vocab];
-        const double nll = log_sum_exp(row, vocab) - double(row[ids[j + 1]]);  // -log p(next token)
-        nll_sum += nll;
-        nll_squared_sum += nll * nll;
+        nll[size_t(j - first_scored)] = log_sum_exp(row, vocab) - double(row[ids[j + 1]]);
+      }
+      for (int j = first_scored; j < n_ctx - 1; ++j) {
+        const double value = nll[size_t(j - first_scored)];
+        nll_sum += value;
+        nll_squared_sum += value * value;
         ++scored;
-        if (compare) statistics.add(&base_log_probs[size_t(j - first_scored) * vocab], row, vocab, ids[j + 1]);
+        if (compare)
+          statistics.add(&base_log_probs[size_t(j - first_scored) * vocab], &logits[size_t(j) * vocab], vocab,
+                         ids[j + 1]);
       }
       if (writer) writer->add_chunk(ids, logits);
       if (chunk == 0) {
@@ -125,6 +135,9 @@ int main(int argc, char** argv) {
     const double standard_error = scored > 1 && variance > 0 ? std::sqrt(variance / (scored - 1)) : 0;
     const double ppl = std::exp(mean);
     std::printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", ppl, standard_error * ppl);
+    const double seconds = now_seconds() - start;
+    std::fprintf(stderr, "perplexity: %d chunks of %d tokens in %.2f s, %.0f tokens/s\n", n_chunks, n_ctx, seconds,
+                 double(n_chunks) * n_ctx / seconds);
     if (writer) std::fprintf(stderr, "perplexity: saved the scored log-probabilities to %s\n", base_path.c_str());
     if (compare) {
       std::printf("\n");

@@ -194,8 +194,50 @@ run() {
   return "$status"
 }
 
+# Perplexity of the real Hugging Face checkpoint on the GPU (the README's table): here,
+# `GEMLITE_GPU_DIR=.gpu-ppl bash scripts/gpu-check.sh pack-perplexity FORMAT` quantizes
+# ../shared/models/gutenberg-llama-25m to FORMAT (one model a pack: each is ~40 MiB of the
+# 64 MiB that travel) beside gemlite-perplexity and the held-out text; there,
+# `GEMLITE_GPU_DIR=.gpu-ppl bash scripts/gpu-check.sh run-perplexity` (carry .gpu-ppl)
+# scores its first 8 chunks of 512 (the CPU backend's table in the README, to compare)
+# and the whole text, with fp16 and with bf16 activations.
+ppl_text=pg1342-pride-and-prejudice.txt
+pack_perplexity() {
+  local format="${1:?pack-perplexity FORMAT}" nvcc=nvcc
+  command -v nvcc >/dev/null || nvcc=/usr/local/cuda/bin/nvcc
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" \
+    -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
+  cmake --build "$build" -j "$(nproc)" --target gemlite-perplexity gemlite-quantize
+  rm -rf "$dir" && mkdir -p "$dir"/lib
+  cp "$build"/gemlite-perplexity "$dir"/
+  ldd "$dir"/gemlite-perplexity | awk '/=> \// {print $3}' | grep -E 'libsentencepiece|libgomp|libprotobuf' |
+    while read -r lib; do cp -L "$lib" "$dir"/lib/; done
+  "$build"/gemlite-quantize ../shared/models/gutenberg-llama-25m "$dir/gutenberg-llama-25m-$format" "$format"
+  cp ../shared/data/gutenberg/$ppl_text "$dir"/
+  du -sh "$dir"
+}
+run_perplexity() {
+  local out="${OUT:-$dir/out}" status=0
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH="$PWD/$dir/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  for model in "$dir"/gutenberg-llama-25m-*; do
+    for dtype in f16 bf16; do
+      for chunks in 8 -1; do
+        echo "== $(basename "$model") --dtype $dtype --chunks $chunks"
+        "$dir"/gemlite-perplexity --device cuda --dtype "$dtype" -m "$model" -f "$dir/$ppl_text" --chunks "$chunks" \
+          >"$out/ppl-$(basename "$model")-$dtype-$chunks.log" 2>&1 || status=1
+        grep -iE "final|per pass|backend=|tokens/s" "$out/ppl-$(basename "$model")-$dtype-$chunks.log" | tail -3
+      done
+    done
+  done
+  return "$status"
+}
+
 case "$step" in
   pack) pack ;;
   run) run ;;
-  *) echo "usage: bash scripts/gpu-check.sh pack|run (see the top of this file)" >&2; exit 2 ;;
+  pack-perplexity) pack_perplexity "${2:-}" ;;
+  run-perplexity) run_perplexity ;;
+  *) echo "usage: bash scripts/gpu-check.sh pack|run|pack-perplexity FORMAT|run-perplexity (see the top of this file)" >&2
+     exit 2 ;;
 esac
