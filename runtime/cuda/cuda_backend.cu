@@ -25,6 +25,13 @@ bool attention_splits_enabled() {
   return !(off && std::string(off) == "1");
 }
 
+int sm_count() {
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
 class CudaKVCache final : public KVCache {
  public:
   CudaKVCache(const std::shared_ptr<CudaContext>& ctx, int n_layers, int capacity, const AttentionShape& shape,
@@ -32,7 +39,8 @@ class CudaKVCache final : public KVCache {
       : KVCache(capacity), n_layers(n_layers), kv_dim(shape.n_kv_heads * shape.head_dim), shape(shape),
         keys(device_tensor(ctx, act, int64_t(n_layers) * capacity, kv_dim, what(n_layers, capacity, "keys"))),
         values(device_tensor(ctx, act, int64_t(n_layers) * capacity, kv_dim, what(n_layers, capacity, "values"))),
-        splits(attention_splits_enabled() ? attention_splits_for(capacity) : AttentionSplits{}) {
+        splits(attention_splits_enabled() ? attention_splits_for(capacity, shape.n_heads, sm_count())
+                                          : AttentionSplits{}) {
     if (splits.count > 1) {  // decode's split partials, reused by every layer in stream order
       partials = device_tensor(ctx, DType::F32, int64_t(shape.n_heads) * splits.count, shape.head_dim + 2,
                                "the decode attention's partial sums");

@@ -66,10 +66,13 @@ struct AttentionSplits {
   float* partials = nullptr;     // [n_heads, count, hd + 2] F32 (count > 1)
   unsigned* counters = nullptr;  // [n_heads], zero between launches (count > 1)
 };
-// The splits for a cache of `capacity` positions: spans of at least kAttentionThreads
-// positions, at most kMaxAttentionSplits of them.
+// The splits for a cache of `capacity` positions and `n_heads` query heads on a GPU of `sms`
+// SMs: at a full cache one wave of blocks, two an SM (what the kernel's registers let
+// reside), in spans of at least kMinAttentionSpan positions, at most kMaxAttentionSplits
+// of them. GEMLITE_ATTENTION_SPLITS=N sets the count instead (A/B measurements).
 constexpr int kMaxAttentionSplits = 32;
-AttentionSplits attention_splits_for(int capacity);
+constexpr int kMinAttentionSpan = 256;
+AttentionSplits attention_splits_for(int capacity, int n_heads, int sms);
 
 // Causal attention of the (rotated) q in qkv over positions [0, *pos0 + t] of the caches
 // -> out [T, n_heads*hd]: one block per (head, token, split). For decode and short

@@ -262,7 +262,9 @@ TEST(AttentionSplits, MatchOneBlockPerHead) {
   const AttentionShape shape{32, 8, 128};
   const int capacity = 4096, kv_dim = shape.n_kv_heads * shape.head_dim, q_dim = shape.n_heads * shape.head_dim;
   const int width = q_dim + 2 * kv_dim;
-  const AttentionSplits layout = attention_splits_for(capacity);
+  // The layout of a 256-SM GPU (16 spans of 256), whatever this one has: what is tested is
+  // the merge, with every split live at the end of the cache.
+  const AttentionSplits layout = attention_splits_for(capacity, shape.n_heads, 256);
   ASSERT_EQ(layout.count, 16);
   ASSERT_EQ(layout.span, 256);
   const Tensor keys = random_device_halves(ctx, size_t(capacity) * kv_dim, rng);    // [capacity, kv_dim]
@@ -304,6 +306,23 @@ TEST(AttentionSplits, MatchOneBlockPerHead) {
   }
 }
 
+// The split rule: one wave of two blocks an SM at a full cache, spans of >= 256 positions
+// in whole rounds of 64, at most 32 splits; the environment override for A/B runs.
+TEST(AttentionSplits, OneWaveOfTwoBlocksAnSm) {
+  const AttentionSplits h100 = attention_splits_for(4352, 32, 132);  // Llama-2-7B at depth 4096 + 256
+  EXPECT_EQ(h100.count, 8);
+  EXPECT_EQ(h100.span, 576);
+  EXPECT_GE(int64_t(h100.count) * h100.span, 4352);
+  const AttentionSplits short_cache = attention_splits_for(640, 32, 132);
+  EXPECT_EQ(short_cache.count, 2);
+  EXPECT_EQ(short_cache.span, 320);
+  const AttentionSplits few_heads = attention_splits_for(1 << 16, 4, 132);  // capped
+  EXPECT_EQ(few_heads.count, kMaxAttentionSplits);
+  EXPECT_EQ(few_heads.span, 2048);
+  EXPECT_EQ(attention_splits_for(100, 32, 132).count, 1);
+  EXPECT_GE(attention_splits_for(100, 32, 132).span, 100);
+}
+
 // Decode attention with RoPE and the KV store inside (launch_attention with rope_inv_freq)
 // against launch_rope_store followed by the plain kernel, on copies of the same cache and
 // qkv: GQA with the cache split (positions in the first split, on a boundary, at the end)
@@ -323,7 +342,7 @@ TEST(AttentionFusedRope, MatchesRopeStoreThenAttention) {
     const AttentionShape& shape = c.shape;
     const int kv_dim = shape.n_kv_heads * shape.head_dim, q_dim = shape.n_heads * shape.head_dim;
     const int width = q_dim + 2 * kv_dim;
-    AttentionSplits splits = attention_splits_for(c.capacity);
+    AttentionSplits splits = attention_splits_for(c.capacity, shape.n_heads, 256);
     Tensor partials = device_tensor(ctx, DType::F32, int64_t(shape.n_heads) * splits.count, shape.head_dim + 2);
     Tensor counters = device_tensor(ctx, DType::I32, 1, shape.n_heads);
     CUDA_CHECK(cudaMemset(counters.data, 0, size_t(shape.n_heads) * sizeof(int)));
