@@ -352,7 +352,9 @@ __global__ void __launch_bounds__(kAttentionThreads)
 // 4096 on Llama-2-7B's 32 heads 17 splits, 544 blocks where 264 reside (104 registers a
 // thread: two blocks an SM), so three waves, the last of 16 blocks. One wave of 8 splits
 // (spans of 576): llama2-7b q4g64 tg128 at depth 4096 337.4 / 339.3 -> 371.4 / 371.2 tok/s
-// (one H200, same binary, GEMLITE_ATTENTION_SPLITS=17 for the old count, two rounds).
+// (one H200, same binary, GEMLITE_ATTENTION_SPLITS=17 for the old count, two rounds). The
+// count swept on another H200 (same run): 6 splits 357.4 (192 blocks: SMs left idle), 8
+// 372.8, 12 338.6 (384 blocks: a wave and a half).
 AttentionSplits attention_splits_for(int capacity, int n_heads, int sms) {
   constexpr int kBlocksPerSm = 2;
   int count = std::clamp(kBlocksPerSm * sms / std::max(n_heads, 1), 1, kMaxAttentionSplits);
