@@ -135,6 +135,7 @@ int main(int argc, char** argv) {
     const double standard_error = scored > 1 && variance > 0 ? std::sqrt(variance / (scored - 1)) : 0;
     const double ppl = std::exp(mean);
     std::printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", ppl, standard_error * ppl);
+    std::fflush(stdout);  // before the stderr line, so that a shared log keeps the order
     const double seconds = now_seconds() - start;
     std::fprintf(stderr, "perplexity: %d chunks of %d tokens in %.2f s, %.0f tokens/s\n", n_chunks, n_ctx, seconds,
                  double(n_chunks) * n_ctx / seconds);

@@ -29,7 +29,9 @@ inline void* device_weight_alloc(size_t bytes) {
 inline void device_weight_free(const void* device) {
   if (!device) return;
   cudaDeviceSynchronize();
-  cudaFreeAsync(const_cast<void*>(device), cudaStreamLegacy);
+  // Errors ignored, as cudaFree's were (this runs in destructors), and cleared, so that a
+  // later launch check does not report them as its own.
+  if (cudaFreeAsync(const_cast<void*>(device), cudaStreamLegacy) != cudaSuccess) cudaGetLastError();
 }
 
 // The weight's "bias" part ([rows] fp32) in a new device_weight_alloc buffer (the caller

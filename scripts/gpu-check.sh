@@ -195,10 +195,11 @@ run() {
 }
 
 # Perplexity of the real Hugging Face checkpoint on the GPU (the README's table): here,
-# `GEMLITE_GPU_DIR=.gpu-ppl bash scripts/gpu-check.sh pack-perplexity FORMAT` quantizes
+# `bash scripts/gpu-check.sh pack-perplexity FORMAT` (folder .gpu-ppl unless
+# GEMLITE_GPU_DIR says otherwise) quantizes
 # ../shared/models/gutenberg-llama-25m to FORMAT (one model a pack: each is ~40 MiB of the
 # 64 MiB that travel) beside gemlite-perplexity and the held-out text; there,
-# `GEMLITE_GPU_DIR=.gpu-ppl bash scripts/gpu-check.sh run-perplexity` (carry .gpu-ppl)
+# `bash scripts/gpu-check.sh run-perplexity` (carry .gpu-ppl)
 # scores its first 8 chunks of 512 (the CPU backend's table in the README, to compare)
 # and the whole text, with fp16 and with bf16 activations.
 ppl_text=pg1342-pride-and-prejudice.txt
@@ -210,10 +211,10 @@ pack_perplexity() {
   cmake --build "$build" -j "$(nproc)" --target gemlite-perplexity gemlite-quantize
   rm -rf "$dir" && mkdir -p "$dir"/lib
   cp "$build"/gemlite-perplexity "$dir"/
-  ldd "$dir"/gemlite-perplexity | awk '/=> \// {print $3}' | grep -E 'libsentencepiece|libgomp|libprotobuf' |
+  { ldd "$dir"/gemlite-perplexity | awk '/=> \// {print $3}' | grep -E 'libsentencepiece|libgomp|libprotobuf' || true; } |
     while read -r lib; do cp -L "$lib" "$dir"/lib/; done
   "$build"/gemlite-quantize ../shared/models/gutenberg-llama-25m "$dir/gutenberg-llama-25m-$format" "$format"
-  cp ../shared/data/gutenberg/$ppl_text "$dir"/
+  cp "../shared/data/gutenberg/$ppl_text" "$dir"/
   du -sh "$dir"
 }
 run_perplexity() {
@@ -226,7 +227,7 @@ run_perplexity() {
         echo "== $(basename "$model") --dtype $dtype --chunks $chunks"
         "$dir"/gemlite-perplexity --device cuda --dtype "$dtype" -m "$model" -f "$dir/$ppl_text" --chunks "$chunks" \
           >"$out/ppl-$(basename "$model")-$dtype-$chunks.log" 2>&1 || status=1
-        grep -iE "final|per pass|backend=|tokens/s" "$out/ppl-$(basename "$model")-$dtype-$chunks.log" | tail -3
+        grep -iE "final|per pass|backend=|tokens/s" "$out/ppl-$(basename "$model")-$dtype-$chunks.log" || true
       done
     done
   done
@@ -236,8 +237,10 @@ run_perplexity() {
 case "$step" in
   pack) pack ;;
   run) run ;;
-  pack-perplexity) pack_perplexity "${2:-}" ;;
-  run-perplexity) run_perplexity ;;
+  pack-perplexity | run-perplexity)
+    # Never the folder of `pack` (pack-perplexity empties its folder first).
+    [ -n "${GEMLITE_GPU_DIR:-}" ] || dir=.gpu-ppl
+    if [ "$step" = pack-perplexity ]; then pack_perplexity "${2:-}"; else run_perplexity; fi ;;
   *) echo "usage: bash scripts/gpu-check.sh pack|run|pack-perplexity FORMAT|run-perplexity (see the top of this file)" >&2
      exit 2 ;;
 esac

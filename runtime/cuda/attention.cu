@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
 #include "kernels/cuda_check.h"
@@ -357,14 +356,18 @@ __global__ void __launch_bounds__(kAttentionThreads)
 // 372.8, 12 338.6 (384 blocks: a wave and a half).
 AttentionSplits attention_splits_for(int capacity, int n_heads, int sms) {
   constexpr int kBlocksPerSm = 2;
-  int count = std::clamp(kBlocksPerSm * sms / std::max(n_heads, 1), 1, kMaxAttentionSplits);
-  count = std::min(count, std::max(1, capacity / kMinAttentionSpan));
-  if (const char* forced = std::getenv("GEMLITE_ATTENTION_SPLITS"))
-    count = std::clamp(std::atoi(forced), 1, kMaxAttentionSplits);
+  const int count = std::min(std::clamp(kBlocksPerSm * sms / std::max(n_heads, 1), 1, kMaxAttentionSplits),
+                             std::max(1, capacity / kMinAttentionSpan));
+  return attention_splits_of(capacity, count);
+}
+
+AttentionSplits attention_splits_of(int capacity, int count) {
+  if (capacity < 1) return AttentionSplits{};
+  count = std::clamp(count, 1, kMaxAttentionSplits);
   constexpr int kRound = 64;  // positions a round of a block takes at head_dim 128
   AttentionSplits splits;
   splits.span = ((capacity + count - 1) / count + kRound - 1) / kRound * kRound;
-  splits.count = std::max(1, (capacity + splits.span - 1) / splits.span);
+  splits.count = (capacity + splits.span - 1) / splits.span;
   return splits;
 }
 

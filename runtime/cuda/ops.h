@@ -69,10 +69,13 @@ struct AttentionSplits {
 // The splits for a cache of `capacity` positions and `n_heads` query heads on a GPU of `sms`
 // SMs: at a full cache one wave of blocks, two an SM (what the kernel's registers let
 // reside), in spans of at least kMinAttentionSpan positions, at most kMaxAttentionSplits
-// of them. GEMLITE_ATTENTION_SPLITS=N sets the count instead (A/B measurements).
+// of them.
 constexpr int kMaxAttentionSplits = 32;
 constexpr int kMinAttentionSpan = 256;
 AttentionSplits attention_splits_for(int capacity, int n_heads, int sms);
+// `count` (clamped to 1..kMaxAttentionSplits) spans of equal whole rounds covering
+// `capacity` positions (fewer when rounding leaves the last ones empty).
+AttentionSplits attention_splits_of(int capacity, int count);
 
 // Causal attention of the (rotated) q in qkv over positions [0, *pos0 + t] of the caches
 // -> out [T, n_heads*hd]: one block per (head, token, split). For decode and short

@@ -262,9 +262,9 @@ TEST(AttentionSplits, MatchOneBlockPerHead) {
   const AttentionShape shape{32, 8, 128};
   const int capacity = 4096, kv_dim = shape.n_kv_heads * shape.head_dim, q_dim = shape.n_heads * shape.head_dim;
   const int width = q_dim + 2 * kv_dim;
-  // The layout of a 256-SM GPU (16 spans of 256), whatever this one has: what is tested is
-  // the merge, with every split live at the end of the cache.
-  const AttentionSplits layout = attention_splits_for(capacity, shape.n_heads, 256);
+  // 16 spans of 256 whatever this GPU would choose: what is tested is the merge, with every
+  // split live at the end of the cache.
+  const AttentionSplits layout = attention_splits_of(capacity, 16);
   ASSERT_EQ(layout.count, 16);
   ASSERT_EQ(layout.span, 256);
   const Tensor keys = random_device_halves(ctx, size_t(capacity) * kv_dim, rng);    // [capacity, kv_dim]
@@ -321,6 +321,12 @@ TEST(AttentionSplits, OneWaveOfTwoBlocksAnSm) {
   EXPECT_EQ(few_heads.span, 2048);
   EXPECT_EQ(attention_splits_for(100, 32, 132).count, 1);
   EXPECT_GE(attention_splits_for(100, 32, 132).span, 100);
+  EXPECT_EQ(attention_splits_for(0, 32, 132).count, 1);  // no cache: one block a head, no division by 0
+  const AttentionSplits forced = attention_splits_of(300, 2);  // GEMLITE_ATTENTION_SPLITS's layouts
+  EXPECT_EQ(forced.count, 2);
+  EXPECT_EQ(forced.span, 192);
+  EXPECT_EQ(attention_splits_of(4224, 17).count, 17);
+  EXPECT_EQ(attention_splits_of(4224, 17).span, 256);
 }
 
 // Decode attention with RoPE and the KV store inside (launch_attention with rope_inv_freq)
@@ -335,14 +341,15 @@ TEST(AttentionFusedRope, MatchesRopeStoreThenAttention) {
   struct Case {
     AttentionShape shape;
     int capacity;
+    int splits;  // the split count (attention_splits_of), whatever this GPU would choose
     std::vector<int> positions;
   };
-  for (const Case& c : {Case{{32, 8, 128}, 4096, {100, 256, 4095}}, Case{{4, 4, 64}, 64, {0, 5}},
-                        Case{{6, 2, 48}, 300, {7, 299}}}) {
+  for (const Case& c : {Case{{32, 8, 128}, 4096, 16, {100, 256, 4095}}, Case{{4, 4, 64}, 64, 1, {0, 5}},
+                        Case{{6, 2, 48}, 300, 2, {7, 299}}}) {
     const AttentionShape& shape = c.shape;
     const int kv_dim = shape.n_kv_heads * shape.head_dim, q_dim = shape.n_heads * shape.head_dim;
     const int width = q_dim + 2 * kv_dim;
-    AttentionSplits splits = attention_splits_for(c.capacity, shape.n_heads, 256);
+    AttentionSplits splits = attention_splits_of(c.capacity, c.splits);
     Tensor partials = device_tensor(ctx, DType::F32, int64_t(shape.n_heads) * splits.count, shape.head_dim + 2);
     Tensor counters = device_tensor(ctx, DType::I32, 1, shape.n_heads);
     CUDA_CHECK(cudaMemset(counters.data, 0, size_t(shape.n_heads) * sizeof(int)));
