@@ -75,6 +75,18 @@ TEST(PerplexityProgram, FewerBitsCostPerplexityInOrder) {
   EXPECT_LT(q4, q2);
 }
 
+// The scored rows are spread over the threads and summed in order: the printed numbers
+// (every chunk's running value and the final estimate) are the same at any thread count.
+TEST(PerplexityProgram, TheSameAtAnyThreadCount) {
+  const std::string args = "-m " + quantized_stories260k("q4g32") + " -f " + shared_file(kText) + " -c 128 --chunks 4";
+  const ProgramRun one = run_program_for_test("gemlite-perplexity", args + " -t 1", false);
+  const ProgramRun two = run_program_for_test("gemlite-perplexity", args + " -t 2", false);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(one.output.find("Final estimate: PPL = "), std::string::npos) << one.output;
+  EXPECT_EQ(one.output, two.output);
+}
+
 TEST(PerplexityProgram, TextShorterThanTwoChunksIsAnError) {
   const ProgramRun run = run_program_for_test(
       "gemlite-perplexity", "-m " + quantized_stories260k("f32") + " -f " + shared_file(kText) + " -c 100000", true);
