@@ -104,6 +104,28 @@ __device__ __forceinline__ void wgmma_rs<64, true>(float (&d)[8][4], const uint3
   GEMLITE_WGMMA_N64("bf16.bf16");
 }
 #undef GEMLITE_WGMMA_N64
+// m64n128k16: 64 accumulators a thread, their operands four at a time.
+#define GEMLITE_D4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+#define GEMLITE_WGMMA_N128(TYPES)                                                      \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " {"             \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "  \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "  \
+               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
+               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"  \
+               "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 0;"                              \
+               : GEMLITE_D4(0), GEMLITE_D4(1), GEMLITE_D4(2), GEMLITE_D4(3), GEMLITE_D4(4), GEMLITE_D4(5), GEMLITE_D4(6), GEMLITE_D4(7),  \
+                 GEMLITE_D4(8), GEMLITE_D4(9), GEMLITE_D4(10), GEMLITE_D4(11), GEMLITE_D4(12), GEMLITE_D4(13), GEMLITE_D4(14), GEMLITE_D4(15)  \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
+template <>
+__device__ __forceinline__ void wgmma_rs<128, false>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
+  GEMLITE_WGMMA_N128("f16.f16");
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<128, true>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
+  GEMLITE_WGMMA_N128("bf16.bf16");
+}
+#undef GEMLITE_WGMMA_N128
+#undef GEMLITE_D4
 #else
 // Without sm_90a (PTX for another architecture, e.g. nvcc -arch=sm_90a's compute_90 copy
 // for later GPUs): never launched there (see the top); if a build without an sm_90a image

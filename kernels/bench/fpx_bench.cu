@@ -164,6 +164,10 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
         for (int c = 1; c < copies; ++c) fpx[f].push_back(random_fpx_weight(format, K, N, act, 11 + 31 * uint32_t(c), stream));
       }
       const cudaDataType type = act == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+      // The tiled kernel's wide shape permutes x into this first (part of its time).
+      void* scratch = nullptr;
+      const size_t scratch_bytes = fpx.empty() ? 0 : gemm_fpx_scratch_bytes(fpx[0][0], max_m);
+      if (scratch_bytes) CUDA_CHECK(cudaMalloc(&scratch, scratch_bytes));
       for (int M : options.batch_sizes) {
         const double io_bytes = double(M) * double(K + N) * 2;
         const float alpha = 1.0f, beta = 0.0f;
@@ -210,22 +214,23 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
             mt2.m_tile = 2;
             mt2.tiled = 0;
             settings.push_back({" mt=2", mt2});
-            for (int splits : {1, 2, 4, 8}) {  // the tiled kernel at each cluster size
-              GemmFpxConfig tiled;
-              tiled.tiled = 1;
-              tiled.splits = splits;
-              settings.push_back({" tiled splits=" + std::to_string(splits), tiled});
-            }
+            for (int kernel : {1, 2})  // the tiled kernel's shapes at each cluster size
+              for (int splits : {1, 2, 4, 8}) {
+                GemmFpxConfig tiled;
+                tiled.tiled = kernel;
+                tiled.splits = splits;
+                settings.push_back({(kernel == 1 ? " tiled splits=" : " wide splits=") + std::to_string(splits), tiled});
+              }
           }
           for (const auto& variant : settings) {
             const std::string& setting = variant.first;
             const GemmFpxConfig& config = variant.second;
             const double us = time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
-              gemm_fpx(weights[size_t(i % copies)], x, y, M, act, stream, config);
+              gemm_fpx(weights[size_t(i % copies)], x, y, M, act, stream, config, nullptr, scratch);
             });
             // The check reads the output of a fresh launch on copy 0.
             CUDA_CHECK(cudaMemsetAsync(y, 0xFF, size_t(M) * size_t(N) * 2, stream));
-            gemm_fpx(weights[0], x, y, M, act, stream, config);
+            gemm_fpx(weights[0], x, y, M, act, stream, config, nullptr, scratch);
             const double ratio = worst_sample_ratio(weights[0], x, y, M, stream);
             const double total = double(weights[0].weight_bytes()) + io_bytes;
             std::fprintf(out,
@@ -257,6 +262,7 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
       for (void* d : dense) CUDA_CHECK(cudaFree(d));
       CUDA_CHECK(cudaFree(x));
       CUDA_CHECK(cudaFree(y));
+      if (scratch) CUDA_CHECK(cudaFree(scratch));
     }
   }
 }

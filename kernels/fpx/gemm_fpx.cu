@@ -42,11 +42,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_upload.h"
+#include "kernels/bulk_copy.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/fpx/fpx_format.h"
 #include "kernels/fpx/fpx_tile.cuh"
@@ -333,25 +335,43 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
 
 // ---- M > 16: W and x staged in shared memory, wgmma, K split across a cluster --------
 //
-// A block owns 256 rows of W (16 row blocks) and N = 8 MT x rows (32 or 64), and walks its
-// share of K by tiles of 128. Its four warpgroups each own one 64-row m-tile: warp w holds
-// row block w, whose FPx tile it decodes into A fragments exactly as the register kernel
-// does, and per k-step its warpgroup issues one wgmma m64 N k16 with x as B from shared
+// A block owns WARPS row blocks of W (16 rows each) and 8 MT x rows, and walks its share of
+// K by tiles of 128. Its warpgroups each own one 64-row m-tile: warp w holds row block w,
+// whose FPx tile it decodes into A fragments exactly as the register kernel does, and per
+// k-step its warpgroup issues one wgmma m64 N k16 (N = 8 MT) with x as B from shared
 // memory (kernels/wgmma.cuh): the tensor cores run asynchronously while the warps decode
 // the next k-steps (a tile's 8 k-steps in two halves, each its own A registers and wgmma
 // group). The tiles of W are copied into shared memory with cp.async two tiles ahead (4
 // stages: the stage a copy refills was last read by the wgmmas of two tiles back, which
-// every warp has waited for by then); x goes through registers, loaded two tiles ahead
-// and stored in wgmma's K-major core-matrix layout with the decoder's k order (a lane's A
-// registers hold the real k 4 tig + 0, 1 and 4 tig + 2, 3 of a step where the mma expects
-// k 2 tig + 0, 1 and 2 tig + 8, 9, so B's k-groups of 8 are the even and the odd pairs of
-// 16 real k).
+// every warp has waited for by then); x lands in wgmma's K-major core-matrix layout with
+// the decoder's k order (a lane's A registers hold the real k 4 tig + 0, 1 and 4 tig + 2,
+// 3 of a step where the mma expects k 2 tig + 0, 1 and 2 tig + 8, 9, so B's k-groups of 8
+// are the even and the odd pairs of 16 real k). Two shapes:
+//  - tiled (M 17..64): 16 warps, 256 rows of W, 32 or 64 x rows; x goes through
+//    registers, loaded two tiles ahead and stored into the stage in that layout;
+//  - wide (M > kFpxWideMinM): 8 warps, 128 rows of W, 128 x rows; permute_x_kernel first
+//    writes x into a scratch buffer as the image of the stages, and one thread copies a
+//    tile's 32 KB of it with one bulk copy (TMA engine, kernels/bulk_copy.cuh) completing
+//    on the stage's mbarrier: no x in registers, no per-thread copies.
 //
-// Shapes with few row-block groups (N = 4096: 16) split K over a cluster of `splits`
-// blocks (gridDim.z, at most 8): each block leaves its fp32 partial sums in its own
-// shared memory and, after a cluster barrier, block z sums the slice z of the outputs
-// over the cluster's blocks in rank order (distributed shared memory): deterministic, no
-// global workspace, no second kernel.
+// Shapes with few blocks split K over a cluster of `splits` blocks (gridDim.z, at most
+// 8): each block leaves its fp32 partial sums in its own shared memory and, after a
+// cluster barrier, block z sums the slice z of the outputs over the cluster's blocks in
+// rank order (distributed shared memory): deterministic, no global workspace, no second
+// kernel.
+//
+// The wide shape, measured on the way (H100, fp6 fp16, cold L2, 2026-11-27, gemlite-bench
+// --kernels --kernel-set fpx, GEMLITE_BENCH_FPX_SWEEP=1): the 64-row tiled shape it
+// replaced ran 8192 x 8192 at M = 512 in 247 us (0.37x cuBLAS) and 28672 x 8192 at M = 256
+// in 401. A first wide version (256 x rows, n = 256 wgmmas, two 77 KB stages, x by 4-byte
+// cp.async straight into the layout) was no faster: on 28672 x 8192 M = 256 it took 473
+// us, 464 without decoding, 244 without the x copies, 135 with nothing but the W copies (a
+// one-tile-deep pipeline waits out each tile's copies). 128 x rows, four stages and x by
+// 16-byte cp.async from the permuted copy: still 0.3-0.5x (ncu, 8192 x 8192 M = 512: L2
+// throughput 82 %, DRAM 7 %, 0.20 instructions issued a scheduler a cycle). x multicast to
+// clusters of 2-8 blocks (each copying a slice for all, a cluster barrier a tile to free
+// the stages) was slower again (8192 x 8192 M = 512: 211-313 us). One bulk copy a tile
+// per block: 141 us (0.65x cuBLAS, the dense copy + cuBLAS 165), M = 128 40.9 (1.24x).
 //
 // Earlier versions, measured on the way (H100, fp6 fp16, cold L2, gemlite-bench --kernels
 // --kernel-set fpx with GEMLITE_BENCH_FPX_SPLITS=1,2,4,8): the shared-memory kernel this one
@@ -368,54 +388,87 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
 // (8192 x 8192 M = 64 57.4 -> 60.8 us, A/B in one device session). Still issue-bound: the
 // decode (lop3/shift/prmt per pair) and the per-tile copies are what a faster version
 // must cut (kernels/fpx/BENCH.md has the table against cuBLAS and the dense copy).
-constexpr int kTiledWarps = 16;
-constexpr int kTiledRowBlocks = kTiledWarps;  // 256 rows of W a block, row block w for warp w
 constexpr int kTiledStages = 4;
-constexpr int kTiledAhead = 2;                                         // tiles copied ahead of the one computed
-constexpr int kTiledMaxSplits = 8;                                     // the portable cluster size
-constexpr int kPartStride = kTiledRowBlocks * kFpxTileRows + 4;        // floats a partial-sum row: conflict-free stores
+constexpr int kTiledAhead = 2;      // tiles copied ahead of the one computed
+constexpr int kTiledMaxSplits = 8;  // the portable cluster size
 
-template <int EBITS, int MBITS, int MT>
+// A shape of the tiled kernel (above): WARPS warps, 8 MT x rows, x through registers or
+// (X_IMAGE) as permute_x_kernel's image by bulk copy.
+template <int EBITS, int MBITS, int MT, int WARPS, bool X_IMAGE>
 struct TiledLayout {
+  static constexpr int kRowsX = 8 * MT;
   static constexpr int kTileBytes = 256 * Planes<EBITS, MBITS>::kBits;
-  static constexpr int kWBytes = kTiledRowBlocks * kTileBytes;  // [16 row blocks][tile]
-  static constexpr int kXBytes = 8 * MT * kFpxTileK * 2;        // [8 steps][2 k-groups][MT n-groups][8 n][8 k]
+  static constexpr int kWBytes = WARPS * kTileBytes;  // [WARPS row blocks][tile]
+  static constexpr int kGroupBytes = kRowsX * 16;   // one k-group (8 k) of the kRowsX rows, 16 bytes a row
+  static constexpr int kXBytes = 16 * kGroupBytes;  // [8 steps][2 k-groups][kRowsX rows][8 k]
   static constexpr int kStageBytes = kWBytes + kXBytes;
-  static constexpr int kPartBytes = 8 * MT * kPartStride * 4;   // [8 MT x rows][kPartStride] after the loop
-  static constexpr int kSmemBytes = kTiledStages * kStageBytes > kPartBytes ? kTiledStages * kStageBytes : kPartBytes;
+  static constexpr int kPartStride = WARPS * kFpxTileRows + 4;  // floats a partial-sum row: conflict-free stores
+  static constexpr int kPartBytes = kRowsX * kPartStride * 4;   // [x rows][kPartStride] after the loop
+  static constexpr int kStagesBytes = kTiledStages * kStageBytes > kPartBytes ? kTiledStages * kStageBytes : kPartBytes;
+  static constexpr int kSmemBytes = kStagesBytes + (X_IMAGE ? kTiledStages * 8 : 0);  // + a stage's mbarrier
 };
 
-// PRECOND: blockDim.x = 32 kTiledWarps, dynamic shared memory TiledLayout::kSmemBytes,
-// grid = (ceil(M / 8 MT), ceil(RB / 16), splits) in clusters of (1, 1, splits), splits a
-// power of two <= 8, tiles_per_split = ceil(KT / splits), K % 8 == 0, x 16-byte aligned,
-// a device of compute capability 9.0 (wgmma).
-template <int EBITS, int MBITS, bool BF16, int MT>
-__global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(const __grid_constant__ GemmFpxParams p) {
+// Real k 16 s + 0..15 of a row as the B k-groups of step s: group 0 holds the even pairs
+// (real k 0, 1, 4, 5, 8, 9, 12, 13), group 1 the odd ones (see the top of this section).
+__device__ __forceinline__ void split_pairs(uint4 u0, uint4 u1, uint4& group0, uint4& group1) {
+  group0 = make_uint4(u0.x, u0.z, u1.x, u1.z);
+  group1 = make_uint4(u0.y, u0.w, u1.y, u1.w);
+}
+
+// The wide shape's x, in the image of its stages: xp [ceil(M / R)][KT][16 k-groups][R rows]
+// [8 k] (R = rows_x, a block's x rows), the k-groups of each 16 k in the order of
+// split_pairs, zero past M and K, so that a block's x of one tile is one contiguous copy.
+// One thread a 16-k step of a row.
+__global__ void permute_x_kernel(const uint16_t* x, uint16_t* xp, int M, int K, int KT, int rows_x) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int steps = KT * 8;
+  const int rows = (M + rows_x - 1) / rows_x * rows_x;
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= int64_t(rows) * steps) return;
+  const int m = int(j / steps), s = int(j % steps);
+  const uint16_t* row = x + int64_t(m) * K;
+  uint4 u[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int k = 16 * s + 8 * h;  // K % 8 == 0: eight k are all inside or all past K
+    u[h] = m < M && k < K ? *reinterpret_cast<const uint4*>(row + k) : make_uint4(0, 0, 0, 0);
+  }
+  const int64_t tile = int64_t(m / rows_x) * KT + s / 8;
+  uint4* group0 = reinterpret_cast<uint4*>(xp + (tile * 16 + 2 * (s % 8)) * rows_x * 8 + (m % rows_x) * 8);
+  split_pairs(u[0], u[1], group0[0], group0[rows_x]);
+}
+
+// PRECOND: blockDim.x = 32 WARPS, dynamic shared memory TiledLayout::kSmemBytes, grid =
+// (ceil(M / 8 MT), ceil(RB / WARPS), splits) in clusters of (1, 1, splits), splits a power
+// of two <= 8, tiles_per_split = ceil(KT / splits), K % 8 == 0, x 16-byte aligned, a
+// device of compute capability 9.0 (wgmma). X_IMAGE: p.x is permute_x_kernel's image.
+template <int EBITS, int MBITS, bool BF16, int MT, int WARPS, bool X_IMAGE>
+__global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __grid_constant__ GemmFpxParams p) {
   using P = Planes<EBITS, MBITS>;
-  using L = TiledLayout<EBITS, MBITS, MT>;
-  constexpr int kRowsX = 8 * MT;
-  constexpr int kXPieces = kRowsX * 8;  // (k-step, x row) pieces of 32 bytes a tile
-  constexpr int kXJobs = (kXPieces + kTiledWarps * 32 - 1) / (kTiledWarps * 32);  // a thread's pieces
+  using L = TiledLayout<EBITS, MBITS, MT, WARPS, X_IMAGE>;
+  constexpr int kThreads = WARPS * 32;
+  constexpr int kRowsX = L::kRowsX;
   extern __shared__ uint4 smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem_raw);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int rb0 = blockIdx.y * kTiledRowBlocks;  // the block's first row block
+  const int rb0 = blockIdx.y * WARPS;  // the block's first row block
   const int m0 = blockIdx.x * kRowsX;
   const int splits = int(gridDim.z), split = int(blockIdx.z);  // split = the block's rank in its cluster
   const int t_begin = min(split * p.tiles_per_split, p.KT);  // a split past K gets no tile
   const int n_tiles = max(0, min(p.KT, t_begin + p.tiles_per_split) - t_begin);
 
   const auto stage_of = [&](int i) { return smem + (i % kTiledStages) * L::kStageBytes; };
-  // W of tile i (the 16 row blocks below RB) into its stage: a thread's pieces (16 bytes
+  // W of tile i (the row blocks below RB) into its stage: a thread's pieces (16 bytes
   // each) sit at the same places of every tile, so their addresses are computed once
   // (the per-tile index arithmetic had been ~170 of ~860 instructions a warp a tile).
-  constexpr int kWPieces = kTiledRowBlocks * L::kTileBytes / 16;
-  constexpr int kWCopies = (kWPieces + kTiledWarps * 32 - 1) / (kTiledWarps * 32);
+  constexpr int kWPieces = WARPS * L::kTileBytes / 16;
+  constexpr int kWCopies = (kWPieces + kThreads - 1) / kThreads;
   const uint8_t* w_src[kWCopies];  // tile t_begin's piece
   uint32_t w_dst[kWCopies];        // offset in a stage; ~0u: nothing to copy
 #pragma unroll
   for (int q = 0; q < kWCopies; ++q) {
-    const int c = q * kTiledWarps * 32 + int(threadIdx.x);
+    const int c = q * kThreads + int(threadIdx.x);
     const int r = c / (L::kTileBytes / 16), piece = c % (L::kTileBytes / 16);
     const bool copies = c < kWPieces && rb0 + r < p.RB;
     w_src[q] = p.packed + (int64_t(copies ? rb0 + r : 0) * p.KT + t_begin) * L::kTileBytes + piece * 16;
@@ -427,19 +480,34 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
     for (int q = 0; q < kWCopies; ++q)
       if (w_dst[q] != ~0u) cp_async16(stage + w_dst[q], w_src[q] + int64_t(i) * L::kTileBytes);
   };
-  // x of tile i: job j = (step s, x row n) is 16 real k of row m0 + n (zero past M or K).
-  uint4 x_regs[kXJobs][2];
-  const uint16_t* x_src[kXJobs];  // row m0 + n at k = 128 t_begin + 16 s; null past M
+
+  // x of tile i. Image: thread 0 expects the tile's bytes on the stage's mbarrier and
+  // copies them, one bulk copy (the TMA engine). Otherwise job j = (step s, x row n): 16
+  // real k of row m0 + n (zero past M or K), loaded into registers two tiles ahead and
+  // stored by store_x.
+  uint64_t* x_landed = reinterpret_cast<uint64_t*>(smem + L::kStagesBytes);  // [stage], X_IMAGE
+  const auto copy_x = [&](int i) {
+    if (threadIdx.x != 0) return;
+    uint64_t* landed = &x_landed[i % kTiledStages];
+    mbarrier_arrive_expect(landed, L::kXBytes);
+    bulk_copy(stage_of(i) + L::kWBytes,
+              reinterpret_cast<const uint8_t*>(p.x) + (int64_t(blockIdx.x) * p.KT + t_begin + i) * L::kXBytes,
+              L::kXBytes, landed);
+  };
+  constexpr int kXPieces = kRowsX * 8;
+  constexpr int kXJobs = X_IMAGE ? 1 : (kXPieces + kThreads - 1) / kThreads;  // a thread's jobs
+  const uint16_t* x_src[kXJobs];
 #pragma unroll
   for (int q = 0; q < kXJobs; ++q) {
-    const int j = q * kTiledWarps * 32 + int(threadIdx.x), s = j / kRowsX, n = j % kRowsX;
+    const int j = q * kThreads + int(threadIdx.x), s = j / kRowsX, n = j % kRowsX;
     x_src[q] = j < kXPieces && m0 + n < p.M ? p.x + int64_t(m0 + n) * p.K + t_begin * kFpxTileK + 16 * s : nullptr;
   }
+  uint4 x_regs[X_IMAGE ? 1 : kXJobs][2];
   const auto load_x = [&](int i) {
     const bool full_tile = (t_begin + i + 1) * kFpxTileK <= p.K;
 #pragma unroll
     for (int q = 0; q < kXJobs; ++q) {
-      const int s = (q * kTiledWarps * 32 + int(threadIdx.x)) / kRowsX;
+      const int s = (q * kThreads + int(threadIdx.x)) / kRowsX;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const bool inside = x_src[q] && (full_tile || (t_begin + i) * kFpxTileK + 16 * s + 8 * h < p.K);
@@ -448,38 +516,45 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
       }
     }
   };
-  // ... stored as B: k-group 0 of step s holds the even pairs (real k 0, 1, 4, 5, 8, 9,
-  // 12, 13), k-group 1 the odd ones; core matrix (s, group, n / 8) at
-  // ((2 s + group) MT + n / 8) * 128 bytes, row n % 8 at + 16 (n % 8).
   const auto store_x = [&](int i) {
     uint8_t* x_stage = stage_of(i) + L::kWBytes;
 #pragma unroll
     for (int q = 0; q < kXJobs; ++q) {
-      const int j = q * kTiledWarps * 32 + threadIdx.x, s = j / kRowsX, n = j % kRowsX;
+      const int j = q * kThreads + threadIdx.x, s = j / kRowsX, n = j % kRowsX;
       if (j >= kXPieces) continue;
-      const uint4 u0 = x_regs[q][0], u1 = x_regs[q][1];
-      uint8_t* core = x_stage + ((2 * s) * MT + n / 8) * 128 + (n % 8) * 16;
-      *reinterpret_cast<uint4*>(core) = make_uint4(u0.x, u0.z, u1.x, u1.z);
-      *reinterpret_cast<uint4*>(core + MT * 128) = make_uint4(u0.y, u0.w, u1.y, u1.w);
+      uint8_t* row = x_stage + 2 * s * L::kGroupBytes + 16 * n;
+      split_pairs(x_regs[q][0], x_regs[q][1], *reinterpret_cast<uint4*>(row),
+                  *reinterpret_cast<uint4*>(row + L::kGroupBytes));
     }
     fence_async_shared();
   };
 
-  // PDL: the first tiles of W before the wait for x. cp.async groups: W 0, W 1, then one a
-  // loop step (W of tile i + 2), so "all but the newest one done" means W of tile i landed.
+  // PDL: the first tiles of W before the wait for x. cp.async groups (W, and x unless it
+  // comes as an image): one a tile (W 0 and 1 join the groups of x 0 and 1), then one a
+  // loop step (tile i + 2), so "all but the newest one done" means tile i landed.
+  if constexpr (X_IMAGE) {
+    if (threadIdx.x == 0) {
+      for (int stage = 0; stage < kTiledStages; ++stage) mbarrier_init(&x_landed[stage], 1);
+      fence_mbarrier_init();
+    }
+    __syncthreads();  // the mbarriers ready before any thread waits on them
+  }
   pdl_launch_dependents();
 #pragma unroll
-  for (int i = 0; i < kTiledAhead; ++i) {
+  for (int i = 0; i < kTiledAhead; ++i)
     if (i < n_tiles) copy_w(i);
-    cp_async_commit();
-  }
   pdl_wait();
 #pragma unroll
   for (int i = 0; i < kTiledAhead; ++i) {
     if (i < n_tiles) {
-      load_x(i);
-      store_x(i);
+      if constexpr (X_IMAGE) {
+        copy_x(i);
+      } else {
+        load_x(i);
+        store_x(i);
+      }
     }
+    cp_async_commit();
   }
 
   float acc[MT][4] = {};  // [n-tile][C fragment] of the warp's row block
@@ -488,11 +563,16 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
   const bool warp_active = rb0 + warp < p.RB;
   for (int i = 0; i < n_tiles; ++i) {
     cp_async_wait<kTiledAhead - 1>();
+    if constexpr (X_IMAGE) mbarrier_wait(&x_landed[i % kTiledStages], uint32_t(i / kTiledStages) & 1);
     __syncthreads();  // tile i's W and x visible; every warp has waited for the wgmmas of tile i - 2
     const bool refill = i + kTiledAhead < n_tiles;
     if (refill) {
       copy_w(i + kTiledAhead);
-      load_x(i + kTiledAhead);
+      if constexpr (X_IMAGE) {
+        copy_x(i + kTiledAhead);
+      } else {
+        load_x(i + kTiledAhead);
+      }
     }
     cp_async_commit();
     const uint8_t* stage = stage_of(i);
@@ -519,10 +599,12 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
       wgmma_fence();
 #pragma unroll
       for (int step = 0; step < 4; ++step)
-        wgmma_rs<kRowsX, BF16>(acc, a[step], wgmma_desc(x_stage + (2 * (4 * H + step)) * MT * 128, MT * 128, 128));
+        wgmma_rs<kRowsX, BF16>(acc, a[step],
+                               wgmma_desc(x_stage + 2 * (4 * H + step) * L::kGroupBytes, L::kGroupBytes, 128));
       wgmma_commit();
     });
-    if (refill) store_x(i + kTiledAhead);
+    if constexpr (!X_IMAGE)
+      if (refill) store_x(i + kTiledAhead);
   }
   wgmma_wait<0>();
 #pragma unroll
@@ -537,8 +619,8 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
 #pragma unroll
     for (int q = 0; q < 4; ++q) wgmma_keep(acc[j][q]);
 
-  // Partial sums into shared memory as [x row][row of the block's 256]; C fragment of
-  // n-tile j: acc[j][0..1] = row gid, x rows 8 j + 2 tig + 0/1; [2..3] = row gid + 8.
+  // Partial sums into shared memory as [x row][row of the block]; C fragment of n-tile j:
+  // acc[j][0..1] = row gid, x rows 8 j + 2 tig + 0/1; [2..3] = row gid + 8.
   cp_async_wait<0>();
   __syncthreads();  // the stages are free
   float* part = reinterpret_cast<float*>(smem);
@@ -549,17 +631,18 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int e = 0; e < 2; ++e)
-        part[(8 * j + 2 * tig + e) * kPartStride + warp * kFpxTileRows + gid + 8 * h] = acc[j][2 * h + e];
+        part[(8 * j + 2 * tig + e) * L::kPartStride + warp * kFpxTileRows + gid + 8 * h] = acc[j][2 * h + e];
   if (splits > 1) {
     cluster_sync();
   } else {
     __syncthreads();
   }
   // Block `split` finishes outputs [split, split + 1) * per of the (x row, row) pairs, rows fastest (coalesced y).
-  constexpr int kOutputs = kRowsX * kTiledRowBlocks * kFpxTileRows;
+  constexpr int kRows = WARPS * kFpxTileRows;
+  constexpr int kOutputs = kRowsX * kRows;
   const int per = kOutputs / splits;
   for (int o = split * per + int(threadIdx.x); o < (split + 1) * per; o += blockDim.x) {
-    const int mc = o / (kTiledRowBlocks * kFpxTileRows), row = o % (kTiledRowBlocks * kFpxTileRows);
+    const int mc = o / kRows, row = o % kRows;
     const int64_t n = int64_t(rb0) * kFpxTileRows + row;
     const int m = m0 + mc;
     if (n >= p.N || m >= p.M) continue;
@@ -568,7 +651,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32, 1) gemm_fpx_tiled_kernel(con
     float parts[kTiledMaxSplits];
 #pragma unroll
     for (int q = 0; q < kTiledMaxSplits; ++q)
-      parts[q] = q < splits ? load_cluster_shared(part + mc * kPartStride + row, unsigned(q)) : 0.0f;
+      parts[q] = q < splits ? load_cluster_shared(part + mc * L::kPartStride + row, unsigned(q)) : 0.0f;
     float sum = 0;
 #pragma unroll
     for (int q = 0; q < kTiledMaxSplits; ++q) sum += parts[q];
@@ -589,31 +672,37 @@ KernelFn pick_mt(int mt, int ahead) {
   }
 }
 
-// The tiled kernel, its shared memory allowance raised once (it needs more than the
-// default 48 KB).
-template <int EBITS, int MBITS, bool BF16, int MT>
-KernelFn tiled_kernel() {
-  static const KernelFn kernel = [] {
-    const KernelFn k = gemm_fpx_tiled_kernel<EBITS, MBITS, BF16, MT>;
-    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    TiledLayout<EBITS, MBITS, MT>::kSmemBytes));
-    return k;
-  }();
-  return kernel;
-}
+// The tiled kernel's shapes (TiledLayout): MT and warps, and whether x comes permuted.
+enum class TiledShape { kTiled32, kTiled64, kWide };
 
-// The tiled kernel for a weight's code, activation type and MT (4 or 8), with its shared
-// memory bytes.
+// A tiled kernel, its shared memory allowance raised once (it needs more than the default
+// 48 KB), with its shared memory bytes.
 struct TiledKernel {
   KernelFn kernel;
   size_t smem_bytes;
 };
-TiledKernel pick_tiled_kernel(int ebits, int mbits, bool bf16, int mt) {
+template <int EBITS, int MBITS, bool BF16, int MT, int WARPS, bool X_IMAGE>
+TiledKernel tiled_kernel() {
+  constexpr size_t kSmem = TiledLayout<EBITS, MBITS, MT, WARPS, X_IMAGE>::kSmemBytes;
+  static const KernelFn kernel = [] {
+    const KernelFn k = gemm_fpx_tiled_kernel<EBITS, MBITS, BF16, MT, WARPS, X_IMAGE>;
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    return k;
+  }();
+  return {kernel, kSmem};
+}
+template <int EBITS, int MBITS, bool BF16>
+TiledKernel tiled_kernel(TiledShape shape) {
+  switch (shape) {
+    case TiledShape::kTiled32: return tiled_kernel<EBITS, MBITS, BF16, 4, 16, false>();
+    case TiledShape::kTiled64: return tiled_kernel<EBITS, MBITS, BF16, 8, 16, false>();
+    default: return tiled_kernel<EBITS, MBITS, BF16, 16, 8, true>();
+  }
+}
+TiledKernel pick_tiled_kernel(int ebits, int mbits, bool bf16, TiledShape shape) {
   return with_fpx_code(ebits, mbits, "gemm_fpx", [&](auto e, auto m) -> TiledKernel {
     constexpr int E = decltype(e)::value, B = decltype(m)::value;
-    if (mt == 4)
-      return {bf16 ? tiled_kernel<E, B, true, 4>() : tiled_kernel<E, B, false, 4>(), TiledLayout<E, B, 4>::kSmemBytes};
-    return {bf16 ? tiled_kernel<E, B, true, 8>() : tiled_kernel<E, B, false, 8>(), TiledLayout<E, B, 8>::kSmemBytes};
+    return bf16 ? tiled_kernel<E, B, true>(shape) : tiled_kernel<E, B, false>(shape);
   });
 }
 
@@ -648,7 +737,7 @@ bool tiled_kernel_runs(const FpxDeviceWeight& w) {
     CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
     if (major != 9 || minor != 0) return false;
     cudaFuncAttributes attributes{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attributes, gemm_fpx_tiled_kernel<3, 2, false, 8>));
+    CUDA_CHECK(cudaFuncGetAttributes(&attributes, gemm_fpx_tiled_kernel<3, 2, false, 4, 16, false>));
     return attributes.ptxVersion >= 90;
   }();
   return runs && w.K % 8 == 0;
@@ -776,6 +865,7 @@ namespace {
 // Epilogues besides y = x · Wᵀ (+ bias): a pending norm, the residual stream.
 struct Epilogue {
   const QnPendingNorm* norm = nullptr;
+  void* scratch = nullptr;  // gemm_fpx_scratch_bytes: x permuted for the wide shape
   void* residual = nullptr;
   const float* norm_weight = nullptr;
   float* sum_squares = nullptr;
@@ -820,18 +910,23 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   p.sum_squares = epilogue.sum_squares;
   const bool fused_norm = p.norm.sum_squares || p.residual;
   // M > kFpxMaxM: the tiled kernel on an H100-class device (wgmma), where x has the
-  // alignment for its 16-byte loads.
-  const int tiled_mt = M <= 32 ? 4 : 8;
+  // alignment for its 16-byte loads; above kFpxWideMinM its wide shape, given a scratch
+  // buffer for the permuted copy of x.
   const bool tiled_ok = tiled_kernel_runs(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const bool use_tiled =
-      tiled_ok && (config.tiled > 0 || (config.tiled < 0 && config.m_tile == 0 && config.warps_k == 0 && M > kFpxMaxM));
+  const bool automatic = config.tiled < 0 && config.m_tile == 0 && config.warps_k == 0;
+  const bool use_wide = tiled_ok && epilogue.scratch && (config.tiled == 2 || (automatic && M > kFpxWideMinM));
+  const bool use_tiled = tiled_ok && (use_wide || config.tiled == 1 || (automatic && M > kFpxMaxM));
+  if (config.tiled == 2 && !epilogue.scratch)
+    throw Error("gemm_fpx: the wide tiled kernel needs a scratch buffer (gemm_fpx_scratch_bytes)");
   // The norm epilogues sit in the register kernel's one-chunk shape only (M <= kFpxMaxM).
   if (fused_norm && (use_tiled || s.warps_n != 1 || (M + 8 * s.mt - 1) / (8 * s.mt) != 1))
     throw Error("gemm_fpx: a fused RMSNorm at M = " + std::to_string(M) + " (expected 1.." +
                 std::to_string(kFpxMaxM) + ", one chunk of x rows per block)");
   if (use_tiled) {
-    const int64_t m_chunks = (M + 8 * tiled_mt - 1) / (8 * tiled_mt);
-    const int64_t groups = (w.row_blocks + kTiledRowBlocks - 1) / kTiledRowBlocks;
+    const TiledShape shape = use_wide ? TiledShape::kWide : M <= 32 ? TiledShape::kTiled32 : TiledShape::kTiled64;
+    const int rows_x = use_wide ? 128 : M <= 32 ? 32 : 64, warps = use_wide ? 8 : 16;
+    const int64_t m_chunks = (M + rows_x - 1) / rows_x;
+    const int64_t groups = (w.row_blocks + warps - 1) / warps;
     // One block a SM (its shared memory). Split K over a cluster, measured (H100, fp6 fp16,
     // GEMLITE_BENCH_FPX_SPLITS; us at 1 / 2 / 4 / 8 splits):
     //  - one chunk of x rows: into the most blocks (<= 8) that keep >= 8 tiles of K each while
@@ -849,7 +944,7 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
       if (config.splits > kTiledMaxSplits || (config.splits & (config.splits - 1)) != 0)
         throw Error("gemm_fpx: splits = " + std::to_string(config.splits) + " for the tiled kernel (expected 1, 2, 4 or 8)");
       splits = config.splits;
-    } else if (m_chunks == 1) {
+    } else if (m_chunks == 1 && !use_wide) {
       while (splits * 2 <= kTiledMaxSplits && w.k_tiles >= 8 * 2 * splits && groups * splits * 2 <= 3 * int64_t(sms))
         splits *= 2;
     } else {
@@ -862,10 +957,17 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
     }
     p.splits = splits;
     p.tiles_per_split = int((w.k_tiles + splits - 1) / splits);
+    if (use_wide) {  // x into the scratch in the image of the kernel's stages, read as p.x
+      uint16_t* xp = static_cast<uint16_t*>(epilogue.scratch);
+      const int64_t steps = m_chunks * rows_x * w.k_tiles * 8;
+      launch_pdl("permute_x_kernel", permute_x_kernel, dim3(unsigned((steps + 255) / 256)), dim3(256), 0, stream, p.x,
+                 xp, M, p.K, p.KT, rows_x);
+      p.x = xp;
+    }
     const dim3 grid{unsigned(m_chunks), unsigned(groups), unsigned(splits)};
-    const TiledKernel tiled = pick_tiled_kernel(w.ebits, w.mbits, act == DType::BF16, tiled_mt);
+    const TiledKernel tiled = pick_tiled_kernel(w.ebits, w.mbits, act == DType::BF16, shape);
     launch_pdl_clusters("gemm_fpx_tiled_kernel", tiled.kernel, grid, dim3(1, 1, unsigned(splits)),
-                        dim3(unsigned(kTiledWarps * 32)), tiled.smem_bytes, stream, p);
+                        dim3(unsigned(warps * 32)), tiled.smem_bytes, stream, p);
     return;
   }
   const int warps = s.warps_n * s.warps_k;
@@ -889,15 +991,20 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
 }  // namespace
 
 void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
-              const GemmFpxConfig& config, const QnPendingNorm* norm) {
+              const GemmFpxConfig& config, const QnPendingNorm* norm, void* scratch) {
   Epilogue epilogue;
   epilogue.norm = norm;
+  epilogue.scratch = scratch;
   launch_gemm_fpx(w, x, y, M, act, stream, config, epilogue);
 }
 
 int64_t gemm_fpx_norm_parts(const FpxDeviceWeight& w) { return w.row_blocks; }
 
-int gemm_fpx_max_m(const FpxDeviceWeight& w) { return tiled_kernel_runs(w) ? kFpxTiledMaxM : kFpxMaxM; }
+size_t gemm_fpx_scratch_bytes(const FpxDeviceWeight& w, int M) {
+  return tiled_kernel_runs(w) ? size_t((M + 127) / 128 * 128) * size_t(w.k_tiles) * kFpxTileK * 2 : 0;
+}
+
+int gemm_fpx_max_m(const FpxDeviceWeight& w) { return tiled_kernel_runs(w) ? std::numeric_limits<int>::max() : kFpxMaxM; }
 
 void gemm_fpx_residual(const FpxDeviceWeight& w, const void* x, void* residual, const float* norm_weight,
                        void* scaled, float* sum_squares, int M, DType act, cudaStream_t stream) {

@@ -22,13 +22,16 @@ namespace gemlite {
 // Above it the tiled kernel (W and x staged in shared memory, wgmma; sm_90).
 constexpr int kFpxMaxM = 16;
 
-// The largest M at which QuantLinear sends fp6/fp5 here; above it, the transient dense
-// copy (dequant_fpx) + cuBLAS. kFpxTiledMaxM where the tiled kernel serves the weight
-// (compute capability 9.0, K % 8 == 0), kFpxMaxM elsewhere. Measured (H100, fp16, same
-// run, kernels/fpx/BENCH.md): against the dense copy + cuBLAS the tiled kernel is 1.8-4.5x
-// faster at M = 32, 1.4-3.2x at M = 64, 0.86-1.95x at M = 128 and 0.77-1.23x at M = 256
-// on the Llama shapes.
-constexpr int kFpxTiledMaxM = 128;
+// Above this M the tiled kernel runs its wide shape (128 x rows and 128 rows of W a block;
+// x put into a scratch buffer in the order of its shared memory first, then one bulk copy
+// a tile) where the tiled kernel serves the weight and the caller gives the scratch
+// (gemm_fpx_scratch_bytes). Measured (H100, fp6 fp16; kernels/fpx/BENCH.md has the
+// tables): at M = 128 the wide shape took 24.2-49.0 us where the 64-row shape took 35.9-
+// 85.6 on 4096 x 4096, 8192 x 8192, 4096 x 11008 and 11008 x 4096 (best cluster split of
+// each, same run); at M = 64 it won on some shapes and lost on others, and llama2-7b fp6
+// prefill (same binary and machine, two rounds, tok/s) ran pp64 9517 / 9446 -> 8820 /
+// 8835 with it and pp128 11293 / 11344 -> 16360 / 16280: so from M = 65 on.
+constexpr int kFpxWideMinM = 64;
 
 // An fp6/fp5 weight in device memory, prepared for one activation type. Owns its buffers
 // (free with free_fpx_weight), including the split-K workspace, so one weight must not be
@@ -62,7 +65,11 @@ void free_fpx_weight(FpxDeviceWeight* w);  // frees and clears; safe on an empty
 // with random bits.
 FpxDeviceWeight alloc_fpx_weight(const WeightFormat& format, int64_t N, int64_t K, DType act);
 
-// QuantLinear's switch for this weight: kFpxTiledMaxM or kFpxMaxM (above).
+// QuantLinear's switch for this weight: the largest M it sends here, above which the
+// transient dense copy (dequant_fpx) + cuBLAS runs. Unlimited where the tiled kernel serves
+// the weight (compute capability 9.0, K % 8 == 0): its wide shape beat the dense copy +
+// cuBLAS at M = 64-512 on every shape measured but two at M = 512 (4096 x 4096 44.0 vs
+// 42.5 us, 4096 x 11008 119.9 vs 113.3); kFpxMaxM elsewhere.
 int gemm_fpx_max_m(const FpxDeviceWeight& w);
 
 // Launch tuning; 0 = the automatic choice (what the benchmarks measured best).
@@ -70,7 +77,8 @@ struct GemmFpxConfig {
   int warps_k = 0;  // warps of a block splitting K
   int splits = 0;   // blocks splitting K: M <= 16, <= the weight's max_splits; tiled kernel, a power of two <= 8
   int m_tile = 0;   // n-tiles of 8 x rows per warp: 1, 2, 4 or 8
-  int tiled = -1;   // the tiled kernel (W and x staged in shared memory): -1 automatic (M > 16), 0 never, 1 when possible
+  int tiled = -1;   // the tiled kernels (W and x staged in shared memory): -1 automatic, 0 never, when possible
+                    // 1 its 32-64 x-row shape, 2 its wide shape (128 x rows; needs the scratch)
   int tiles_ahead = 0;  // MT = 1: tiles of W and x loaded ahead of the one multiplied, 1 or 2 (0: 2)
 };
 
@@ -80,8 +88,13 @@ struct GemmFpxConfig {
 // r_m = rsqrt(Σ_p sum_squares[m, p] / K + eps) before the bias (gemv_qn's QnPendingNorm;
 // M <= kFpxMaxM and a config that keeps the register kernel with one chunk of x rows --
 // the default does -- Error otherwise).
+//
+// `scratch` (gemm_fpx_scratch_bytes(w, M) bytes) holds a permuted copy of x for the tiled
+// kernel's wide shape, which runs by itself above kFpxWideMinM; without it (null) such M
+// runs the 64-row shape.
 void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
-              const GemmFpxConfig& config = {}, const QnPendingNorm* norm = nullptr);
+              const GemmFpxConfig& config = {}, const QnPendingNorm* norm = nullptr, void* scratch = nullptr);
+size_t gemm_fpx_scratch_bytes(const FpxDeviceWeight& w, int M);  // ceil(M / 128) * 128 * ceil(K / 128) * 256 where the tiled kernel runs, else 0
 
 // The RMSNorm between blocks, fused as in gemv_qn_residual (kernels/qn/gemv_qn.h has the
 // contract), for M <= kFpxMaxM (Error otherwise):

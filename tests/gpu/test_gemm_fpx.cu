@@ -51,7 +51,11 @@ std::vector<uint16_t> run_gemm(const FpxDeviceWeight& dw, const std::vector<uint
   uint16_t* x_dev = static_cast<uint16_t*>(dx.ptr) + x_offset;
   CUDA_CHECK(cudaMemcpyAsync(x_dev, x.data(), x.size() * 2, cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaMemsetAsync(dy.ptr, 0xFF, size_t(M * N) * 2, stream));
-  gemm_fpx(dw, x_dev, dy.ptr, int(M), act, stream, config);
+  // The wide shape's permuted x, poisoned too (NaN bits): it must be written before it is read.
+  const size_t scratch_bytes = gemm_fpx_scratch_bytes(dw, int(M));
+  DeviceBuffer scratch(std::max<size_t>(scratch_bytes, 16));
+  CUDA_CHECK(cudaMemsetAsync(scratch.ptr, 0xFF, std::max<size_t>(scratch_bytes, 16), stream));
+  gemm_fpx(dw, x_dev, dy.ptr, int(M), act, stream, config, nullptr, scratch_bytes ? scratch.ptr : nullptr);
   std::vector<uint16_t> y(size_t(M * N));
   CUDA_CHECK(cudaMemcpyAsync(y.data(), dy.ptr, y.size() * 2, cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -210,21 +214,23 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
           r = check_random(packed, dw, act, M, rng, stream.stream, 0, config);
           EXPECT_EQ(r.failures, 0) << "m_tile " << m_tile << " tiles_ahead " << ahead << ": " << r.first_failure;
         }
-      for (int splits : {1, 2, 4, 8}) {  // the tiled kernel at small M too, at every cluster size
-        GemmFpxConfig tiled;
-        tiled.tiled = 1;
-        tiled.splits = splits;
-        r = check_random(packed, dw, act, M, rng, stream.stream, 0, tiled);
-        EXPECT_EQ(r.failures, 0) << "tiled, splits " << splits << ": " << r.first_failure;
-      }
+      for (int splits : {1, 2, 4, 8})  // both tiled shapes at small M too, at every cluster size
+        for (int kernel : {1, 2}) {
+          GemmFpxConfig tiled;
+          tiled.tiled = kernel;
+          tiled.splits = splits;
+          r = check_random(packed, dw, act, M, rng, stream.stream, 0, tiled);
+          EXPECT_EQ(r.failures, 0) << (kernel == 1 ? "tiled" : "wide") << ", splits " << splits << ": "
+                                   << r.first_failure;
+        }
     }
     free_fpx_weight(&dw);
   }
 }
 
-// A small case of the tiled kernel (two chunks of 64 x rows, a partial last tile of K, 3
-// tiles over clusters of up to 8 blocks: some blocks get no tile), quick enough for
-// compute-sanitizer racecheck.
+// A small case of the tiled kernel's shapes (two chunks of 64 x rows, or one of 128 with
+// rows past M, a partial last tile of K, 3 tiles over clusters of up to 8 blocks: some
+// blocks get no tile), quick enough for compute-sanitizer racecheck.
 TEST(GemmFpxEdges, TiledKernelSmall) {
   std::mt19937_64 rng(test_seed() + 9);
   StreamGuard stream;
@@ -233,14 +239,43 @@ TEST(GemmFpxEdges, TiledKernelSmall) {
   const PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse("fp6"));
   for (DType act : {DType::F16, DType::BF16}) {
     FpxDeviceWeight dw = upload_fpx_weight(packed, act);
-    for (int splits : {1, 8}) {
-      GemmFpxConfig tiled;
-      tiled.tiled = 1;
-      tiled.splits = splits;
-      const CheckResult r = check_random(packed, dw, act, 70, rng, stream.stream, 0, tiled);
-      EXPECT_EQ(r.failures, 0) << dtype_name(act) << " splits " << splits << ": " << r.first_failure;
-    }
+    for (int splits : {1, 8})
+      for (int kernel : {1, 2}) {
+        GemmFpxConfig tiled;
+        tiled.tiled = kernel;
+        tiled.splits = splits;
+        const CheckResult r = check_random(packed, dw, act, 70, rng, stream.stream, 0, tiled);
+        EXPECT_EQ(r.failures, 0) << dtype_name(act) << (kernel == 1 ? " tiled" : " wide") << " splits " << splits
+                                 << ": " << r.first_failure;
+      }
     free_fpx_weight(&dw);
+  }
+}
+
+// The tiled kernel's wide shape (128 x rows a block, x permuted first) where it runs by
+// itself (M > kFpxWideMinM) and at cluster sizes 1, 2 and 8: two and three chunks of x
+// rows with rows past M, a partial last tile of K (split 8 ways: some blocks get no tile),
+// a partial last group of 8 row blocks.
+TEST(GemmFpxEdges, WideKernel) {
+  std::mt19937_64 rng(test_seed() + 11);
+  StreamGuard stream;
+  const int64_t N = 1000, K = 1000;
+  for (const char* name : {"fp6", "fp5"}) {
+    const std::vector<float> w = random_weight(N, K, rng, false);
+    const PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse(name));
+    for (DType act : {DType::F16, DType::BF16}) {
+      FpxDeviceWeight dw = upload_fpx_weight(packed, act);
+      for (int64_t M : {int64_t(kFpxWideMinM) + 1, int64_t(256), int64_t(300)})
+        for (int splits : {0, 1, 2, 8}) {
+          GemmFpxConfig wide;
+          wide.tiled = splits == 0 ? -1 : 2;
+          wide.splits = splits;
+          const CheckResult r = check_random(packed, dw, act, M, rng, stream.stream, 0, wide);
+          EXPECT_EQ(r.failures, 0) << name << " " << dtype_name(act) << " M=" << M << " splits " << splits << ": "
+                                   << r.first_failure;
+        }
+      free_fpx_weight(&dw);
+    }
   }
 }
 
