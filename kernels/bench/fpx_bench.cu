@@ -242,7 +242,8 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
           }
           if (M > kFpxMaxM) {
             // What QuantLinear ran above kFpxMaxM before the tiled kernel (and still runs
-            // above gemm_fpx_max_m): the transient dense copy, then cuBLAS.
+            // above gemm_fpx_max_m: kFpxTiledMaxM on an H100, kFpxMaxM elsewhere): the
+            // transient dense copy, then cuBLAS.
             const double us = time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
               dequant_fpx(weights[size_t(i % copies)], dense[0], stream);
               CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(N), M, int(K), &alpha, dense[0], type,

@@ -42,7 +42,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -347,8 +346,9 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
 // the decoder's k order (a lane's A registers hold the real k 4 tig + 0, 1 and 4 tig + 2,
 // 3 of a step where the mma expects k 2 tig + 0, 1 and 2 tig + 8, 9, so B's k-groups of 8
 // are the even and the odd pairs of 16 real k). Two shapes:
-//  - tiled (M 17..64): 16 warps, 256 rows of W, 32 or 64 x rows; x goes through
-//    registers, loaded two tiles ahead and stored into the stage in that layout;
+//  - tiled (M 17..64, and every M > 16 when the caller gives no scratch): 16 warps, 256
+//    rows of W, 32 or 64 x rows; x goes through registers, loaded two tiles ahead and
+//    stored into the stage in that layout;
 //  - wide (M > kFpxWideMinM): 8 warps, 128 rows of W, 128 x rows; permute_x_kernel first
 //    writes x into a scratch buffer as the image of the stages, and one thread copies a
 //    tile's 32 KB of it with one bulk copy (TMA engine, kernels/bulk_copy.cuh) completing
@@ -496,9 +496,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __g
   };
   constexpr int kXPieces = kRowsX * 8;
   constexpr int kXJobs = X_IMAGE ? 1 : (kXPieces + kThreads - 1) / kThreads;  // a thread's jobs
-  const uint16_t* x_src[kXJobs];
+  const uint16_t* x_src[kXJobs] = {};  // row m0 + n at k = 128 t_begin + 16 s; null past M
 #pragma unroll
-  for (int q = 0; q < kXJobs; ++q) {
+  for (int q = 0; q < (X_IMAGE ? 0 : kXJobs); ++q) {
     const int j = q * kThreads + int(threadIdx.x), s = j / kRowsX, n = j % kRowsX;
     x_src[q] = j < kXPieces && m0 + n < p.M ? p.x + int64_t(m0 + n) * p.K + t_begin * kFpxTileK + 16 * s : nullptr;
   }
@@ -529,9 +529,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __g
     fence_async_shared();
   };
 
-  // PDL: the first tiles of W before the wait for x. cp.async groups (W, and x unless it
-  // comes as an image): one a tile (W 0 and 1 join the groups of x 0 and 1), then one a
-  // loop step (tile i + 2), so "all but the newest one done" means tile i landed.
+  // PDL: the first tiles of W before the wait for x. cp.async groups (W only: x goes
+  // through registers or by bulk copy): W 0, W 1, then one a loop step (W of tile i + 2),
+  // so "all but the newest one done" means W of tile i landed.
   if constexpr (X_IMAGE) {
     if (threadIdx.x == 0) {
       for (int stage = 0; stage < kTiledStages; ++stage) mbarrier_init(&x_landed[stage], 1);
@@ -541,8 +541,10 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __g
   }
   pdl_launch_dependents();
 #pragma unroll
-  for (int i = 0; i < kTiledAhead; ++i)
+  for (int i = 0; i < kTiledAhead; ++i) {
     if (i < n_tiles) copy_w(i);
+    cp_async_commit();
+  }
   pdl_wait();
 #pragma unroll
   for (int i = 0; i < kTiledAhead; ++i) {
@@ -554,7 +556,6 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __g
         store_x(i);
       }
     }
-    cp_async_commit();
   }
 
   float acc[MT][4] = {};  // [n-tile][C fragment] of the warp's row block
@@ -725,7 +726,7 @@ int sm_count() {
 }
 
 // Whether the tiled kernel serves this weight: a device of compute capability 9.0 (wgmma,
-// thread-block clusters, 227 KB of shared memory a block; the kernel takes <= 160 KB)
+// thread-block clusters, 227 KB of shared memory a block; the kernel takes <= 177 KB)
 // running the kernel's sm_90a code -- not PTX of an older architecture compiled at load,
 // where the wgmma and cluster helpers are empty (kernels/wgmma.cuh) -- and K % 8 == 0
 // (16-byte copies of x and W). The device is read once per process (one GPU).
@@ -916,8 +917,12 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   const bool automatic = config.tiled < 0 && config.m_tile == 0 && config.warps_k == 0;
   const bool use_wide = tiled_ok && epilogue.scratch && (config.tiled == 2 || (automatic && M > kFpxWideMinM));
   const bool use_tiled = tiled_ok && (use_wide || config.tiled == 1 || (automatic && M > kFpxMaxM));
-  if (config.tiled == 2 && !epilogue.scratch)
-    throw Error("gemm_fpx: the wide tiled kernel needs a scratch buffer (gemm_fpx_scratch_bytes)");
+  if (config.tiled < -1 || config.tiled > 2)
+    throw Error("gemm_fpx: tiled = " + std::to_string(config.tiled) + " (expected -1, 0, 1 or 2)");
+  if (config.tiled == 2 && tiled_ok && !epilogue.scratch)
+    throw Error("gemm_fpx: the tiled kernel's wide shape needs a scratch buffer (gemm_fpx_scratch_bytes)");
+  if (use_wide && reinterpret_cast<uintptr_t>(epilogue.scratch) % 16 != 0)
+    throw Error("gemm_fpx: the scratch buffer must be 16-byte aligned");
   // The norm epilogues sit in the register kernel's one-chunk shape only (M <= kFpxMaxM).
   if (fused_norm && (use_tiled || s.warps_n != 1 || (M + 8 * s.mt - 1) / (8 * s.mt) != 1))
     throw Error("gemm_fpx: a fused RMSNorm at M = " + std::to_string(M) + " (expected 1.." +
@@ -1004,7 +1009,7 @@ size_t gemm_fpx_scratch_bytes(const FpxDeviceWeight& w, int M) {
   return tiled_kernel_runs(w) ? size_t((M + 127) / 128 * 128) * size_t(w.k_tiles) * kFpxTileK * 2 : 0;
 }
 
-int gemm_fpx_max_m(const FpxDeviceWeight& w) { return tiled_kernel_runs(w) ? std::numeric_limits<int>::max() : kFpxMaxM; }
+int gemm_fpx_max_m(const FpxDeviceWeight& w) { return tiled_kernel_runs(w) ? kFpxTiledMaxM : kFpxMaxM; }
 
 void gemm_fpx_residual(const FpxDeviceWeight& w, const void* x, void* residual, const float* norm_weight,
                        void* scaled, float* sum_squares, int M, DType act, cudaStream_t stream) {

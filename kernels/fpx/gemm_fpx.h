@@ -65,11 +65,17 @@ void free_fpx_weight(FpxDeviceWeight* w);  // frees and clears; safe on an empty
 // with random bits.
 FpxDeviceWeight alloc_fpx_weight(const WeightFormat& format, int64_t N, int64_t K, DType act);
 
-// QuantLinear's switch for this weight: the largest M it sends here, above which the
-// transient dense copy (dequant_fpx) + cuBLAS runs. Unlimited where the tiled kernel serves
-// the weight (compute capability 9.0, K % 8 == 0): its wide shape beat the dense copy +
-// cuBLAS at M = 64-512 on every shape measured but two at M = 512 (4096 x 4096 44.0 vs
-// 42.5 us, 4096 x 11008 119.9 vs 113.3); kFpxMaxM elsewhere.
+// The largest M at which QuantLinear sends fp6/fp5 here where the tiled kernel serves the
+// weight (compute capability 9.0, K % 8 == 0); above it, and above kFpxMaxM elsewhere, the
+// transient dense copy (dequant_fpx) + cuBLAS. Measured up to here (H100, fp16, same run,
+// kernels/fpx/BENCH.md): against the dense copy + cuBLAS the wide shape is 1.03-3.33x
+// faster at M = 128, 1.17-1.78x at M = 256 (4096 x 1024, a GQA k/v alone, loses at every
+// M) and 0.76-1.19x at M = 512, where the K = 4096 shapes lose; llama2-7b fp6 pp512 (chunks
+// of 512) 24.0k -> 24.5k tok/s with it, and no dense copy of the weights. Not measured
+// beyond 512 (prompt chunks are 512 by default).
+constexpr int kFpxTiledMaxM = 512;
+
+// QuantLinear's switch for this weight: kFpxTiledMaxM or kFpxMaxM (above).
 int gemm_fpx_max_m(const FpxDeviceWeight& w);
 
 // Launch tuning; 0 = the automatic choice (what the benchmarks measured best).

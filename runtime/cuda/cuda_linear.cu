@@ -100,7 +100,7 @@ class CudaLinear final : public QuantLinear {
   //     for SwiGLU -> gemv_qn_swiglu through forward_swiglu (below); up to
   //     gemv_sliced_max_m() rows -> gemv_qn over slices of kGemvQnMaxRows rows, each reading
   //     the packed weight once, where that beats making the dense copy;
-  //   fp6 / fp5, M <= gemm_fpx_max_m (every M on an H100, else kFpxMaxM) -> gemm_fpx,
+  //   fp6 / fp5, M <= gemm_fpx_max_m (kFpxTiledMaxM on an H100, else kFpxMaxM) -> gemm_fpx,
   //     the tensor-core FPx matmul (bias too; above kFpxWideMinM with x permuted into the
   //     context's scratch first);
   //   dense f16/bf16/f32, M <= 8 -> gemv_dense;
