@@ -345,14 +345,12 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
 // every warp has waited for by then); x lands in wgmma's K-major core-matrix layout with
 // the decoder's k order (a lane's A registers hold the real k 4 tig + 0, 1 and 4 tig + 2,
 // 3 of a step where the mma expects k 2 tig + 0, 1 and 2 tig + 8, 9, so B's k-groups of 8
-// are the even and the odd pairs of 16 real k). Two shapes:
-//  - tiled (M 17..64, and every M > 16 when the caller gives no scratch): 16 warps, 256
-//    rows of W, 32 or 64 x rows; x goes through registers, loaded two tiles ahead and
-//    stored into the stage in that layout;
-//  - wide (M > kFpxWideMinM): 8 warps, 128 rows of W, 128 x rows; permute_x_kernel first
-//    writes x into a scratch buffer as the image of the stages, and one thread copies a
-//    tile's 32 KB of it with one bulk copy (TMA engine, kernels/bulk_copy.cuh) completing
-//    on the stage's mbarrier: no x in registers, no per-thread copies.
+// are the even and the odd pairs of 16 real k): permute_x_kernel first writes x into a
+// scratch buffer as the image of the stages, and one thread copies a tile's x with one
+// bulk copy (TMA engine, kernels/bulk_copy.cuh) completing on the stage's mbarrier: no x
+// in registers, no per-thread copies. Three shapes:
+//  - M 17..32 and 33..64: 16 warps, 256 rows of W, 32 or 64 x rows;
+//  - wide (M > kFpxWideMinM): 8 warps, 128 rows of W, 128 x rows.
 //
 // Shapes with few blocks split K over a cluster of `splits` blocks (gridDim.z, at most
 // 8): each block leaves its fp32 partial sums in its own shared memory and, after a
@@ -372,6 +370,11 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
 // clusters of 2-8 blocks (each copying a slice for all, a cluster barrier a tile to free
 // the stages) was slower again (8192 x 8192 M = 512: 211-313 us). One bulk copy a tile
 // per block: 141 us (0.65x cuBLAS, the dense copy + cuBLAS 165), M = 128 40.9 (1.24x).
+// Then the 32/64-row shapes took x the same way instead of through registers (loaded two
+// tiles ahead, stored into the stage by the threads): A/B on one H200, fp16, two rounds,
+// us at M = 32 / 64: 4096 x 12288 28.1 / 40.5 -> 26.0 / 31.4, 4096 x 22016 42.8 / 60.4 ->
+// 39.3 / 47.6, 11008 x 4096 34.8 / 50.3 -> 31.9 / 37.8, 8192 x 8192 41.6 / 59.3 -> 37.4 /
+// 46.2, 4096 x 4096 13.7 / 19.9 -> 13.1 / 15.9 (M = 17 and 48 likewise).
 //
 // Earlier versions, measured on the way (H100, fp6 fp16, cold L2, gemlite-bench --kernels
 // --kernel-set fpx with GEMLITE_BENCH_FPX_SPLITS=1,2,4,8): the shared-memory kernel this one
@@ -392,9 +395,8 @@ constexpr int kTiledStages = 4;
 constexpr int kTiledAhead = 2;      // tiles copied ahead of the one computed
 constexpr int kTiledMaxSplits = 8;  // the portable cluster size
 
-// A shape of the tiled kernel (above): WARPS warps, 8 MT x rows, x through registers or
-// (X_IMAGE) as permute_x_kernel's image by bulk copy.
-template <int EBITS, int MBITS, int MT, int WARPS, bool X_IMAGE>
+// A shape of the tiled kernel (above): WARPS warps, 8 MT x rows.
+template <int EBITS, int MBITS, int MT, int WARPS>
 struct TiledLayout {
   static constexpr int kRowsX = 8 * MT;
   static constexpr int kTileBytes = 256 * Planes<EBITS, MBITS>::kBits;
@@ -405,7 +407,7 @@ struct TiledLayout {
   static constexpr int kPartStride = WARPS * kFpxTileRows + 4;  // floats a partial-sum row: conflict-free stores
   static constexpr int kPartBytes = kRowsX * kPartStride * 4;   // [x rows][kPartStride] after the loop
   static constexpr int kStagesBytes = kTiledStages * kStageBytes > kPartBytes ? kTiledStages * kStageBytes : kPartBytes;
-  static constexpr int kSmemBytes = kStagesBytes + (X_IMAGE ? kTiledStages * 8 : 0);  // + a stage's mbarrier
+  static constexpr int kSmemBytes = kStagesBytes + kTiledStages * 8;  // + a stage's mbarrier
 };
 
 // Real k 16 s + 0..15 of a row as the B k-groups of step s: group 0 holds the even pairs
@@ -442,11 +444,11 @@ __global__ void permute_x_kernel(const uint16_t* x, uint16_t* xp, int M, int K, 
 // PRECOND: blockDim.x = 32 WARPS, dynamic shared memory TiledLayout::kSmemBytes, grid =
 // (ceil(M / 8 MT), ceil(RB / WARPS), splits) in clusters of (1, 1, splits), splits a power
 // of two <= 8, tiles_per_split = ceil(KT / splits), K % 8 == 0, x 16-byte aligned, a
-// device of compute capability 9.0 (wgmma). X_IMAGE: p.x is permute_x_kernel's image.
-template <int EBITS, int MBITS, bool BF16, int MT, int WARPS, bool X_IMAGE>
+// device of compute capability 9.0 (wgmma); p.x is permute_x_kernel's image for 8 MT rows.
+template <int EBITS, int MBITS, bool BF16, int MT, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __grid_constant__ GemmFpxParams p) {
   using P = Planes<EBITS, MBITS>;
-  using L = TiledLayout<EBITS, MBITS, MT, WARPS, X_IMAGE>;
+  using L = TiledLayout<EBITS, MBITS, MT, WARPS>;
   constexpr int kThreads = WARPS * 32;
   constexpr int kRowsX = L::kRowsX;
   extern __shared__ uint4 smem_raw[];
@@ -481,11 +483,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __g
       if (w_dst[q] != ~0u) cp_async16(stage + w_dst[q], w_src[q] + int64_t(i) * L::kTileBytes);
   };
 
-  // x of tile i. Image: thread 0 expects the tile's bytes on the stage's mbarrier and
-  // copies them, one bulk copy (the TMA engine). Otherwise job j = (step s, x row n): 16
-  // real k of row m0 + n (zero past M or K), loaded into registers two tiles ahead and
-  // stored by store_x.
-  uint64_t* x_landed = reinterpret_cast<uint64_t*>(smem + L::kStagesBytes);  // [stage], X_IMAGE
+  // x of tile i: thread 0 expects the tile's bytes on the stage's mbarrier and copies them,
+  // one bulk copy (the TMA engine) of permute_x_kernel's image.
+  uint64_t* x_landed = reinterpret_cast<uint64_t*>(smem + L::kStagesBytes);  // [stage]
   const auto copy_x = [&](int i) {
     if (threadIdx.x != 0) return;
     uint64_t* landed = &x_landed[i % kTiledStages];
@@ -494,51 +494,15 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __g
               reinterpret_cast<const uint8_t*>(p.x) + (int64_t(blockIdx.x) * p.KT + t_begin + i) * L::kXBytes,
               L::kXBytes, landed);
   };
-  constexpr int kXPieces = kRowsX * 8;
-  constexpr int kXJobs = X_IMAGE ? 1 : (kXPieces + kThreads - 1) / kThreads;  // a thread's jobs
-  const uint16_t* x_src[kXJobs] = {};  // row m0 + n at k = 128 t_begin + 16 s; null past M
-#pragma unroll
-  for (int q = 0; q < (X_IMAGE ? 0 : kXJobs); ++q) {
-    const int j = q * kThreads + int(threadIdx.x), s = j / kRowsX, n = j % kRowsX;
-    x_src[q] = j < kXPieces && m0 + n < p.M ? p.x + int64_t(m0 + n) * p.K + t_begin * kFpxTileK + 16 * s : nullptr;
-  }
-  uint4 x_regs[X_IMAGE ? 1 : kXJobs][2];
-  const auto load_x = [&](int i) {
-    const bool full_tile = (t_begin + i + 1) * kFpxTileK <= p.K;
-#pragma unroll
-    for (int q = 0; q < kXJobs; ++q) {
-      const int s = (q * kThreads + int(threadIdx.x)) / kRowsX;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const bool inside = x_src[q] && (full_tile || (t_begin + i) * kFpxTileK + 16 * s + 8 * h < p.K);
-        x_regs[q][h] = inside ? __ldg(reinterpret_cast<const uint4*>(x_src[q] + i * kFpxTileK + 8 * h))
-                              : make_uint4(0, 0, 0, 0);
-      }
-    }
-  };
-  const auto store_x = [&](int i) {
-    uint8_t* x_stage = stage_of(i) + L::kWBytes;
-#pragma unroll
-    for (int q = 0; q < kXJobs; ++q) {
-      const int j = q * kThreads + threadIdx.x, s = j / kRowsX, n = j % kRowsX;
-      if (j >= kXPieces) continue;
-      uint8_t* row = x_stage + 2 * s * L::kGroupBytes + 16 * n;
-      split_pairs(x_regs[q][0], x_regs[q][1], *reinterpret_cast<uint4*>(row),
-                  *reinterpret_cast<uint4*>(row + L::kGroupBytes));
-    }
-    fence_async_shared();
-  };
 
-  // PDL: the first tiles of W before the wait for x. cp.async groups (W only: x goes
-  // through registers or by bulk copy): W 0, W 1, then one a loop step (W of tile i + 2),
-  // so "all but the newest one done" means W of tile i landed.
-  if constexpr (X_IMAGE) {
-    if (threadIdx.x == 0) {
-      for (int stage = 0; stage < kTiledStages; ++stage) mbarrier_init(&x_landed[stage], 1);
-      fence_mbarrier_init();
-    }
-    __syncthreads();  // the mbarriers ready before any thread waits on them
+  // PDL: the first tiles of W before the wait for x. cp.async groups (W only): W 0, W 1,
+  // then one a loop step (W of tile i + 2), so "all but the newest one done" means W of
+  // tile i landed.
+  if (threadIdx.x == 0) {
+    for (int stage = 0; stage < kTiledStages; ++stage) mbarrier_init(&x_landed[stage], 1);
+    fence_mbarrier_init();
   }
+  __syncthreads();  // the mbarriers ready before any thread waits on them
   pdl_launch_dependents();
 #pragma unroll
   for (int i = 0; i < kTiledAhead; ++i) {
@@ -547,16 +511,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __g
   }
   pdl_wait();
 #pragma unroll
-  for (int i = 0; i < kTiledAhead; ++i) {
-    if (i < n_tiles) {
-      if constexpr (X_IMAGE) {
-        copy_x(i);
-      } else {
-        load_x(i);
-        store_x(i);
-      }
-    }
-  }
+  for (int i = 0; i < kTiledAhead; ++i)
+    if (i < n_tiles) copy_x(i);
 
   float acc[MT][4] = {};  // [n-tile][C fragment] of the warp's row block
   uint32_t a_lo[4][4] = {}, a_hi[4][4] = {};  // A fragments of k-steps 0-3 and 4-7, [step][register]
@@ -564,16 +520,12 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __g
   const bool warp_active = rb0 + warp < p.RB;
   for (int i = 0; i < n_tiles; ++i) {
     cp_async_wait<kTiledAhead - 1>();
-    if constexpr (X_IMAGE) mbarrier_wait(&x_landed[i % kTiledStages], uint32_t(i / kTiledStages) & 1);
+    mbarrier_wait(&x_landed[i % kTiledStages], uint32_t(i / kTiledStages) & 1);
     __syncthreads();  // tile i's W and x visible; every warp has waited for the wgmmas of tile i - 2
     const bool refill = i + kTiledAhead < n_tiles;
     if (refill) {
       copy_w(i + kTiledAhead);
-      if constexpr (X_IMAGE) {
-        copy_x(i + kTiledAhead);
-      } else {
-        load_x(i + kTiledAhead);
-      }
+      copy_x(i + kTiledAhead);
     }
     cp_async_commit();
     const uint8_t* stage = stage_of(i);
@@ -604,8 +556,6 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __g
                                wgmma_desc(x_stage + 2 * (4 * H + step) * L::kGroupBytes, L::kGroupBytes, 128));
       wgmma_commit();
     });
-    if constexpr (!X_IMAGE)
-      if (refill) store_x(i + kTiledAhead);
   }
   wgmma_wait<0>();
 #pragma unroll
@@ -682,11 +632,11 @@ struct TiledKernel {
   KernelFn kernel;
   size_t smem_bytes;
 };
-template <int EBITS, int MBITS, bool BF16, int MT, int WARPS, bool X_IMAGE>
+template <int EBITS, int MBITS, bool BF16, int MT, int WARPS>
 TiledKernel tiled_kernel() {
-  constexpr size_t kSmem = TiledLayout<EBITS, MBITS, MT, WARPS, X_IMAGE>::kSmemBytes;
+  constexpr size_t kSmem = TiledLayout<EBITS, MBITS, MT, WARPS>::kSmemBytes;
   static const KernelFn kernel = [] {
-    const KernelFn k = gemm_fpx_tiled_kernel<EBITS, MBITS, BF16, MT, WARPS, X_IMAGE>;
+    const KernelFn k = gemm_fpx_tiled_kernel<EBITS, MBITS, BF16, MT, WARPS>;
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
     return k;
   }();
@@ -695,9 +645,9 @@ TiledKernel tiled_kernel() {
 template <int EBITS, int MBITS, bool BF16>
 TiledKernel tiled_kernel(TiledShape shape) {
   switch (shape) {
-    case TiledShape::kTiled32: return tiled_kernel<EBITS, MBITS, BF16, 4, 16, false>();
-    case TiledShape::kTiled64: return tiled_kernel<EBITS, MBITS, BF16, 8, 16, false>();
-    default: return tiled_kernel<EBITS, MBITS, BF16, 16, 8, true>();
+    case TiledShape::kTiled32: return tiled_kernel<EBITS, MBITS, BF16, 4, 16>();
+    case TiledShape::kTiled64: return tiled_kernel<EBITS, MBITS, BF16, 8, 16>();
+    default: return tiled_kernel<EBITS, MBITS, BF16, 16, 8>();
   }
 }
 TiledKernel pick_tiled_kernel(int ebits, int mbits, bool bf16, TiledShape shape) {
@@ -738,7 +688,7 @@ bool tiled_kernel_runs(const FpxDeviceWeight& w) {
     CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
     if (major != 9 || minor != 0) return false;
     cudaFuncAttributes attributes{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attributes, gemm_fpx_tiled_kernel<3, 2, false, 4, 16, false>));
+    CUDA_CHECK(cudaFuncGetAttributes(&attributes, gemm_fpx_tiled_kernel<3, 2, false, 4, 16>));
     return attributes.ptxVersion >= 90;
   }();
   return runs && w.K % 8 == 0;
@@ -915,13 +865,13 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   // buffer for the permuted copy of x.
   const bool tiled_ok = tiled_kernel_runs(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool automatic = config.tiled < 0 && config.m_tile == 0 && config.warps_k == 0;
-  const bool use_wide = tiled_ok && epilogue.scratch && (config.tiled == 2 || (automatic && M > kFpxWideMinM));
-  const bool use_tiled = tiled_ok && (use_wide || config.tiled == 1 || (automatic && M > kFpxMaxM));
   if (config.tiled < -1 || config.tiled > 2)
     throw Error("gemm_fpx: tiled = " + std::to_string(config.tiled) + " (expected -1, 0, 1 or 2)");
-  if (config.tiled == 2 && tiled_ok && !epilogue.scratch)
-    throw Error("gemm_fpx: the tiled kernel's wide shape needs a scratch buffer (gemm_fpx_scratch_bytes)");
-  if (use_wide && reinterpret_cast<uintptr_t>(epilogue.scratch) % 16 != 0)
+  if (config.tiled > 0 && tiled_ok && !epilogue.scratch)
+    throw Error("gemm_fpx: the tiled kernel needs a scratch buffer (gemm_fpx_scratch_bytes)");
+  const bool use_tiled = tiled_ok && epilogue.scratch && (config.tiled > 0 || (automatic && M > kFpxMaxM));
+  const bool use_wide = use_tiled && (config.tiled == 2 || (config.tiled < 0 && M > kFpxWideMinM));
+  if (use_tiled && reinterpret_cast<uintptr_t>(epilogue.scratch) % 16 != 0)
     throw Error("gemm_fpx: the scratch buffer must be 16-byte aligned");
   // The norm epilogues sit in the register kernel's one-chunk shape only (M <= kFpxMaxM).
   if (fused_norm && (use_tiled || s.warps_n != 1 || (M + 8 * s.mt - 1) / (8 * s.mt) != 1))
@@ -962,7 +912,7 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
     }
     p.splits = splits;
     p.tiles_per_split = int((w.k_tiles + splits - 1) / splits);
-    if (use_wide) {  // x into the scratch in the image of the kernel's stages, read as p.x
+    {  // x into the scratch in the image of the kernel's stages, read as p.x
       uint16_t* xp = static_cast<uint16_t*>(epilogue.scratch);
       const int64_t steps = m_chunks * rows_x * w.k_tiles * 8;
       launch_pdl("permute_x_kernel", permute_x_kernel, dim3(unsigned((steps + 255) / 256)), dim3(256), 0, stream, p.x,

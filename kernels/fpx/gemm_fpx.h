@@ -19,13 +19,12 @@ namespace gemlite {
 // and of the fused RMSNorm epilogues: decode. Measured (H100, cold L2, 2026-11-22,
 // kernels/fpx/BENCH.md, cuBLAS of the same dtype in the same run): at M = 16 it is
 // 1.1-1.8x faster than cuBLAS on every Llama shape but 4096 x 1024 (0.96-0.99x).
-// Above it the tiled kernel (W and x staged in shared memory, wgmma; sm_90).
+// Above it the tiled kernel (W and x staged in shared memory, wgmma; sm_90), given a
+// scratch buffer for x (gemm_fpx_scratch_bytes).
 constexpr int kFpxMaxM = 16;
 
 // Above this M the tiled kernel runs its wide shape (128 x rows and 128 rows of W a block;
-// x put into a scratch buffer in the order of its shared memory first, then one bulk copy
-// a tile) where the tiled kernel serves the weight and the caller gives the scratch
-// (gemm_fpx_scratch_bytes). Measured (H100, fp6 fp16; kernels/fpx/BENCH.md has the
+// 32 or 64 x rows and 256 rows of W below). Measured (H100, fp6 fp16; kernels/fpx/BENCH.md has the
 // tables): at M = 128 the wide shape took 24.2-49.0 us where the 64-row shape took 35.9-
 // 85.6 on 4096 x 4096, 8192 x 8192, 4096 x 11008 and 11008 x 4096 (best cluster split of
 // each, same run); at M = 64 it won on some shapes and lost on others, and llama2-7b fp6
@@ -83,8 +82,8 @@ struct GemmFpxConfig {
   int warps_k = 0;  // warps of a block splitting K
   int splits = 0;   // blocks splitting K: M <= 16, <= the weight's max_splits; tiled kernel, a power of two <= 8
   int m_tile = 0;   // n-tiles of 8 x rows per warp: 1, 2, 4 or 8
-  int tiled = -1;   // the tiled kernels (W and x staged in shared memory): -1 automatic, 0 never, when possible
-                    // 1 its 32-64 x-row shape, 2 its wide shape (128 x rows; needs the scratch)
+  int tiled = -1;   // the tiled kernel (W and x staged in shared memory): -1 automatic, 0 never, when possible
+                    // (it needs the scratch) 1 its 32 / 64 x-row shape, 2 its wide shape (128 x rows)
   int tiles_ahead = 0;  // MT = 1: tiles of W and x loaded ahead of the one multiplied, 1 or 2 (0: 2)
 };
 
@@ -95,9 +94,9 @@ struct GemmFpxConfig {
 // M <= kFpxMaxM and a config that keeps the register kernel with one chunk of x rows --
 // the default does -- Error otherwise).
 //
-// `scratch` (gemm_fpx_scratch_bytes(w, M) bytes) holds a permuted copy of x for the tiled
-// kernel's wide shape, which runs by itself above kFpxWideMinM; without it (null) such M
-// runs the 64-row shape.
+// `scratch` (gemm_fpx_scratch_bytes(w, M) bytes, 16-byte aligned) takes a permuted copy of
+// x for the tiled kernel, which runs by itself above kFpxMaxM on an H100; without it
+// (null) such M run the register kernel (slower).
 void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
               const GemmFpxConfig& config = {}, const QnPendingNorm* norm = nullptr, void* scratch = nullptr);
 size_t gemm_fpx_scratch_bytes(const FpxDeviceWeight& w, int M);  // ceil(M / 128) * 128 * ceil(K / 128) * 256 where the tiled kernel runs, else 0

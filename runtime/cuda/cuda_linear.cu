@@ -101,7 +101,7 @@ class CudaLinear final : public QuantLinear {
   //     gemv_sliced_max_m() rows -> gemv_qn over slices of kGemvQnMaxRows rows, each reading
   //     the packed weight once, where that beats making the dense copy;
   //   fp6 / fp5, M <= gemm_fpx_max_m (kFpxTiledMaxM on an H100, else kFpxMaxM) -> gemm_fpx,
-  //     the tensor-core FPx matmul (bias too; above kFpxWideMinM with x permuted into the
+  //     the tensor-core FPx matmul (bias too; above kFpxMaxM with x permuted into the
   //     context's scratch first);
   //   dense f16/bf16/f32, M <= 8 -> gemv_dense;
   //   everything larger (prefill) -> cuBLAS over a dense copy of W, then the bias.
@@ -124,8 +124,8 @@ class CudaLinear final : public QuantLinear {
       return;
     }
     if (fpx_.packed && M <= gemm_fpx_max_m(fpx_)) {
-      // Above kFpxWideMinM the tiled kernel's wide shape permutes x into the scratch first.
-      const size_t scratch_bytes = M > kFpxWideMinM ? gemm_fpx_scratch_bytes(fpx_, int(M)) : 0;
+      // Above kFpxMaxM the tiled kernel permutes x into the scratch first.
+      const size_t scratch_bytes = M > kFpxMaxM ? gemm_fpx_scratch_bytes(fpx_, int(M)) : 0;
       void* scratch = scratch_bytes ? ctx_->scratch(scratch_bytes, "activations permuted for gemm_fpx") : nullptr;
       gemm_fpx(fpx_, x.data, y.data, int(M), act_, ctx_->stream, {}, nullptr, scratch);
       return;
