@@ -417,8 +417,8 @@ __device__ __forceinline__ void split_pairs(uint4 u0, uint4 u1, uint4& group0, u
   group1 = make_uint4(u0.y, u0.w, u1.y, u1.w);
 }
 
-// The wide shape's x, in the image of its stages: xp [ceil(M / R)][KT][16 k-groups][R rows]
-// [8 k] (R = rows_x, a block's x rows), the k-groups of each 16 k in the order of
+// The tiled kernel's x, in the image of its stages: xp [ceil(M / R)][KT][16 k-groups][R
+// rows][8 k] (R = rows_x, a block's x rows), the k-groups of each 16 k in the order of
 // split_pairs, zero past M and K, so that a block's x of one tile is one contiguous copy.
 // One thread a 16-k step of a row.
 __global__ void permute_x_kernel(const uint16_t* x, uint16_t* xp, int M, int K, int KT, int rows_x) {
@@ -443,8 +443,9 @@ __global__ void permute_x_kernel(const uint16_t* x, uint16_t* xp, int M, int K, 
 
 // PRECOND: blockDim.x = 32 WARPS, dynamic shared memory TiledLayout::kSmemBytes, grid =
 // (ceil(M / 8 MT), ceil(RB / WARPS), splits) in clusters of (1, 1, splits), splits a power
-// of two <= 8, tiles_per_split = ceil(KT / splits), K % 8 == 0, x 16-byte aligned, a
-// device of compute capability 9.0 (wgmma); p.x is permute_x_kernel's image for 8 MT rows.
+// of two <= 8, tiles_per_split = ceil(KT / splits), K % 8 == 0, a device of compute
+// capability 9.0 (wgmma); p.x is permute_x_kernel's image for 8 MT rows (whose x must be
+// 16-byte aligned).
 template <int EBITS, int MBITS, bool BF16, int MT, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __grid_constant__ GemmFpxParams p) {
   using P = Planes<EBITS, MBITS>;
@@ -912,13 +913,12 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
     }
     p.splits = splits;
     p.tiles_per_split = int((w.k_tiles + splits - 1) / splits);
-    {  // x into the scratch in the image of the kernel's stages, read as p.x
-      uint16_t* xp = static_cast<uint16_t*>(epilogue.scratch);
-      const int64_t steps = m_chunks * rows_x * w.k_tiles * 8;
-      launch_pdl("permute_x_kernel", permute_x_kernel, dim3(unsigned((steps + 255) / 256)), dim3(256), 0, stream, p.x,
-                 xp, M, p.K, p.KT, rows_x);
-      p.x = xp;
-    }
+    // x into the scratch as the image of the kernel's stages, which the kernel reads as p.x.
+    uint16_t* image = static_cast<uint16_t*>(epilogue.scratch);
+    const int64_t steps = m_chunks * rows_x * w.k_tiles * 8;  // one thread a 16-k step of a row
+    launch_pdl("permute_x_kernel", permute_x_kernel, dim3(unsigned((steps + 255) / 256)), dim3(256), 0, stream, p.x,
+               image, M, p.K, p.KT, rows_x);
+    p.x = image;
     const dim3 grid{unsigned(m_chunks), unsigned(groups), unsigned(splits)};
     const TiledKernel tiled = pick_tiled_kernel(w.ebits, w.mbits, act == DType::BF16, shape);
     launch_pdl_clusters("gemm_fpx_tiled_kernel", tiled.kernel, grid, dim3(1, 1, unsigned(splits)),
