@@ -164,7 +164,7 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
         for (int c = 1; c < copies; ++c) fpx[f].push_back(random_fpx_weight(format, K, N, act, 11 + 31 * uint32_t(c), stream));
       }
       const cudaDataType type = act == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
-      // The tiled kernel's wide shape permutes x into this first (part of its time).
+      // The tiled kernel permutes x into this first (part of its time).
       void* scratch = nullptr;
       const size_t scratch_bytes = fpx.empty() ? 0 : gemm_fpx_scratch_bytes(fpx[0][0], max_m);
       if (scratch_bytes) CUDA_CHECK(cudaMalloc(&scratch, scratch_bytes));

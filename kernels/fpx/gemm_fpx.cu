@@ -10,8 +10,8 @@
 // `splits` blocks split K further and the last one to arrive sums their fp32 partials
 // (workspace + counter, one kernel, no second pass). Which variant runs (measured on the
 // H100, kernels/fpx/BENCH.md): M <= 8 MT = 1 with two tiles of W and x in flight; M 9..16
-// MT = 2 (one M chunk per 16 x rows); M > 16 the tiled kernel further down (wgmma, sm_90;
-// elsewhere MT = 2). The exact decoding of every code, subnormals included, through all of
+// MT = 2 (one M chunk per 16 x rows); M > 16 the tiled kernel further down (wgmma, sm_90,
+// given a scratch buffer for x; elsewhere MT = 2). The exact decoding of every code, subnormals included, through all of
 // them is a GPU test (tests/gpu/test_gemm_fpx.cu).
 //
 // Decode epilogues: the fused RMSNorm (gemm_fpx_residual, a pending norm; llama2-7b fp6
@@ -624,7 +624,7 @@ KernelFn pick_mt(int mt, int ahead) {
   }
 }
 
-// The tiled kernel's shapes (TiledLayout): MT and warps, and whether x comes permuted.
+// The tiled kernel's shapes (TiledLayout): MT and warps.
 enum class TiledShape { kTiled32, kTiled64, kWide };
 
 // A tiled kernel, its shared memory allowance raised once (it needs more than the default
@@ -817,7 +817,7 @@ namespace {
 // Epilogues besides y = x · Wᵀ (+ bias): a pending norm, the residual stream.
 struct Epilogue {
   const QnPendingNorm* norm = nullptr;
-  void* scratch = nullptr;  // gemm_fpx_scratch_bytes: x permuted for the wide shape
+  void* scratch = nullptr;  // gemm_fpx_scratch_bytes: x permuted for the tiled kernel
   void* residual = nullptr;
   const float* norm_weight = nullptr;
   float* sum_squares = nullptr;
@@ -861,9 +861,9 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   p.norm_weight = epilogue.norm_weight;
   p.sum_squares = epilogue.sum_squares;
   const bool fused_norm = p.norm.sum_squares || p.residual;
-  // M > kFpxMaxM: the tiled kernel on an H100-class device (wgmma), where x has the
-  // alignment for its 16-byte loads; above kFpxWideMinM its wide shape, given a scratch
-  // buffer for the permuted copy of x.
+  // M > kFpxMaxM: the tiled kernel on an H100-class device (wgmma), given a scratch buffer
+  // for the permuted copy of x and an x aligned for permute_x_kernel's 16-byte loads;
+  // above kFpxWideMinM its wide shape.
   const bool tiled_ok = tiled_kernel_runs(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool automatic = config.tiled < 0 && config.m_tile == 0 && config.warps_k == 0;
   if (config.tiled < -1 || config.tiled > 2)
@@ -871,7 +871,7 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   if (config.tiled > 0 && tiled_ok && !epilogue.scratch)
     throw Error("gemm_fpx: the tiled kernel needs a scratch buffer (gemm_fpx_scratch_bytes)");
   const bool use_tiled = tiled_ok && epilogue.scratch && (config.tiled > 0 || (automatic && M > kFpxMaxM));
-  const bool use_wide = use_tiled && (config.tiled == 2 || (config.tiled < 0 && M > kFpxWideMinM));
+  const bool use_wide = use_tiled && (config.tiled == 2 || (automatic && M > kFpxWideMinM));
   if (use_tiled && reinterpret_cast<uintptr_t>(epilogue.scratch) % 16 != 0)
     throw Error("gemm_fpx: the scratch buffer must be 16-byte aligned");
   // The norm epilogues sit in the register kernel's one-chunk shape only (M <= kFpxMaxM).

@@ -2,7 +2,7 @@
 // FPx (fp6 e3m2, fp5 e2m2) dequantize + matmul on tensor cores, for any batch:
 //   y [M, N] = x [M, K] · Wᵀ (+ bias),  W [N, K] pre-packed as in kernels/fpx/fpx_format.h,
 // x and y fp16 or bf16, fp32 accumulation (mma m16n8k16 up to M = 16, wgmma m64 above on
-// an H100), any M >= 1, any K and N.
+// an H100 given a scratch buffer for x), any M >= 1, any K and N.
 // The launch is asynchronous on the caller's stream, allocates nothing and never
 // synchronizes, so it can be captured into a CUDA graph.
 #include <cuda_runtime.h>
@@ -82,8 +82,8 @@ struct GemmFpxConfig {
   int warps_k = 0;  // warps of a block splitting K
   int splits = 0;   // blocks splitting K: M <= 16, <= the weight's max_splits; tiled kernel, a power of two <= 8
   int m_tile = 0;   // n-tiles of 8 x rows per warp: 1, 2, 4 or 8
-  int tiled = -1;   // the tiled kernel (W and x staged in shared memory): -1 automatic, 0 never, when possible
-                    // (it needs the scratch) 1 its 32 / 64 x-row shape, 2 its wide shape (128 x rows)
+  int tiled = -1;   // the tiled kernel (W and x staged in shared memory; needs the scratch): -1 automatic,
+                    // 0 never, 1 its 32 / 64 x-row shape, 2 its wide shape (128 x rows), each when possible
   int tiles_ahead = 0;  // MT = 1: tiles of W and x loaded ahead of the one multiplied, 1 or 2 (0: 2)
 };
 

@@ -51,7 +51,7 @@ std::vector<uint16_t> run_gemm(const FpxDeviceWeight& dw, const std::vector<uint
   uint16_t* x_dev = static_cast<uint16_t*>(dx.ptr) + x_offset;
   CUDA_CHECK(cudaMemcpyAsync(x_dev, x.data(), x.size() * 2, cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaMemsetAsync(dy.ptr, 0xFF, size_t(M * N) * 2, stream));
-  // The wide shape's permuted x, poisoned too (NaN bits): it must be written before it is read.
+  // The tiled kernel's permuted x, poisoned too (NaN bits): it must be written before it is read.
   const size_t scratch_bytes = gemm_fpx_scratch_bytes(dw, int(M));
   DeviceBuffer scratch(std::max<size_t>(scratch_bytes, 16));
   CUDA_CHECK(cudaMemsetAsync(scratch.ptr, 0xFF, std::max<size_t>(scratch_bytes, 16), stream));
@@ -468,6 +468,14 @@ TEST(GemmFpxEdges, RejectsWrongInputs) {
   GemmFpxConfig bad;
   bad.m_tile = 3;
   EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 1, DType::F16, nullptr, bad), Error);
+  GemmFpxConfig bad_tiled;
+  bad_tiled.tiled = 3;
+  EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 32, DType::F16, nullptr, bad_tiled), Error);
+  if (gemm_fpx_scratch_bytes(dw, 32) > 0) {  // where the tiled kernel runs, it needs the scratch
+    GemmFpxConfig tiled;
+    tiled.tiled = 1;
+    EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 32, DType::F16, nullptr, tiled), Error);
+  }
   free_fpx_weight(&dw);
 }
 
