@@ -67,64 +67,49 @@ template <int N, bool BF16>
 __device__ __forceinline__ void wgmma_rs(float (&acc)[N / 8][4], const uint32_t (&a)[4], uint64_t b);
 
 #ifdef GEMLITE_WGMMA
+// The accumulator operands four at a time, and both activation types' specializations of
+// one shape from its asm (a macro taking the type string).
+#define GEMLITE_D4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+#define GEMLITE_WGMMA_RS(N, ASM)                                                                    \
+  template <>                                                                                       \
+  __device__ __forceinline__ void wgmma_rs<N, false>(float(&d)[N / 8][4], const uint32_t(&a)[4], uint64_t b) { \
+    ASM("f16.f16");                                                                                 \
+  }                                                                                                 \
+  template <>                                                                                       \
+  __device__ __forceinline__ void wgmma_rs<N, true>(float(&d)[N / 8][4], const uint32_t(&a)[4], uint64_t b) {  \
+    ASM("bf16.bf16");                                                                               \
+  }
 #define GEMLITE_WGMMA_N32(TYPES)                                                                                     \
   asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPES                                                  \
                " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, " \
                "1, 1, 1, 0;"                                                                                        \
-               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),            \
-                 "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),            \
-                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])                                          \
+               : GEMLITE_D4(0), GEMLITE_D4(1), GEMLITE_D4(2), GEMLITE_D4(3)                                         \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
-template <>
-__device__ __forceinline__ void wgmma_rs<32, false>(float (&d)[4][4], const uint32_t (&a)[4], uint64_t b) {
-  GEMLITE_WGMMA_N32("f16.f16");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<32, true>(float (&d)[4][4], const uint32_t (&a)[4], uint64_t b) {
-  GEMLITE_WGMMA_N32("bf16.bf16");
-}
+GEMLITE_WGMMA_RS(32, GEMLITE_WGMMA_N32)
 #undef GEMLITE_WGMMA_N32
 #define GEMLITE_WGMMA_N64(TYPES)                                                                                     \
   asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES                                                  \
                " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "  \
                "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 0;"      \
-               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),            \
-                 "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),            \
-                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),            \
-                 "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),            \
-                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),            \
-                 "+f"(d[7][2]), "+f"(d[7][3])                                                                        \
+               : GEMLITE_D4(0), GEMLITE_D4(1), GEMLITE_D4(2), GEMLITE_D4(3), GEMLITE_D4(4), GEMLITE_D4(5),          \
+                 GEMLITE_D4(6), GEMLITE_D4(7)                                                                       \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
-template <>
-__device__ __forceinline__ void wgmma_rs<64, false>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
-  GEMLITE_WGMMA_N64("f16.f16");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<64, true>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
-  GEMLITE_WGMMA_N64("bf16.bf16");
-}
+GEMLITE_WGMMA_RS(64, GEMLITE_WGMMA_N64)
 #undef GEMLITE_WGMMA_N64
-// m64n128k16: 64 accumulators a thread, their operands four at a time.
-#define GEMLITE_D4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
-#define GEMLITE_WGMMA_N128(TYPES)                                                      \
-  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " {"             \
-               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "  \
-               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "  \
-               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
-               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"  \
-               "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 0;"                              \
-               : GEMLITE_D4(0), GEMLITE_D4(1), GEMLITE_D4(2), GEMLITE_D4(3), GEMLITE_D4(4), GEMLITE_D4(5), GEMLITE_D4(6), GEMLITE_D4(7),  \
-                 GEMLITE_D4(8), GEMLITE_D4(9), GEMLITE_D4(10), GEMLITE_D4(11), GEMLITE_D4(12), GEMLITE_D4(13), GEMLITE_D4(14), GEMLITE_D4(15)  \
+#define GEMLITE_WGMMA_N128(TYPES)                                                                                    \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " {"                                           \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                             \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                   \
+               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                   \
+               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"                     \
+               "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 0;"                                                          \
+               : GEMLITE_D4(0), GEMLITE_D4(1), GEMLITE_D4(2), GEMLITE_D4(3), GEMLITE_D4(4), GEMLITE_D4(5),          \
+                 GEMLITE_D4(6), GEMLITE_D4(7), GEMLITE_D4(8), GEMLITE_D4(9), GEMLITE_D4(10), GEMLITE_D4(11),        \
+                 GEMLITE_D4(12), GEMLITE_D4(13), GEMLITE_D4(14), GEMLITE_D4(15)                                     \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
-template <>
-__device__ __forceinline__ void wgmma_rs<128, false>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
-  GEMLITE_WGMMA_N128("f16.f16");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<128, true>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
-  GEMLITE_WGMMA_N128("bf16.bf16");
-}
+GEMLITE_WGMMA_RS(128, GEMLITE_WGMMA_N128)
 #undef GEMLITE_WGMMA_N128
+#undef GEMLITE_WGMMA_RS
 #undef GEMLITE_D4
 #else
 // Without sm_90a (PTX for another architecture, e.g. nvcc -arch=sm_90a's compute_90 copy
