@@ -669,6 +669,14 @@ struct LaunchShape {
   int mt, warps_n, warps_k, splits;
 };
 
+// Time of a grid whose blocks each walk `tiles` tiles of K, in tile-steps: its waves of
+// `per_wave` resident blocks, each costing its tiles plus ~4 for a block's start (first
+// loads) and end (reduction, epilogue). For kernels bound by latency and issue rather than
+// by DRAM; both uses below were measured against sweeps (the numbers are with them).
+int64_t wave_cost(int64_t blocks, int64_t per_wave, int64_t tiles) {
+  return (blocks + per_wave - 1) / per_wave * (tiles + 4);
+}
+
 int sm_count() {
   int device = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
@@ -700,7 +708,9 @@ bool tiled_kernel_runs(const FpxDeviceWeight& w) {
 // warps, every warp keeping >= 2 tiles of K so that its next tile's loads overlap the
 // current one. Larger M: 4 row blocks per block (they read the same x lines
 // through L1), warps along K only while the grid is short of ~16 warps per SM.
-LaunchShape choose_launch(int64_t row_blocks, int64_t k_tiles, int M, int sms, const GemmFpxConfig& config) {
+// resident_warps: warps of the MT = 2 kernel an SM holds (its registers), for M 9..16.
+LaunchShape choose_launch(int64_t row_blocks, int64_t k_tiles, int M, int sms, int resident_warps,
+                          const GemmFpxConfig& config) {
   LaunchShape s;
   // MT = 2 beat 4 and 8 (4 row blocks a block) at every M from 16 to 64 on the H100 (they
   // wait on x from L2 step by step), e.g. 8192 x 8192 at M = 32: 54.5 us vs 114.6.
@@ -723,6 +733,32 @@ LaunchShape choose_launch(int64_t row_blocks, int64_t k_tiles, int M, int sms, c
   const int64_t target = int64_t(sms) * 16;
   if (config.warps_k > 0) {
     s.warps_k = std::clamp(config.warps_k, 1, max_warps / s.warps_n);
+  } else if (s.mt == 2 && resident_warps > 0) {
+    // M 9..16 is bound by latency and issue, where a last wave of a few blocks costs a
+    // whole block's time: the fewest wave_cost over 2..16 warps (1 was not measured), each
+    // warp keeping >= 2 tiles (ties: fewer warps). Sweep (H100, fp6 fp16, M = 16, us at warps_k = 2 / 3 / 4 /
+    // 5 / 6 / 8, then the old rule's 4 or 8 and this one's choice):
+    //   8192 x 10240  49.8 / 35.0 / 50.8 / 42.3 / 47.9 / 46.3   old 4, now 3
+    //   4096 x 12288  28.0 / 33.4 / 29.3 / 25.8 / 29.2 / 27.9   old 4, now 2
+    //   4096 x 4096   24.3 / 18.7 / 15.5 / 13.3 / 11.8 / 11.1   8, 8
+    //   4096 x 22016  49.8 / 46.1 / 39.3 / 42.9 / 52.3 / 43.6   4, 4
+    //   11008 x 4096  54.4 / 42.8 / 37.4 / 33.3 / 30.0 / 28.1   8, 8
+    //   14336 x 4096  67.2 / 53.8 / 45.0 / 38.9 / 33.5 / 32.1   8, 8
+    //   8192 x 57344  183.1 / 187.0 / 176.5 / 201.1 / 217.7 / 206.5   4, 4
+    // At M = 1 (memory-bound: a short last wave costs little) the old rule was the best or
+    // within 3 % of it on all of these but 4096 x 12288 (19.8 us; 17.4 at 3 warps), and
+    // this cost would not have picked 3 there: it stays below.
+    const int64_t blocks = m_chunks * row_blocks * s.splits;
+    int64_t best = -1;
+    for (int warps_k = 2; warps_k <= max_warps && 2 * warps_k <= tiles; ++warps_k) {
+      const int64_t per_wave = int64_t(sms) * std::max(resident_warps / warps_k, 1);
+      const int64_t cost = wave_cost(blocks, per_wave, (tiles + warps_k - 1) / warps_k);
+      if (best < 0 || cost < best) {
+        best = cost;
+        s.warps_k = warps_k;
+      }
+    }
+    if (best < 0) s.warps_k = 1;
   } else {
     s.warps_k = small ? 4 : 1;
     // Doubling only while the grid still fits one wave: 8192 x 8192 at M = 1 took 16-warp
@@ -763,7 +799,7 @@ FpxDeviceWeight alloc_fpx_weight(const WeightFormat& format, int64_t N, int64_t 
   d.k_tiles = fpx_k_tiles(K);
   d.row_blocks = fpx_row_blocks(N);
   // The most blocks split-K will use for this shape (M = 1 splits the most).
-  d.max_splits = choose_launch(d.row_blocks, d.k_tiles, 1, sm_count(), {}).splits;
+  d.max_splits = choose_launch(d.row_blocks, d.k_tiles, 1, sm_count(), 0, {}).splits;
   const size_t padded_n = size_t(d.row_blocks) * kFpxTileRows;
   try {
     d.packed = static_cast<uint8_t*>(device_weight_alloc(size_t(d.row_blocks * d.k_tiles * fpx_tile_bytes(d.bits))));
@@ -835,7 +871,13 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   if (config.m_tile != 0 && config.m_tile != 1 && config.m_tile != 2 && config.m_tile != 4 && config.m_tile != 8)
     throw Error("gemm_fpx: m_tile = " + std::to_string(config.m_tile) + " (expected 1, 2, 4 or 8)");
   static const int sms = sm_count();
-  LaunchShape s = choose_launch(w.row_blocks, w.k_tiles, M, sms, config);
+  int resident_warps = 0;  // of the MT = 2 kernel (M 9..16 in the register kernel)
+  if (M > 8 && M <= 16) {
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &resident_warps, reinterpret_cast<const void*>(pick_kernel(w.ebits, w.mbits, act == DType::BF16, 2, 1)), 32,
+        2 * 4 * 32 * sizeof(float)));
+  }
+  LaunchShape s = choose_launch(w.row_blocks, w.k_tiles, M, sms, resident_warps, config);
   s.splits = std::clamp(s.splits, 1, w.max_splits);
   GemmFpxParams p;
   p.packed = w.packed;
@@ -904,10 +946,7 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
       while (splits * 2 <= kTiledMaxSplits && w.k_tiles >= 8 * 2 * splits && groups * splits * 2 <= 3 * int64_t(sms))
         splits *= 2;
     } else {
-      const auto cost = [&](int z) {
-        const int64_t blocks = m_chunks * groups * z;
-        return (blocks + sms - 1) / sms * ((w.k_tiles + z - 1) / z + 4);
-      };
+      const auto cost = [&](int z) { return wave_cost(m_chunks * groups * z, sms, (w.k_tiles + z - 1) / z); };
       for (int z = 2; z <= 4; z *= 2)
         if (cost(z) < cost(splits)) splits = z;
     }

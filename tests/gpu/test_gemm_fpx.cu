@@ -197,7 +197,7 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
       CheckResult r = check_random(packed, dw, act, M, rng, stream.stream, 1);
       EXPECT_EQ(r.failures, 0) << "misaligned: " << r.first_failure;
       for (int splits = 1; splits <= dw.max_splits; splits *= 2)
-        for (int warps_k : {1, 2, 4, 16}) {
+        for (int warps_k : {1, 2, 3, 4, 5, 16}) {
           GemmFpxConfig config;
           config.splits = splits;
           config.warps_k = warps_k;
