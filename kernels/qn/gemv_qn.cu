@@ -968,10 +968,16 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   p.norm_weight = epilogue.norm_weight;
   p.sum_squares = epilogue.sum_squares;
 
-  // Warps per block, 4 or 8: the one whose last wave of blocks is fullest, at 16 resident
+  // Warps per block, 4, 8 or 3: the one whose last wave of blocks is fullest, at 16 resident
   // warps per SM (128 registers a thread) or as many blocks as the scale slabs leave room
-  // for past 32 KB (not measured: no such shape in the benchmarks), 4 on a tie. The sweep on the H100 (q8, q4g64,
-  // q2g64): 8 won at N = 4096 and 10240 (0.5 / 1.2 waves with 4), 4 at N = 8192 and 57344.
+  // for past 32 KB (not measured: no such shape in the benchmarks); 4 on a tie, then 8,
+  // then 3. The sweep on the H100 (q8, q4g64, q2g64): 8 won at N = 4096 (0.5 waves with 4),
+  // 4 at N = 8192 and 57344. 3 (16th session: GEMLITE_BENCH_WARPS=0,2,3,4,5,6,8
+  // GEMLITE_BENCH_M=1,16, fp16, µs): N = 10240 (640 blocks, 0.97 waves of 5 blocks an SM)
+  // q4g64 M = 1 22.5 at 8 -> 19.5, q8 31.8 -> 30.3, M = 16 q4g64 41.3 -> 34.1, q8 45.0 ->
+  // 39.6; on the Llama-2-7B shapes and 8192 x 8192 / 57344 the automatic choice was the best
+  // or within 6 % of it (4096 x 22016 at M = 16: q4g64 42.4 at 4, 41.0 at 8; q8 45.2,
+  // 42.8), and 5 or 6 warps never beat it by more than 2 %.
   const int64_t tiles = w.Kw / 32;
   const int64_t blocks = (w.N + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t slab = gemv_qn_scale_slab_bytes(w);
@@ -991,7 +997,9 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
       const double waves = double(blocks) / double(int64_t(sms) * resident);
       return waves / std::ceil(waves);
     };
-    warps = last_wave_fill(8) > last_wave_fill(4) + 0.02 ? 8 : 4;
+    warps = 4;
+    for (int candidate : {8, 3})
+      if (last_wave_fill(candidate) > last_wave_fill(warps) + 0.02) warps = candidate;
   }
   constexpr int kWide = kGemvQnMaxRows, kNarrow = kGemvMaxM;
   const bool wide = M > kNarrow;  // the 16-row kernel

@@ -100,7 +100,8 @@ struct CheckResult {
 
 // Runs gemv_qn once on poisoned output and compares every element with the reference.
 CheckResult run_and_compare(const PackedWeight& packed, const QnDeviceWeight& dw, DType act, int64_t M,
-                            std::mt19937_64& rng, cudaStream_t stream, int x_offset_elements = 0) {
+                            std::mt19937_64& rng, cudaStream_t stream, int x_offset_elements = 0,
+                            const GemvQnConfig& config = {}) {
   const int64_t N = packed.rows, K = packed.cols;
   std::vector<uint16_t> x_bits;
   std::vector<float> x;
@@ -113,7 +114,7 @@ CheckResult run_and_compare(const PackedWeight& packed, const QnDeviceWeight& dw
   uint16_t* x_dev = static_cast<uint16_t*>(dx.ptr) + x_offset_elements;
   CUDA_CHECK(cudaMemcpyAsync(x_dev, x_bits.data(), x_bits.size() * 2, cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaMemsetAsync(dy.ptr, 0xFF, size_t(M * N) * 2, stream));
-  gemv_qn(dw, x_dev, dy.ptr, int(M), act, stream);
+  gemv_qn(dw, x_dev, dy.ptr, int(M), act, stream, config);
   std::vector<uint16_t> y_bits(size_t(M * N));
   CUDA_CHECK(cudaMemcpyAsync(y_bits.data(), dy.ptr, y_bits.size() * 2, cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -229,6 +230,30 @@ TEST(GemvQnEdges, MisalignedActivationsAndBias) {
       }
       free_qn_weight(&dw);
     }
+  }
+}
+
+// Every count of warps splitting K, whether or not it divides the tiles (the automatic
+// choice takes 3, 4 or 8), in both kernels (M = 1: weights as A; M = 16: x as A, at most 8
+// warps), with a partial last tile (K = 4100) and a last row block of 8 rows (N = 1000).
+TEST(GemvQnEdges, EveryWarpCount) {
+  std::mt19937_64 rng(test_seed() + 23);
+  StreamGuard stream;
+  for (const int bits : {4, 3}) {
+    const int64_t N = 1000, K = 4100;
+    const std::vector<float> w = random_weight(N, K, rng);
+    const PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(bits, 64));
+    QnDeviceWeight dw = upload_qn_weight(packed, DType::F16);
+    for (int64_t M : {1, 16})
+      for (int warps : {1, 2, 3, 5, 6, 7, 8, 16}) {
+        SCOPED_TRACE("q" + std::to_string(bits) + "g64 M=" + std::to_string(M) + " warps=" + std::to_string(warps) +
+                     " seed=" + std::to_string(test_seed()));
+        GemvQnConfig config;
+        config.warps_per_block = warps;
+        const CheckResult r = run_and_compare(packed, dw, DType::F16, M, rng, stream.stream, 0, config);
+        EXPECT_EQ(r.failures, 0) << r.first_failure;
+      }
+    free_qn_weight(&dw);
   }
 }
 
