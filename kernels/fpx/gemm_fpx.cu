@@ -50,6 +50,7 @@
 #include "kernels/bulk_copy.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/fpx/fpx_format.h"
+#include "kernels/fpx/fpx_launch.h"
 #include "kernels/fpx/fpx_tile.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/wgmma.cuh"
@@ -58,9 +59,6 @@
 namespace gemlite {
 
 namespace {
-
-constexpr int kMaxSplits = 8;
-constexpr int kSplitMaxM = 16;  // split-K only for M <= 16 (two n-tiles)
 
 struct GemmFpxParams {
   const uint8_t* packed;     // [RB, KT * tile bytes]
@@ -297,7 +295,7 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
     float sum = 0;
     for (int w = 0; w < p.warps_k; ++w) sum += partial[(((g * p.warps_k + w) * MT + j) * 4 + i) * 32 + src];
     if (split) {
-      p.workspace[(int64_t(blockIdx.z) * kSplitMaxM + m) * padded_n + n] = sum;
+      p.workspace[(int64_t(blockIdx.z) * kFpxSplitMaxM + m) * padded_n + n] = sum;
     } else {
       finish(sum, n, m, mc);
     }
@@ -326,7 +324,7 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
     const int m = m0 + mc;
     if (n >= p.N || m >= p.M) continue;
     float sum = 0;
-    for (int z = 0; z < int(gridDim.z); ++z) sum += __ldcg(p.workspace + (int64_t(z) * kSplitMaxM + m) * padded_n + n);
+    for (int z = 0; z < int(gridDim.z); ++z) sum += __ldcg(p.workspace + (int64_t(z) * kFpxSplitMaxM + m) * padded_n + n);
     finish(sum, n, m, mc);
   }
   if (p.residual) sum_squares();
@@ -393,7 +391,6 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
 // must cut (kernels/fpx/BENCH.md has the table against cuBLAS and the dense copy).
 constexpr int kTiledStages = 4;
 constexpr int kTiledAhead = 2;      // tiles copied ahead of the one computed
-constexpr int kTiledMaxSplits = 8;  // the portable cluster size
 
 // A shape of the tiled kernel (above): WARPS warps, 8 MT x rows.
 template <int EBITS, int MBITS, int MT, int WARPS>
@@ -600,13 +597,13 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __g
     if (n >= p.N || m >= p.M) continue;
     // All ranks' loads in flight before the sum (in rank order): one distributed shared
     // memory round trip an output, not `splits`.
-    float parts[kTiledMaxSplits];
+    float parts[kFpxTiledMaxSplits];
 #pragma unroll
-    for (int q = 0; q < kTiledMaxSplits; ++q)
+    for (int q = 0; q < kFpxTiledMaxSplits; ++q)
       parts[q] = q < splits ? load_cluster_shared(part + mc * L::kPartStride + row, unsigned(q)) : 0.0f;
     float sum = 0;
 #pragma unroll
-    for (int q = 0; q < kTiledMaxSplits; ++q) sum += parts[q];
+    for (int q = 0; q < kFpxTiledMaxSplits; ++q) sum += parts[q];
     p.y[int64_t(m) * p.N + n] = to_activation<BF16>(sum * p.row_factor[n] + (p.bias ? p.bias[n] : 0.0f));
   }
   if (splits > 1) cluster_sync();  // no block leaves while another may still read its partial sums
@@ -665,18 +662,6 @@ KernelFn pick_kernel(int ebits, int mbits, bool bf16, int mt, int ahead) {
   });
 }
 
-struct LaunchShape {
-  int mt, warps_n, warps_k, splits;
-};
-
-// Time of a grid whose blocks each walk `tiles` tiles of K, in tile-steps: its waves of
-// `per_wave` resident blocks, each costing its tiles plus ~4 for a block's start (first
-// loads) and end (reduction, epilogue). For kernels bound by latency and issue rather than
-// by DRAM; both uses below were measured against sweeps (the numbers are with them).
-int64_t wave_cost(int64_t blocks, int64_t per_wave, int64_t tiles) {
-  return (blocks + per_wave - 1) / per_wave * (tiles + 4);
-}
-
 int sm_count() {
   int device = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
@@ -703,78 +688,6 @@ bool tiled_kernel_runs(const FpxDeviceWeight& w) {
   return runs && w.K % 8 == 0;
 }
 
-// Small M (<= 16, two n-tiles): first enough blocks along K (split-K) to give every SM a
-// block, then warps per block along K while the grid still fits in one wave of resident
-// warps, every warp keeping >= 2 tiles of K so that its next tile's loads overlap the
-// current one. Larger M: 4 row blocks per block (they read the same x lines
-// through L1), warps along K only while the grid is short of ~16 warps per SM.
-// resident_warps: warps of the MT = 2 kernel an SM holds (its registers), for M 9..16.
-LaunchShape choose_launch(int64_t row_blocks, int64_t k_tiles, int M, int sms, int resident_warps,
-                          const GemmFpxConfig& config) {
-  LaunchShape s;
-  // MT = 2 beat 4 and 8 (4 row blocks a block) at every M from 16 to 64 on the H100 (they
-  // wait on x from L2 step by step), e.g. 8192 x 8192 at M = 32: 54.5 us vs 114.6.
-  s.mt = config.m_tile > 0 ? config.m_tile : M <= 8 ? 1 : 2;
-  const int64_t m_chunks = (M + 8 * s.mt - 1) / (8 * s.mt);
-  const bool small = s.mt <= 2;  // one row block per block, x fragments prefetched
-  s.warps_n = small ? 1 : 4;
-  const int max_warps = small ? 16 : 8;  // shared memory: warps * MT * 512 bytes <= 16 KB, 32 KB
-  s.splits = 1;
-  if (small && m_chunks == 1) {  // the workspace and counters hold one chunk of <= 16 x rows
-    if (config.splits > 0) {
-      s.splits = std::min(config.splits, kMaxSplits);
-    } else {
-      while (s.splits < kMaxSplits && row_blocks * s.splits < sms && k_tiles >= 16 * s.splits) s.splits *= 2;
-    }
-  }
-  const int64_t tiles = (k_tiles + s.splits - 1) / s.splits;
-  // Resident warps per SM at the kernels' register counts (ptxas, sm_90): MT = 1 uses 88
-  // (one tile ahead) or 114 registers (two), MT = 2 126, MT = 4 / 8 80 / 111: ~16 warps.
-  const int64_t target = int64_t(sms) * 16;
-  if (config.warps_k > 0) {
-    s.warps_k = std::clamp(config.warps_k, 1, max_warps / s.warps_n);
-  } else if (s.mt == 2 && resident_warps > 0) {
-    // M 9..16 is bound by latency and issue, where a last wave of a few blocks costs a
-    // whole block's time: the fewest wave_cost over 2..16 warps (1 was not measured), each
-    // warp keeping >= 2 tiles (ties: fewer warps). Sweep (H100, fp6 fp16, M = 16, us at warps_k = 2 / 3 / 4 /
-    // 5 / 6 / 8, then the old rule's 4 or 8 and this one's choice):
-    //   8192 x 10240  49.8 / 35.0 / 50.8 / 42.3 / 47.9 / 46.3   old 4, now 3
-    //   4096 x 12288  28.0 / 33.4 / 29.3 / 25.8 / 29.2 / 27.9   old 4, now 2
-    //   4096 x 4096   24.3 / 18.7 / 15.5 / 13.3 / 11.8 / 11.1   8, 8
-    //   4096 x 22016  49.8 / 46.1 / 39.3 / 42.9 / 52.3 / 43.6   4, 4
-    //   11008 x 4096  54.4 / 42.8 / 37.4 / 33.3 / 30.0 / 28.1   8, 8
-    //   14336 x 4096  67.2 / 53.8 / 45.0 / 38.9 / 33.5 / 32.1   8, 8
-    //   8192 x 57344  183.1 / 187.0 / 176.5 / 201.1 / 217.7 / 206.5   4, 4
-    // At M = 1 (memory-bound: a short last wave costs little) the old rule was the best or
-    // within 3 % of it on all of these but 4096 x 12288 (19.8 us; 17.4 at 3 warps), and
-    // this cost would not have picked 3 there: it stays below.
-    const int64_t blocks = m_chunks * row_blocks * s.splits;
-    int64_t best = -1;
-    for (int warps_k = 2; warps_k <= max_warps && 2 * warps_k <= tiles; ++warps_k) {
-      const int64_t per_wave = int64_t(sms) * std::max(resident_warps / warps_k, 1);
-      const int64_t cost = wave_cost(blocks, per_wave, (tiles + warps_k - 1) / warps_k);
-      if (best < 0 || cost < best) {
-        best = cost;
-        s.warps_k = warps_k;
-      }
-    }
-    if (best < 0) s.warps_k = 1;
-  } else {
-    s.warps_k = small ? 4 : 1;
-    // Doubling only while the grid still fits one wave: 8192 x 8192 at M = 1 took 16-warp
-    // blocks (two waves of 4 tiles a warp) when the rule was "below the target".
-    while (s.warps_n * s.warps_k * 2 <= max_warps && tiles >= 4 * s.warps_k &&
-           m_chunks * row_blocks * s.splits * s.warps_k * 2 <= target)
-      s.warps_k *= 2;
-  }
-  return s;
-}
-
-int64_t grid_warps(int64_t row_blocks, int M, const LaunchShape& s) {
-  const int64_t m_chunks = (M + 8 * s.mt - 1) / (8 * s.mt);
-  return m_chunks * (row_blocks + s.warps_n - 1) / s.warps_n * s.warps_n * s.warps_k * s.splits;
-}
-
 }  // namespace
 
 size_t FpxDeviceWeight::weight_bytes() const {
@@ -799,13 +712,13 @@ FpxDeviceWeight alloc_fpx_weight(const WeightFormat& format, int64_t N, int64_t 
   d.k_tiles = fpx_k_tiles(K);
   d.row_blocks = fpx_row_blocks(N);
   // The most blocks split-K will use for this shape (M = 1 splits the most).
-  d.max_splits = choose_launch(d.row_blocks, d.k_tiles, 1, sm_count(), 0, {}).splits;
+  d.max_splits = fpx_register_launch(d.row_blocks, d.k_tiles, 1, sm_count(), 0).splits;
   const size_t padded_n = size_t(d.row_blocks) * kFpxTileRows;
   try {
     d.packed = static_cast<uint8_t*>(device_weight_alloc(size_t(d.row_blocks * d.k_tiles * fpx_tile_bytes(d.bits))));
     d.row_factor = static_cast<float*>(device_weight_alloc(padded_n * 4));
     if (d.max_splits > 1) {
-      d.workspace = static_cast<float*>(device_weight_alloc(size_t(d.max_splits) * kSplitMaxM * padded_n * 4));
+      d.workspace = static_cast<float*>(device_weight_alloc(size_t(d.max_splits) * kFpxSplitMaxM * padded_n * 4));
       d.counters = static_cast<int*>(device_weight_alloc(size_t(d.row_blocks) * 4));
       CUDA_CHECK(cudaMemset(d.counters, 0, size_t(d.row_blocks) * 4));
     }
@@ -877,8 +790,8 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
         &resident_warps, reinterpret_cast<const void*>(pick_kernel(w.ebits, w.mbits, act == DType::BF16, 2, 1)), 32,
         2 * 4 * 32 * sizeof(float)));
   }
-  LaunchShape s = choose_launch(w.row_blocks, w.k_tiles, M, sms, resident_warps, config);
-  s.splits = std::clamp(s.splits, 1, w.max_splits);
+  const FpxRegisterLaunch s = fpx_register_launch(w.row_blocks, w.k_tiles, M, sms, resident_warps, config,
+                                                  w.max_splits);
   GemmFpxParams p;
   p.packed = w.packed;
   p.row_factor = w.row_factor;
@@ -925,31 +838,10 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
     const int rows_x = use_wide ? 128 : M <= 32 ? 32 : 64, warps = use_wide ? 8 : 16;
     const int64_t m_chunks = (M + rows_x - 1) / rows_x;
     const int64_t groups = (w.row_blocks + warps - 1) / warps;
-    // One block a SM (its shared memory). Split K over a cluster, measured (H100, fp6 fp16,
-    // GEMLITE_BENCH_FPX_SPLITS; us at 1 / 2 / 4 / 8 splits):
-    //  - one chunk of x rows: into the most blocks (<= 8) that keep >= 8 tiles of K each while
-    //    the grid stays within 3 waves. M = 64: 8192 x 8192 131.1 / 66.2 / 65.1 / 56.5, 4096 x
-    //    4096 68.5 / 35.7 / 20.1 / 26.0, 4096 x 22016 69.8 / 70.3 / 58.5 / 78.3, 4096 x 12288
-    //    69.5 / 38.6 / 39.7 / 51.4 (a waves x tiles-per-block cost picks 4 on 8192 x 8192, 8 on
-    //    4096 x 4096: both wrong by 15-30 %);
-    //  - several chunks: the fewest waves x (tiles per block + 4 for its start and end) over
-    //    1, 2, 4 splits (ties: fewer). M = 128: 8192 x 8192 135.9 / 66.5 / 99.8, 8192 x 10240
-    //    135.1 / 129.5 / 101.2, 4096 x 22016 134.9 / 110.7 / 123.4, 4096 x 12288 69.8 / 72.1 /
-    //    78.7, 8192 x 57344 529.0 / 470.8 / 502.5, 11008 x 4096 174.0 / 86.0 / 88.1: the best
-    //    or within 3 % of it, and 4096 x 4096 (36.6 at 2 splits) 7 % behind at 4.
-    int splits = 1;
-    if (config.splits > 0) {
-      if (config.splits > kTiledMaxSplits || (config.splits & (config.splits - 1)) != 0)
-        throw Error("gemm_fpx: splits = " + std::to_string(config.splits) + " for the tiled kernel (expected 1, 2, 4 or 8)");
-      splits = config.splits;
-    } else if (m_chunks == 1 && !use_wide) {
-      while (splits * 2 <= kTiledMaxSplits && w.k_tiles >= 8 * 2 * splits && groups * splits * 2 <= 3 * int64_t(sms))
-        splits *= 2;
-    } else {
-      const auto cost = [&](int z) { return wave_cost(m_chunks * groups * z, sms, (w.k_tiles + z - 1) / z); };
-      for (int z = 2; z <= 4; z *= 2)
-        if (cost(z) < cost(splits)) splits = z;
-    }
+    // One block a SM (its shared memory), K split over a cluster (fpx_tiled_splits).
+    if (config.splits > 0 && (config.splits > kFpxTiledMaxSplits || (config.splits & (config.splits - 1)) != 0))
+      throw Error("gemm_fpx: splits = " + std::to_string(config.splits) + " for the tiled kernel (expected 1, 2, 4 or 8)");
+    const int splits = config.splits > 0 ? config.splits : fpx_tiled_splits(groups, w.k_tiles, m_chunks, use_wide, sms);
     p.splits = splits;
     p.tiles_per_split = int((w.k_tiles + splits - 1) / splits);
     // x into the scratch as the image of the kernel's stages, which the kernel reads as p.x.
@@ -968,17 +860,7 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   const size_t smem = size_t(warps) * s.mt * 4 * 32 * sizeof(float);
   const dim3 grid(unsigned((M + 8 * s.mt - 1) / (8 * s.mt)), unsigned((w.row_blocks + s.warps_n - 1) / s.warps_n),
                   unsigned(s.splits));
-  // Two tiles ahead (114 registers, ~16 resident warps a SM) unless the grid fits one wave
-  // only at one tile ahead (88 registers, ~23 warps): 8192 x 10240 at M = 1 (2560 warps)
-  // took 33.8 us at two tiles ahead (1.2 waves) and 27.0 at one; elsewhere two tiles ahead
-  // won by 0-6 % (28672 x 8192: 67.0 us vs 70.5).
-  int ahead = 1;
-  if (s.mt == 1) {
-    const int64_t total_warps = grid_warps(w.row_blocks, M, s);
-    ahead = config.tiles_ahead > 0 ? config.tiles_ahead
-            : (total_warps > int64_t(sms) * 16 && total_warps <= int64_t(sms) * 23) ? 1 : 2;
-  }
-  const KernelFn kernel = pick_kernel(w.ebits, w.mbits, act == DType::BF16, s.mt, ahead);
+  const KernelFn kernel = pick_kernel(w.ebits, w.mbits, act == DType::BF16, s.mt, s.ahead);
   launch_pdl("gemm_fpx_kernel", kernel, grid, dim3(unsigned(warps * 32)), smem, stream, p);
 }
 

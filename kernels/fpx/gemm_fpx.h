@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "kernels/fpx/fpx_launch.h"
 #include "kernels/packed_weight.h"
 #include "kernels/qn/gemv_qn.h"  // QnPendingNorm: the fused RMSNorm's contract
 #include "runtime/dtype.h"
@@ -77,14 +78,12 @@ constexpr int kFpxTiledMaxM = 512;
 // QuantLinear's switch for this weight: kFpxTiledMaxM or kFpxMaxM (above).
 int gemm_fpx_max_m(const FpxDeviceWeight& w);
 
-// Launch tuning; 0 = the automatic choice (what the benchmarks measured best).
-struct GemmFpxConfig {
-  int warps_k = 0;  // warps of a block splitting K
-  int splits = 0;   // blocks splitting K: M <= 16, <= the weight's max_splits; tiled kernel, a power of two <= 8
-  int m_tile = 0;   // n-tiles of 8 x rows per warp: 1, 2, 4 or 8
+// Launch tuning; 0 = the automatic choice (what the benchmarks measured best): the register
+// kernel's overrides (warps_k, splits, m_tile, tiles_ahead; kernels/fpx/fpx_launch.h) and
+// which kernel runs. `splits` also sets the tiled kernel's cluster size (a power of two <= 8).
+struct GemmFpxConfig : FpxLaunchOverrides {
   int tiled = -1;   // the tiled kernel (W and x staged in shared memory; needs the scratch): -1 automatic,
                     // 0 never, 1 its 32 / 64 x-row shape, 2 its wide shape (128 x rows), each when possible
-  int tiles_ahead = 0;  // MT = 1: tiles of W and x loaded ahead of the one multiplied, 1 or 2 (0: 2)
 };
 
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias), on `stream`; x and y device pointers, rows

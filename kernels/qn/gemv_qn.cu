@@ -101,6 +101,7 @@
 #include "kernels/group_quant.h"
 #include "kernels/pdl.cuh"
 #include "kernels/qn/qn_format.h"
+#include "kernels/qn/qn_launch.h"
 #include "kernels/s7/s7_format.h"
 #include "runtime/error.h"
 
@@ -968,16 +969,9 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   p.norm_weight = epilogue.norm_weight;
   p.sum_squares = epilogue.sum_squares;
 
-  // Warps per block, 4, 8 or 3: the one whose last wave of blocks is fullest, at 16 resident
-  // warps per SM (128 registers a thread) or as many blocks as the scale slabs leave room
-  // for past 32 KB (not measured: no such shape in the benchmarks); 4 on a tie, then 8,
-  // then 3. The sweep on the H100 (q8, q4g64, q2g64): 8 won at N = 4096 (0.5 waves with 4),
-  // 4 at N = 8192 and 57344. 3 (16th session: GEMLITE_BENCH_WARPS=0,2,3,4,5,6,8
-  // GEMLITE_BENCH_M=1,16, fp16, µs): N = 10240 (640 blocks, 0.97 waves of 5 blocks an SM)
-  // q4g64 M = 1 22.5 at 8 -> 19.5, q8 31.8 -> 30.3, M = 16 q4g64 41.3 -> 34.1, q8 45.0 ->
-  // 39.6; on the Llama-2-7B shapes and 8192 x 8192 / 57344 the automatic choice was the best
-  // or within 6 % of it (4096 x 22016 at M = 16: q4g64 42.4 at 4, 41.0 at 8; q8 45.2,
-  // 42.8), and 5 or 6 warps never beat it by more than 2 %.
+  // Warps per block: qn_warps_per_block (kernels/qn/qn_launch.cpp), at 16 resident warps
+  // per SM (128 registers a thread) or as many blocks as the scale slabs leave room for
+  // past 32 KB (not measured: no such shape in the benchmarks).
   const int64_t tiles = w.Kw / 32;
   const int64_t blocks = (w.N + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t slab = gemv_qn_scale_slab_bytes(w);
@@ -986,20 +980,15 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
     int device = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const auto last_wave_fill = [&](int per_block) {
-      int resident = 16 / per_block;
-      if (slab > kScaleSlabDefaultBytes) {  // fewer blocks an SM where the slabs fill its shared memory
-        const KernelFn narrow = kernels_of(w)[0];
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, reinterpret_cast<const void*>(narrow),
-                                                                 per_block * 32, slab));
-        resident = std::max(resident, 1);
-      }
-      const double waves = double(blocks) / double(int64_t(sms) * resident);
-      return waves / std::ceil(waves);
+    const auto resident_blocks = [&](int per_block) {
+      if (slab <= kScaleSlabDefaultBytes) return qn_resident_blocks(per_block);
+      int resident = 0;  // fewer blocks an SM where the slabs fill its shared memory
+      const KernelFn narrow = kernels_of(w)[0];
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, reinterpret_cast<const void*>(narrow),
+                                                               per_block * 32, slab));
+      return resident;
     };
-    warps = 4;
-    for (int candidate : {8, 3})
-      if (last_wave_fill(candidate) > last_wave_fill(warps) + 0.02) warps = candidate;
+    warps = qn_warps_per_block(blocks, sms, resident_blocks);
   }
   constexpr int kWide = kGemvQnMaxRows, kNarrow = kGemvMaxM;
   const bool wide = M > kNarrow;  // the 16-row kernel

@@ -1,0 +1,113 @@
+#include "kernels/fpx/fpx_launch.h"
+
+#include <algorithm>
+
+namespace gemlite {
+
+int64_t wave_cost(int64_t blocks, int64_t per_wave, int64_t tiles) {
+  return (blocks + per_wave - 1) / per_wave * (tiles + 4);
+}
+
+// Small M (<= 16, two n-tiles): first enough blocks along K (split-K) to give every SM a
+// block, then warps per block along K, every warp keeping >= 2 tiles of K so that its
+// next tile's loads overlap the current one. Larger M (the register kernel without the
+// tiled one): 4 row blocks per block (they read the same x lines through L1), warps along
+// K only while the grid is short of ~16 warps per SM.
+FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M, int sms, int resident_warps,
+                                      const FpxLaunchOverrides& overrides, int max_splits) {
+  FpxRegisterLaunch s;
+  // MT = 2 beat 4 and 8 (4 row blocks a block) at every M from 16 to 64 on the H100 (they
+  // wait on x from L2 step by step), e.g. 8192 x 8192 at M = 32: 54.5 us vs 114.6.
+  s.mt = overrides.m_tile > 0 ? overrides.m_tile : M <= 8 ? 1 : 2;
+  const int64_t m_chunks = (M + 8 * s.mt - 1) / (8 * s.mt);
+  const bool small = s.mt <= 2;  // one row block per block, x fragments prefetched
+  s.warps_n = small ? 1 : 4;
+  const int max_warps = small ? 16 : 8;  // shared memory: warps * MT * 512 bytes <= 16 KB, 32 KB
+  s.splits = 1;
+  if (small && m_chunks == 1) {  // the workspace and counters hold one chunk of <= 16 x rows
+    if (overrides.splits > 0) {
+      s.splits = std::min(overrides.splits, kFpxMaxSplits);
+    } else {
+      while (s.splits < kFpxMaxSplits && row_blocks * s.splits < sms && k_tiles >= 16 * s.splits) s.splits *= 2;
+    }
+    s.splits = std::clamp(s.splits, 1, std::max(max_splits, 1));
+  }
+  const int64_t tiles = (k_tiles + s.splits - 1) / s.splits;
+  // Resident warps per SM at the kernels' register counts (ptxas, sm_90): MT = 1 uses 88
+  // (one tile ahead) or 114 registers (two), MT = 2 126, MT = 4 / 8 80 / 111: ~16 warps.
+  const int64_t target = int64_t(sms) * 16;
+  if (overrides.warps_k > 0) {
+    s.warps_k = std::clamp(overrides.warps_k, 1, max_warps / s.warps_n);
+  } else if (s.mt == 2 && resident_warps > 0) {
+    // M 9..16 is bound by latency and issue, where a last wave of a few blocks costs a
+    // whole block's time: the fewest wave_cost over 2..16 warps (1 was not measured), each
+    // warp keeping >= 2 tiles (ties: fewer warps). Sweep (H100, fp6 fp16, M = 16,
+    // GEMLITE_BENCH_FPX_WARPS_K; us at warps_k = 2 / 3 / 4 / 5 / 6 / 8, then the old rule's
+    // choice and this one's; tests/cpu/test_launch_rules.cpp holds the same table):
+    //   8192 x 10240  49.8 / 35.0 / 50.8 / 42.3 / 47.9 / 46.3   old 4, now 3
+    //   4096 x 12288  28.0 / 33.4 / 29.3 / 25.8 / 29.2 / 27.9   old 4, now 2
+    //   4096 x 4096   24.3 / 18.7 / 15.5 / 13.3 / 11.8 / 11.1   8, 8
+    //   4096 x 22016  49.8 / 46.1 / 39.3 / 42.9 / 52.3 / 43.6   4, 4
+    //   11008 x 4096  54.4 / 42.8 / 37.4 / 33.3 / 30.0 / 28.1   8, 8
+    //   14336 x 4096  67.2 / 53.8 / 45.0 / 38.9 / 33.5 / 32.1   8, 8
+    //   8192 x 57344  183.1 / 187.0 / 176.5 / 201.1 / 217.7 / 206.5   4, 4
+    // At M = 1 (memory-bound: a short last wave costs little) the rule below was the best
+    // or within 3 % of it on all of these but 4096 x 12288 (19.8 us; 17.4 at 3 warps), and
+    // this cost would not have picked 3 there: it stays below.
+    const int64_t blocks = m_chunks * row_blocks * s.splits;
+    int64_t best = -1;
+    for (int warps_k = 2; warps_k <= max_warps && 2 * warps_k <= tiles; ++warps_k) {
+      const int64_t per_wave = int64_t(sms) * std::max(resident_warps / warps_k, 1);
+      const int64_t cost = wave_cost(blocks, per_wave, (tiles + warps_k - 1) / warps_k);
+      if (best < 0 || cost < best) {
+        best = cost;
+        s.warps_k = warps_k;
+      }
+    }
+    if (best < 0) s.warps_k = 1;
+  } else {
+    s.warps_k = small ? 4 : 1;
+    // Doubling only while the grid still fits one wave: 8192 x 8192 at M = 1 took 16-warp
+    // blocks (two waves of 4 tiles a warp) when the rule was "below the target".
+    while (s.warps_n * s.warps_k * 2 <= max_warps && tiles >= 4 * s.warps_k &&
+           m_chunks * row_blocks * s.splits * s.warps_k * 2 <= target)
+      s.warps_k *= 2;
+  }
+  // MT = 1: two tiles ahead (114 registers, ~16 resident warps a SM) unless the grid fits
+  // one wave only at one tile ahead (88 registers, ~23 warps): 8192 x 10240 at M = 1 (2560
+  // warps) took 33.8 us at two tiles ahead (1.2 waves) and 27.0 at one; elsewhere two tiles
+  // ahead won by 0-6 % (28672 x 8192: 67.0 us vs 70.5).
+  if (s.mt == 1) {
+    const int64_t total_warps = m_chunks * (row_blocks + s.warps_n - 1) / s.warps_n * s.warps_n * s.warps_k * s.splits;
+    s.ahead = overrides.tiles_ahead > 0 ? overrides.tiles_ahead
+              : (total_warps > int64_t(sms) * 16 && total_warps <= int64_t(sms) * 23) ? 1 : 2;
+  }
+  return s;
+}
+
+// One block a SM (its shared memory). Split K over a cluster, measured (H100, fp6 fp16,
+// GEMLITE_BENCH_FPX_SPLITS; us at 1 / 2 / 4 / 8 splits):
+//  - one chunk of x rows (not the wide shape): into the most blocks (<= 8) that keep >= 8
+//    tiles of K each while the grid stays within 3 waves. M = 64: 8192 x 8192 131.1 / 66.2
+//    / 65.1 / 56.5, 4096 x 4096 68.5 / 35.7 / 20.1 / 26.0, 4096 x 22016 69.8 / 70.3 / 58.5 /
+//    78.3, 4096 x 12288 69.5 / 38.6 / 39.7 / 51.4 (wave_cost picks 4 on 8192 x 8192, 8 on
+//    4096 x 4096: both wrong by 15-30 %);
+//  - several chunks, or the wide shape: the fewest wave_cost over 1, 2, 4 splits (ties:
+//    fewer). M = 128: 8192 x 8192 135.9 / 66.5 / 99.8, 8192 x 10240 135.1 / 129.5 / 101.2,
+//    4096 x 22016 134.9 / 110.7 / 123.4, 4096 x 12288 69.8 / 72.1 / 78.7, 8192 x 57344
+//    529.0 / 470.8 / 502.5, 11008 x 4096 174.0 / 86.0 / 88.1: the best or within 3 % of it,
+//    and 4096 x 4096 (36.6 at 2 splits) 7 % behind at 4.
+int fpx_tiled_splits(int64_t groups, int64_t k_tiles, int64_t m_chunks, bool wide, int sms) {
+  int splits = 1;
+  if (m_chunks == 1 && !wide) {
+    while (splits * 2 <= kFpxTiledMaxSplits && k_tiles >= 8 * 2 * splits && groups * splits * 2 <= 3 * int64_t(sms))
+      splits *= 2;
+    return splits;
+  }
+  const auto cost = [&](int z) { return wave_cost(m_chunks * groups * z, sms, (k_tiles + z - 1) / z); };
+  for (int z = 2; z <= 4; z *= 2)
+    if (cost(z) < cost(splits)) splits = z;
+  return splits;
+}
+
+}  // namespace gemlite

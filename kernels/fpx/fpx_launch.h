@@ -1,0 +1,47 @@
+#pragma once
+// How gemm_fpx lays out its launches: pure functions of the shape, M and the device's SM
+// count, apart from the kernels (kernels/fpx/gemm_fpx.cu) so that the rules -- each one
+// measured on the H100, with its numbers in fpx_launch.cpp -- are unit-tested on the CPU
+// against those measurements (tests/cpu/test_launch_rules.cpp).
+#include <cstdint>
+
+namespace gemlite {
+
+constexpr int kFpxMaxSplits = 8;         // register kernel: blocks splitting K (through a workspace)
+constexpr int kFpxSplitMaxM = 16;        // ... only for M <= 16 (one chunk of two n-tiles)
+constexpr int kFpxTiledMaxSplits = 8;    // tiled kernel: blocks of a cluster splitting K (the portable cluster size)
+
+// Time of a grid whose blocks each walk `tiles` tiles of K, in tile-steps: its waves of
+// `per_wave` resident blocks, each costing its tiles plus ~4 for a block's start (first
+// loads) and end (reduction, epilogue). For kernels bound by latency and issue rather than
+// by DRAM; its uses were each measured against a sweep (fpx_launch.cpp).
+int64_t wave_cost(int64_t blocks, int64_t per_wave, int64_t tiles);
+
+// The register kernel's launch (M <= 16, and any M where the tiled kernel does not run).
+struct FpxRegisterLaunch {
+  int mt = 1;        // n-tiles of 8 x rows a warp: 1 (M <= 8) or 2 (M > 8); 4 or 8 when asked
+  int warps_n = 1;   // row blocks (16 rows of W) a block: 1 for MT <= 2, else 4
+  int warps_k = 1;   // warps of a block splitting K
+  int splits = 1;    // blocks splitting K (one chunk of <= 16 x rows only)
+  int ahead = 1;     // MT = 1: tiles of W and x loaded ahead of the one multiplied (1 or 2)
+};
+
+// Overrides of the automatic choice (0: automatic), for tests and benchmarks (GemmFpxConfig).
+struct FpxLaunchOverrides {
+  int warps_k = 0;      // warps of a block splitting K
+  int splits = 0;       // blocks splitting K: M <= 16, <= the weight's max_splits
+  int m_tile = 0;       // n-tiles of 8 x rows per warp: 1, 2, 4 or 8
+  int tiles_ahead = 0;  // MT = 1: tiles of W and x loaded ahead of the one multiplied, 1 or 2
+};
+
+// row_blocks = ceil(N / 16), k_tiles = ceil(K / 128); resident_warps: warps of the MT = 2
+// kernel an SM holds (its registers; 0 where unknown), used for M 9..16; max_splits: the
+// most the weight's workspace holds (FpxDeviceWeight::max_splits).
+FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M, int sms, int resident_warps,
+                                      const FpxLaunchOverrides& overrides = {}, int max_splits = kFpxMaxSplits);
+
+// The tiled kernel's cluster size (blocks splitting K) when automatic: `groups` blocks of
+// W rows (256 rows, or 128 for the wide shape) times `m_chunks` chunks of x rows.
+int fpx_tiled_splits(int64_t groups, int64_t k_tiles, int64_t m_chunks, bool wide, int sms);
+
+}  // namespace gemlite

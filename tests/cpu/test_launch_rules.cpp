@@ -1,0 +1,151 @@
+// The GPU kernels' automatic launch choices (kernels/qn/qn_launch.h, kernels/fpx/fpx_launch.h)
+// held against what was measured on the H100: for each shape, the time of every setting in
+// a sweep, and the rule's choice must be one of the measured settings and within a stated
+// share of the best one. The tables are the sixteenth session's sweeps (fp16, M = 1 and 16,
+// cold L2, µs, one run each; the commands are in qn_launch.cpp and fpx_launch.cpp): a
+// change of a rule that picks a setting measured slower, or one never measured, fails here.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/fpx/fpx_launch.h"
+#include "kernels/qn/qn_launch.h"
+
+namespace gemlite {
+namespace {
+
+constexpr int kH100Sms = 132;
+
+struct Sweep {
+  int64_t K, N;
+  std::map<int, double> us;  // warps (splitting K) -> measured time
+};
+
+std::string shape_name(const Sweep& s) { return std::to_string(s.K) + "x" + std::to_string(s.N); }
+
+// The chosen setting's time over the best measured one; fails if it was not measured.
+double ratio_to_best(const Sweep& s, int chosen) {
+  const auto it = s.us.find(chosen);
+  EXPECT_NE(it, s.us.end()) << shape_name(s) << ": the rule picked " << chosen << " warps, never measured";
+  if (it == s.us.end()) return INFINITY;
+  double best = INFINITY;
+  for (const auto& [warps, us] : s.us) best = std::min(best, us);
+  return it->second / best;
+}
+
+std::map<int, double> by_warps(std::vector<double> us) {  // times at 2, 3, 4, 5, 6, 8 warps
+  const int warps[] = {2, 3, 4, 5, 6, 8};
+  std::map<int, double> out;
+  for (size_t i = 0; i < us.size(); ++i) out[warps[i]] = us[i];
+  return out;
+}
+
+// gemv_qn: GEMLITE_BENCH_WARPS=2,3,4,5,6,8 GEMLITE_BENCH_M=1,16 GEMLITE_BENCH_FORMATS=q4g64,q8.
+// The rule is the best or within 6 % of it everywhere (q8 4096x22016 at M = 16: 45.2 at 4
+// warps, 42.8 at 8).
+TEST(LaunchRules, GemvQnWarpsNearTheBestMeasured) {
+  const std::vector<std::pair<std::string, std::vector<Sweep>>> sweeps = {
+      {"q4g64 M=1",
+       {{4096, 4096, by_warps({10.5, 8.9, 7.1, 6.9, 5.7, 5.3})},
+        {4096, 12288, by_warps({17.2, 18.4, 15.5, 14.6, 15.5, 14.3})},
+        {4096, 22016, by_warps({26.6, 25.2, 22.8, 26.3, 29.5, 25.6})},
+        {11008, 4096, by_warps({21.4, 18.6, 15.2, 14.2, 12.3, 11.8})},
+        {8192, 10240, by_warps({24.4, 19.5, 25.3, 21.8, 24.1, 22.5})},
+        {8192, 8192, by_warps({22.2, 17.9, 15.5, 21.3, 17.4, 16.3})},
+        {8192, 57344, by_warps({100.9, 98.4, 95.7, 102.6, 113.4, 103.0})}}},
+      {"q8 M=1",
+       {{4096, 4096, by_warps({11.7, 10.1, 8.4, 8.3, 7.5, 7.0})},
+        {4096, 12288, by_warps({22.8, 23.5, 20.5, 19.1, 20.5, 19.3})},
+        {4096, 22016, by_warps({36.9, 35.9, 32.6, 34.1, 37.8, 34.7})},
+        {11008, 4096, by_warps({28.8, 23.2, 19.4, 18.7, 17.3, 16.4})},
+        {8192, 10240, by_warps({37.3, 30.3, 36.0, 30.8, 33.4, 31.8})},
+        {8192, 8192, by_warps({28.9, 25.7, 24.3, 28.6, 25.2, 24.2})},
+        {8192, 57344, by_warps({160.1, 157.4, 154.5, 158.3, 163.5, 155.9})}}},
+      {"q4g64 M=16",
+       {{4096, 4096, by_warps({19.2, 15.5, 12.5, 14.1, 10.4, 10.2})},
+        {4096, 12288, by_warps({30.2, 32.3, 28.4, 27.1, 27.6, 26.9})},
+        {4096, 22016, by_warps({49.6, 45.3, 42.4, 46.6, 45.0, 41.0})},
+        {11008, 4096, by_warps({41.1, 35.8, 29.8, 33.1, 26.2, 24.8})},
+        {8192, 10240, by_warps({48.3, 34.1, 45.8, 39.5, 43.6, 40.8})},
+        {8192, 8192, by_warps({39.1, 32.5, 27.3, 37.0, 31.5, 30.4})},
+        {8192, 57344, by_warps({176.1, 174.5, 167.8, 177.1, 198.0, 184.3})}}},
+      {"q8 M=16",
+       {{4096, 4096, by_warps({16.6, 14.5, 12.1, 13.4, 10.8, 10.5})},
+        {4096, 12288, by_warps({33.5, 32.2, 29.8, 26.9, 28.2, 27.0})},
+        {4096, 22016, by_warps({54.4, 47.1, 45.2, 44.5, 47.6, 42.8})},
+        {11008, 4096, by_warps({44.6, 38.4, 32.9, 38.5, 29.3, 28.0})},
+        {8192, 10240, by_warps({56.7, 39.6, 52.0, 45.8, 46.4, 45.2})},
+        {8192, 8192, by_warps({40.0, 37.8, 31.9, 41.0, 34.0, 33.4})},
+        {8192, 57344, by_warps({218.5, 217.5, 211.3, 207.5, 223.0, 213.0})}}},
+  };
+  for (const auto& [what, shapes] : sweeps)
+    for (const Sweep& s : shapes) {
+      const int warps = qn_warps_per_block((s.N + 15) / 16, kH100Sms, qn_resident_blocks);
+      EXPECT_LE(ratio_to_best(s, warps), 1.06) << what << " " << shape_name(s) << ": " << warps << " warps";
+    }
+  // The case that brought 3 warps in: 640 blocks fill one wave of 5 blocks an SM.
+  EXPECT_EQ(qn_warps_per_block(640, kH100Sms, qn_resident_blocks), 3);
+}
+
+// gemm_fpx's register kernel: GEMLITE_BENCH_FPX_WARPS_K=2,3,4,5,6,8 GEMLITE_BENCH_M=1,16.
+// M = 16 (the wave cost): the best or within 9 % of it (4096x12288: 28.0 at 2 warps, 25.8
+// at 5; the rule before it took 4 warps, 29.3, and 50.8 on 8192x10240 where this one takes
+// 35.0). M = 1 (memory-bound, the doubling rule): within 3 % on six shapes; 4096x12288
+// takes 19.9 at 4 warps where 3 measured 17.4 (14 %), a case no rule here catches.
+TEST(LaunchRules, GemmFpxWarpsNearTheBestMeasured) {
+  const std::vector<Sweep> m1 = {
+      {4096, 4096, by_warps({15.5, 13.3, 10.7, 9.5, 7.8, 7.8})},
+      {4096, 12288, by_warps({19.1, 17.4, 19.9, 18.6, 19.7, 19.3})},
+      {4096, 22016, by_warps({34.3, 32.4, 29.6, 31.5, 35.1, 32.2})},
+      {11008, 4096, by_warps({32.2, 28.5, 22.0, 19.8, 15.5, 15.2})},
+      {8192, 10240, by_warps({34.4, 25.9, 25.4, 29.6, 31.5, 30.1})},
+      {14336, 4096, by_warps({39.0, 36.1, 27.5, 25.0, 19.5, 18.7})},
+      {8192, 57344, by_warps({133.7, 130.5, 126.5, 131.9, 140.8, 133.5})}};
+  const std::vector<Sweep> m16 = {
+      {4096, 4096, by_warps({24.3, 18.7, 15.5, 13.3, 11.8, 11.1})},
+      {4096, 12288, by_warps({28.0, 33.4, 29.3, 25.8, 29.2, 27.9})},
+      {4096, 22016, by_warps({49.8, 46.1, 39.3, 42.9, 52.3, 43.6})},
+      {11008, 4096, by_warps({54.4, 42.8, 37.4, 33.3, 30.0, 28.1})},
+      {8192, 10240, by_warps({49.8, 35.0, 50.8, 42.3, 47.9, 46.3})},
+      {14336, 4096, by_warps({67.2, 53.8, 45.0, 38.9, 33.5, 32.1})},
+      {8192, 57344, by_warps({183.1, 187.0, 176.5, 201.1, 217.7, 206.5})}};
+  constexpr int kMt2ResidentWarps = 16;  // the MT = 2 kernel's 126 registers on the H100
+  for (const auto& [M, sweeps, limit] :
+       {std::make_tuple(1, &m1, 1.15), std::make_tuple(16, &m16, 1.09)})
+    for (const Sweep& s : *sweeps) {
+      const FpxRegisterLaunch launch =
+          fpx_register_launch((s.N + 15) / 16, (s.K + 127) / 128, M, kH100Sms, kMt2ResidentWarps);
+      EXPECT_EQ(launch.splits, 1) << shape_name(s);  // every SM has a block without splitting K
+      EXPECT_LE(ratio_to_best(s, launch.warps_k), limit) << "M=" << M << " " << shape_name(s) << ": "
+                                                         << launch.warps_k << " warps";
+    }
+}
+
+// The register kernel splits K over blocks only where the row blocks leave SMs idle, and
+// never past the weight's workspace; the tiled kernel's cluster sizes are powers of two.
+TEST(LaunchRules, SplitsWithinTheirLimits) {
+  // 4096 x 1024 (a GQA k/v projection alone): 64 row blocks, 32 tiles of K; the fewest
+  // splits (a power of two) that give every SM a block.
+  const int z = fpx_register_launch(64, 32, 1, kH100Sms, 0).splits;
+  EXPECT_GE(64 * z, kH100Sms);
+  EXPECT_LT(64 * z / 2, kH100Sms);
+  EXPECT_EQ(fpx_register_launch(64, 32, 1, kH100Sms, 0, {}, 1).splits, 1);
+  EXPECT_EQ(fpx_register_launch(4096 / 16, 32, 1, kH100Sms, 0).splits, 1);  // 4096 x 4096: 256 row blocks
+  FpxLaunchOverrides many;
+  many.splits = 64;
+  EXPECT_EQ(fpx_register_launch(64, 32, 1, kH100Sms, 0, many).splits, kFpxMaxSplits);
+  EXPECT_EQ(fpx_register_launch(64, 32, 32, kH100Sms, 0).splits, 1);  // several chunks of x rows: no workspace
+  for (int64_t groups : {1, 4, 16, 64, 224})
+    for (int64_t m_chunks : {1, 2, 4})
+      for (bool wide : {false, true}) {
+        const int z = fpx_tiled_splits(groups, 64, m_chunks, wide, kH100Sms);
+        EXPECT_TRUE(z == 1 || z == 2 || z == 4 || z == 8) << z;
+      }
+}
+
+}  // namespace
+}  // namespace gemlite
