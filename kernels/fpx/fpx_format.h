@@ -10,7 +10,7 @@
 // "scales" [N] F16 = absmax(row) / max_finite (a zero row gets scale 1 and codes 0):
 //   w[n, k] = decode(code[n, k]) * scales[n].
 // "packed" [ceil(N / 16), KT * 256 * bits] U8, KT = ceil(K / 128): the codes pre-packed
-//   into the order kernels/fpx/gemm_fpx.cu reads them (bits / 8 bytes per weight).
+//   into the order the gemm_fpx kernels read them (bits / 8 bytes per weight).
 //   Row block rb holds rows 16 rb .. 16 rb + 15, as KT tiles of 128 k (t = 0 .. KT-1),
 //   each 256 * bits bytes; rows >= N and k >= K are code 0.
 //   Inside a tile, the code of row r (0..15) and column kk (0..127):

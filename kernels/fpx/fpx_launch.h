@@ -1,6 +1,6 @@
 #pragma once
 // How gemm_fpx lays out its launches: pure functions of the shape, M and the device's SM
-// count, apart from the kernels (kernels/fpx/gemm_fpx.cu) so that the rules -- each one
+// count, apart from the kernels (kernels/fpx/gemm_fpx_*.cuh) so that the rules -- each one
 // measured on the H100, with its numbers in fpx_launch.cpp -- are unit-tested on the CPU
 // against those measurements (tests/cpu/test_launch_rules.cpp).
 #include <cstdint>

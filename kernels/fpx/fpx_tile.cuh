@@ -1,8 +1,9 @@
 #pragma once
 // How a warp reads and decodes one tile of a packed FPx weight (kernels/fpx/fpx_format.h):
 // the layout's compile-time description, the lane's loads and the bit moves that turn
-// four codes into two 16-bit floats per A-fragment register. Shared by the matmul
-// (gemm_fpx.cu) and the dequantizer (dequant_fpx.cu), so both read the format one way.
+// four codes into two 16-bit floats per A-fragment register. Shared by the matmul's two
+// kernels (gemm_fpx_register.cuh, gemm_fpx_tiled.cuh) and the dequantizer (dequant_fpx.cu),
+// so all of them read the format one way.
 //
 // A lane (gid = lane / 4, tig = lane % 4) holds, for k-step S (0..7) of a tile, the codes
 // of rows gid and gid + 8 at k = 128 t + 16 S + 4 tig + 0..3 (H = 0: + 0, 1; H = 1: + 2, 3).
