@@ -29,7 +29,7 @@ namespace gemlite {
 constexpr int kGemvMaxM = 8;
 // The most rows of x one gemv_qn launch takes: above kGemvMaxM a second kernel puts the
 // activations in the mma's A (16 rows) and the weights in B, the same dequantization for
-// twice the rows (gemv_qn.cu, compute_chunk).
+// twice the rows (gemv_qn_kernel.cuh, compute_chunk).
 constexpr int kGemvQnMaxRows = 16;
 
 // A qN weight in device memory, prepared for one activation type. Owns its buffers
@@ -90,7 +90,7 @@ GEMLITE_HOST_DEVICE inline int64_t qn_stored_row(int64_t v, int64_t paired_half)
 // rows x 32 words, each 2 KB contiguous, tiles_per_row = Kw / 32 of them per row block. With
 // w = kw % 32, part (c, h) = (w % 8 / 4, v % 16 / 8) of a tile is 512 contiguous bytes of
 // which lane 4 (v % 8) + w / 8 of a warp loads the 16 bytes of words 8 (w / 8) + 4c + 0..3:
-// one load instruction reads 512 bytes in a row (gemv_qn.cu says why a lane takes those
+// one load instruction reads 512 bytes in a row (gemv_qn_kernel.cuh says why a lane takes those
 // words). The checkpoint's [N, Kw] rows put such 16-byte pieces 8 row strides apart.
 GEMLITE_HOST_DEVICE inline int64_t qn_tile_word_index(int64_t v, int64_t kw, int64_t tiles_per_row) {
   const int64_t tile = v / 16 * tiles_per_row + kw / 32, w = kw % 32, part = w % 8 / 4 * 2 + v % 16 / 8;

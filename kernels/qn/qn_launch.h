@@ -1,6 +1,6 @@
 #pragma once
 // How gemv_qn lays out its launch: a pure function of the grid and the device's counts,
-// apart from the kernel (kernels/qn/gemv_qn.cu) so that the rule -- measured on the H100,
+// apart from the kernel (kernels/qn/gemv_qn_kernel.cuh) so that the rule -- measured on the H100,
 // its numbers in qn_launch.cpp -- is unit-tested on the CPU against those measurements
 // (tests/cpu/test_launch_rules.cpp).
 #include <cstdint>

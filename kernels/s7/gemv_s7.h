@@ -2,7 +2,7 @@
 // Fused dequantize + GEMV for s7 / s7gG weights (1:2-sparse 7-bit, kernels/s7/s7_format.h):
 //   y [M, N] = x [M, K] · Wᵀ (+ bias), x and y fp16 or bf16, fp32 accumulation, M = 1..16.
 //
-// s7 runs on the qN kernel (kernels/qn/gemv_qn.cu): its pair bytes are packed exactly as
+// s7 runs on the qN kernel (kernels/qn/gemv_qn_kernel.cuh): its pair bytes are packed exactly as
 // q8 codes, so the kernel reads them as 8-bit codes and builds, from pair byte J, the two
 // 32-k blocks it covers (first elements k0, second elements k0 + 32): the 7-bit value is
 // dequantized once and a sign-replicating byte permute of the position bit masks it into

@@ -1,0 +1,753 @@
+#pragma once
+// The fused qN dequantize + GEMV kernel on tensor cores (and s7 on the same kernel);
+// included by kernels/qn/gemv_qn.cu only, which uploads weights and launches it (gemv_qn.h
+// has the contract, kernels/qn/qn_launch.cpp the launch rule).
+//
+// Work split. A block owns 16 rows of W (one m16n8k16 A tile: rows 16b .. 16b + 15, or for
+// a SwiGLU pair the gate rows [8b, 8b + 8) and the up rows h + [8b, 8b + 8)); its warps split K by
+// tiles (tile t = the 32 words of a row covering 32*E codes, E = 32 / bits), warp w taking
+// t = w, w + warps, ... so the block sweeps each row front to back; the warps' fp32
+// partial sums meet in shared memory at the end.
+//
+// Inside a warp, lane = 4 * gid + tig. For rows gid and gid + 8 of the block, lane loads
+// the words 8tig + 4c + u (u = 0..3) of tile t for both chunks c = 0, 1: two 16-byte
+// loads per row and tile (each warp load 512 contiguous bytes of the device's tile layout,
+// qn_tile_word_index). Word 8tig + 4c + u holds, at code j, the weight of
+// k = 32 (t E + j) + 8tig + 4c + u. The mma's k order is ours to choose as long as A and B
+// agree, so one mma per (c, j) takes mma-k 2tig, 2tig + 1 from u0, u1 and 2tig + 8,
+// 2tig + 9 from u2, u3:
+//   A (16 x 16)  a0 = row gid    {u0, u1}   a2 = row gid    {u2, u3}
+//                a1 = row gid+8  {u0, u1}   a3 = row gid+8  {u2, u3}
+//   B (16 x 8)   b0 = x[gid][k+0, k+1],     b1 = x[gid][k+2, k+3]   (k = 32 (t E + j) + 8tig + 4c;
+//                lanes gid >= M load row 0: their columns are never stored),
+//   C = y for the 16 rows x 8 activation rows, fp32.
+// Pairing the same code j of two neighbouring words keeps both halves of an A register
+// in one group (one broadcast scale), and the 8 k of a lane for both chunks are
+// consecutive: one 16-byte load of x per 32-k block, no shared-memory staging of x.
+//
+// Dequantization of a pair, for fp16 (bf16 in brackets): the same code of two
+// neighbouring words sits in the two 16-bit halves of one register (two shared permutes
+// per word pair give all codes inside a half, see CodeLayout), one lop3 masks the code and
+// ORs the exponent of 1024 [128], giving 1024 + 2^d q exactly; one fma2 with constants
+// removes the offset and the 2^d exactly, one fma2 applies scale and -zero*scale:
+// w = q * s + (-z s). bf16 8-bit codes do not fit the 7-bit bf16 mantissa, so they go
+// through fp32 (0x4B000000 | q) - 2^23 instead. s7 (kernels/s7/gemv_s7.h) is the same
+// kernel with SPARSE: a pair byte's 7-bit value, masked into one of two 32-k blocks.
+//
+// Epilogues (after the warps' partial sums meet in shared memory): plain y = x · Wᵀ + bias;
+// SwiGLU of a paired weight, silu(gate) * up; a pending RMSNorm (QnPendingNorm: outputs
+// scaled by rsqrt of the producer's summed parts); the residual stream (gemv_qn_residual:
+// residual += y, y = residual ∘ norm weight, per-block sums of squares). gemv_qn.h has
+// the contracts; none of them changes the loop.
+//
+// Nine to 16 activation rows (short prompts, sliced by CudaLinear) take a second
+// instantiation, XROWS = 16, that turns the mma around: x is the A operand (16 rows) and
+// the dequantized weights, the same registers as above, are B of two n = 8 mmas (block
+// rows 0..7 and 8..15; compute_chunk). The dequantization, most of a tile's instructions,
+// is shared by twice the rows; a lane loads two x fragments per block instead of one.
+// H100, fp16, cold L2, one run (gemlite-bench --kernels, GEMLITE_BENCH_M=8,16), µs of one
+// M = 16 launch against two M = 8 launches: q4g64 4096 x 4096 10.7 vs 2 x 7.3, 4096 x
+// 22016 45.9 vs 2 x 29.7, 11008 x 4096 25.3 vs 2 x 17.2; q8 10.9 vs 2 x 8.6, 46.8 vs 2 x
+// 37.8, 29.4 vs 2 x 22.3 (1.3-1.6x less time per row); 1.41-1.48x (q4g64) and 1.22-1.46x
+// (q8) faster than cuBLAS fp16 at M = 16 on a dense weight. At 128 registers ptxas spills
+// 0-64 bytes in it (q4 fp16 64, 1-bit fp16 52, s7 96) and none in the 8-row kernel, whose
+// code the template left as it was (the same PTX but for one shift in the prologue).
+//
+// Per chunk of 2 k blocks a lane loads one 8-byte {scale, bias} pair per block (rows gid
+// and gid + 8 side by side: the device layout of scale_bias, see gemv_qn.h) and one
+// 16-byte x fragment per block (two in the 16-row kernel); the next chunk's (or next tile's first chunk's) loads are issued
+// before this chunk's dequantization and mmas.
+//
+// The pairs come from shared memory: each block copies all of its pairs (64 bytes a group,
+// 4 KB at K = 4096 and group 64) with cp.async before its PDL wait, beside its first tile
+// of W. ncu (q4g64 4096 x 22016, fp16, M = 1, per-instruction warp stall samples) had found
+// 48 % of the samples on long scoreboard and two thirds of those in the dequantizing fma2
+// waiting for a pair loaded from global memory one chunk earlier (the L1 hit rate of the
+// kernel was 21 %: the pairs are 64-byte pieces of lines, a tile prefetch ahead was not
+// enough). A/B in one device session (fp16, M = 1, cold L2, two rounds each, µs): q4g64
+// 4096 x 4096 6.0 -> 5.5, 11008 x 4096 12.3 -> 11.6, 8192 x 8192 17.1 -> 16.0, 28672 x 8192
+// 52.4 -> 50.4; q3g64 4096 x 12288 18.3 -> 16.8, 28672 x 8192 49.0 -> 45.4; q8 within 1 %;
+// q2g64 4096 x 4096 4.9 -> 4.7; llama2-7b q4g64 tg128 453.2 / 454.0 -> 467.8 / 467.1 tok/s
+// (+3.1 %). Shared memory is the only path: slabs over 32 KB (K > 32768 at group 64,
+// > 16384 at group 32) take the opt-in shared memory (up to 227 KB a block on the H100,
+// fewer blocks an SM), where a global-memory path behind a uniform branch had been, whose
+// predicated-off address arithmetic and loads the shared path issued too (the SASS of the
+// q4 fp16 loop: 34 of ~408 instructions a tile).
+//
+// What limits it, in short (kernels/qn/MEASURED.md has each version's A/B on the H100 and
+// the variants built and dropped: register and shared-memory rings, TMA copies, stream-K,
+// blocks looping over row blocks, int8 activations, fp16 accumulation, 96 registers, L2
+// prefetches): the q4 fp16 loop issues ~392 instructions a tile per warp, ~3 per weight
+// (a lop3 and two fma2 per pair, 16 mmas, permutes, the loads), at 16 warps an SM (128
+// registers a thread); the largest stall is long scoreboard (the x and scale loads of the
+// dequantization chain), then fixed-latency dependencies. It is bound by issue and latency,
+// not by bytes in flight: 92 % of the copy bandwidth at q4g64 8192 x 57344, 53-70 % on the
+// 4096-wide Llama shapes, whose grids are one to three waves of short blocks.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/device_util.cuh"
+#include "kernels/pdl.cuh"
+#include "kernels/qn/gemv_qn.h"
+#include "kernels/qn/qn_format.h"
+
+namespace gemlite {
+namespace {
+
+constexpr int kRowsPerBlock = 16;  // the m of the mma
+constexpr int kMaxWarps = 16;
+// XROWS, the activation rows a kernel takes: kGemvMaxM (weights as the mma's A) or
+// kGemvQnMaxRows (activations as A, compute_chunk); LaneInputs and ChunkInputs hold
+// XROWS / 8 activation rows per lane.
+static_assert(kGemvMaxM == 8 && kGemvQnMaxRows == 16, "XROWS is 8 or 16");
+// The 16-row kernel keeps twice the partial sums per warp: at most 8 warps, so that its
+// `partial` array stays the 8 KB of the 8-row kernel (see kScaleSlabDefaultBytes).
+template <int XROWS>
+constexpr int kMaxWarpsOf = XROWS == kGemvMaxM ? kMaxWarps : kMaxWarps / 2;
+// The slab of scale/bias pairs a block stages in shared memory, [n_groups, 16 rows] pairs:
+// up to 32 KB (with the kernel's static 8.7 KB, 9.1 KB with 16 rows) it stays under the 48
+// KB that needs no opt-in, and four blocks an SM (the register limit) keep ~65 KB of L1
+// for x; larger slabs take the opt-in (gemv_qn_allow_scale_slab).
+constexpr size_t kScaleSlabDefaultBytes = 32 << 10;
+constexpr size_t kStaticSharedBound = 10 << 10;  // the kernels' static shared memory, rounded up
+
+struct GemvQnParams {
+  const uint32_t* qweight;     // [N16 / 16, Kw / 32, 512] tiles (qn_tile_word_index)
+  const uint32_t* scale_bias;  // [n_groups, N16 / 16, 8, 2] {scale, -zero*scale}, see QnDeviceWeight
+  const float* bias;           // [N] or null
+  const uint16_t* x;           // [M, K] fp16/bf16 bits
+  uint16_t* y;                 // [M, N]
+  int64_t N, Kw;
+  int K, n_groups;  // K <= 2^31 - 1024 (checked at upload): k block arithmetic reaches K + 32 E - 1
+  uint32_t sb_group_stride;  // N16 / 2: uint2 pairs of scale_bias per group
+  int group_shift;
+  int M;
+  bool x_vectorized;  // K % 8 == 0 and x 16-byte aligned: a block's B fragments are one 16-byte load
+  int64_t paired_half;  // QnDeviceWeight::paired_half: 0, or block b = gate and up rows of [8b, 8b + 8)
+  bool swiglu;          // y [M, paired_half] = silu(gate) * up instead of y [M, N]
+  QnPendingNorm norm;   // sum_squares set: outputs scaled by rsqrt(Σ sum_squares[m] / K + eps)
+  // gemv_qn_residual (paired_half == 0, !swiglu): residual [M, N] += x · Wᵀ, y = the new
+  // residual ∘ norm_weight [N], sum_squares [M, gridDim.x] = Σ of its squares per block.
+  uint16_t* residual;
+  const float* norm_weight;
+  float* sum_squares;
+};
+
+// ---- bit-level helpers --------------------------------------------------------------
+
+template <bool BF16>
+using Pair = std::conditional_t<BF16, __nv_bfloat162, __half2>;
+
+template <bool BF16>
+__device__ __forceinline__ Pair<BF16> as_pair(uint32_t bits) {
+  Pair<BF16> v;
+  memcpy(&v, &bits, 4);
+  return v;
+}
+template <bool BF16>
+__device__ __forceinline__ uint32_t as_bits(Pair<BF16> v) {
+  uint32_t bits;
+  memcpy(&bits, &v, 4);
+  return bits;
+}
+
+__device__ __forceinline__ uint4 load_streaming(const uint32_t* p) {  // 16 bytes, read once
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                          uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (BF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// ---- where code j of a word sits, and how it becomes a 16-bit float -----------------
+
+// Code j of a word occupies bits [position, position + BITS). The pair {word lo, word hi}
+// becomes one 32-bit register whose two halves hold the code of lo and of hi in the same
+// place; with the magic exponent of 1024 (fp16) or 128 (bf16) a half holds integers
+// exactly in its low 10 (7) bits, so a code that would end above them is first shifted
+// right, leaving it at `offset`: the half reads magic + 2^offset q.
+//
+// Codes that lie inside one 16-bit half of their words come from two shared permutes per
+// word pair, X = the low halves {lo, hi} and Y = the high halves, and one shift per run of
+// codes that fits the integer bits (greedy, below): at 2 bits X, X >> 10, Y, Y >> 10 feed
+// all 16 codes, 2 + 2 instructions per 16 pairs where a permute per pair took 16. Codes
+// that straddle bit 16 (3, 5, 6, 7 bits) take their own permute of the 16-bit window
+// starting at byte position / 8.
+//
+// BITS is the stride of codes in a word, WIDTH the bits of a code's value (s7: 8 and 7).
+template <int BITS, bool BF16, int WIDTH = BITS>
+struct CodeLayout {
+  __host__ __device__ static constexpr int integer_bits() { return BF16 ? 7 : 10; }
+  __host__ __device__ static constexpr uint32_t magic() { return BF16 ? 0x43004300u : 0x64006400u; }  // 128, 1024
+  __host__ __device__ static constexpr int codes() { return 32 / BITS; }
+
+  __host__ __device__ static constexpr int position(int j) { return 32 - BITS * (j + 1); }
+  // 0: bits [0, 16); 1: bits [16, 32); -1: straddles bit 16.
+  __host__ __device__ static constexpr int half(int j) {
+    return position(j) + BITS <= 16 ? 0 : position(j) >= 16 ? 1 : -1;
+  }
+  // Right shift of X or Y for code j: codes of one half are visited from the lowest
+  // position up, and a new shift starts where the current one would leave a code above
+  // the integer bits (so codes share shifts and the compiler emits each shift once).
+  __host__ __device__ static constexpr int half_shift(int j) {
+    int s = 0;
+    for (int i = codes() - 1; i >= 0; --i) {  // ascending position
+      if (half(i) != half(j)) continue;
+      const int rel = position(i) - 16 * half(i);
+      if (rel - s + WIDTH > integer_bits()) s = rel;
+      if (i == j) return s;
+    }
+    return 0;
+  }
+  // Straddling codes: the window of bytes byte(j), byte(j) + 1 of each word.
+  __host__ __device__ static constexpr int byte(int j) { return position(j) / 8; }
+  __host__ __device__ static constexpr int window_shift(int j) {
+    const int end = position(j) % 8 + WIDTH;
+    return end > integer_bits() ? end - integer_bits() : 0;
+  }
+  __host__ __device__ static constexpr int offset(int j) {
+    return half(j) >= 0 ? position(j) - 16 * half(j) - half_shift(j) : position(j) % 8 - window_shift(j);
+  }
+  // Result bytes: {lo.byte(j), lo.byte(j)+1, hi.byte(j), hi.byte(j)+1} (capped at byte 3;
+  // a code never needs a fifth byte since position + BITS <= 32).
+  __host__ __device__ static constexpr uint32_t selector(int j) {
+    const uint32_t b = uint32_t(byte(j)), next = b + 1 < 4 ? b + 1 : 3;
+    return b | next << 4 | (4 + b) << 8 | (4 + next) << 12;
+  }
+  __host__ __device__ static constexpr uint32_t mask(int j) {
+    const uint32_t m = ((1u << WIDTH) - 1) << offset(j);
+    return m | m << 16;
+  }
+  // 16-bit patterns of 2^-offset and -(magic value) * 2^-offset.
+  __host__ __device__ static constexpr uint32_t unscale(int j) {
+    const uint32_t v = BF16 ? uint32_t(127 - offset(j)) << 7 : uint32_t(15 - offset(j)) << 10;
+    return v | v << 16;
+  }
+  __host__ __device__ static constexpr uint32_t unoffset(int j) {
+    const uint32_t v = BF16 ? 0x8000u | uint32_t(134 - offset(j)) << 7
+                            : 0x8000u | uint32_t(25 - offset(j)) << 10;
+    return v | v << 16;
+  }
+};
+
+// The two halves' registers of a word pair (see CodeLayout): X = {lo[0:16), hi[0:16)},
+// Y = {lo[16:32), hi[16:32)}.
+struct WordPair {
+  uint32_t lo, hi, x, y;
+};
+__device__ __forceinline__ WordPair word_pair(uint32_t lo, uint32_t hi) {
+  return {lo, hi, __byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632)};
+}
+
+// The codes j of words lo and hi as the exact integers {q_lo, q_hi} in the pair type.
+template <int BITS, bool BF16, int J, int WIDTH>
+__device__ __forceinline__ Pair<BF16> code_pair(const WordPair& w, uint32_t magic) {
+  using L = CodeLayout<BITS, BF16, WIDTH>;
+  if constexpr (BF16 && WIDTH == 8) {
+    // 0x4B0000qq is the float 2^23 + q; minus 2^23 it is q, whose low 16 bits are zero,
+    // so its high half is the exact bf16.
+    constexpr uint32_t sel = uint32_t(L::byte(J)) | 5u << 4 | 6u << 8 | 7u << 12;
+    const float f_lo = __uint_as_float(__byte_perm(w.lo, 0x4B000000u, sel)) - 8388608.0f;
+    const float f_hi = __uint_as_float(__byte_perm(w.hi, 0x4B000000u, sel)) - 8388608.0f;
+    return as_pair<BF16>(__byte_perm(__float_as_uint(f_lo), __float_as_uint(f_hi), 0x7632));
+  } else {
+    uint32_t window;
+    if constexpr (L::half(J) == 0) {
+      window = w.x >> L::half_shift(J);
+    } else if constexpr (L::half(J) == 1) {
+      window = w.y >> L::half_shift(J);
+    } else {
+      window = __byte_perm(w.lo, w.hi, L::selector(J));
+      if constexpr (L::window_shift(J) > 0) window >>= L::window_shift(J);
+    }
+    // (window & mask) | magic in one lop3 with `magic` (== L::magic()) in a register:
+    // written as and + or, the compiler emitted two LOP3s (a LOP3 takes one immediate),
+    // a third of the dequantization's instructions.
+    uint32_t bits;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(bits) : "r"(window), "n"(L::mask(J)), "r"(magic));
+    const Pair<BF16> h = as_pair<BF16>(bits);
+    return __hfma2(h, as_pair<BF16>(L::unscale(J)), as_pair<BF16>(L::unoffset(J)));
+  }
+}
+
+// Weights {w_lo, w_hi} = q * scale + (-zero * scale), the pair of `scale_bias` broadcast.
+// SPARSE (s7): code J is a pair byte, value7 | first_kept << 7; the weights of its first
+// element (HALF 0, k0) keep the value where first_kept is set and are +0 elsewhere, those of
+// its second (HALF 1, k1 = k0 + 32) the other way round. A sign-replicating permute turns
+// bit 7 of each word's byte J into a 16-bit mask, one lop3 applies it.
+template <int BITS, bool BF16, int J, bool SPARSE = false, int HALF = 0>
+__device__ __forceinline__ uint32_t weight_pair(const WordPair& w, uint32_t scale_bias, uint32_t magic) {
+  const Pair<BF16> sb = as_pair<BF16>(scale_bias);
+  Pair<BF16> scale, bias;
+  if constexpr (BF16) {
+    scale = __low2bfloat162(sb);
+    bias = __high2bfloat162(sb);
+  } else {
+    scale = __low2half2(sb);
+    bias = __high2half2(sb);
+  }
+  const uint32_t value = as_bits<BF16>(__hfma2(code_pair<BITS, BF16, J, SPARSE ? 7 : BITS>(w, magic), scale, bias));
+  if constexpr (SPARSE) {
+    static_assert(BITS == 8, "s7 pair bytes are packed as 8-bit codes");
+    constexpr uint32_t b = uint32_t(3 - J);  // byte of code J (position 24 - 8 J)
+    constexpr uint32_t sel = (8u | b) | (8u | b) << 4 | (8u | (4 + b)) << 8 | (8u | (4 + b)) << 12;
+    // prmt's sign-replicate bit (bit 3 of a selector nibble); __byte_perm ignores it.
+    uint32_t first_kept;  // 0xFFFF per half where bit 7 of the word's byte J is set
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(first_kept) : "r"(w.lo), "r"(w.hi), "n"(sel));
+    return HALF == 0 ? (value & first_kept) : (value & ~first_kept);
+  } else {
+    return value;
+  }
+}
+
+// What a lane needs besides its words: its activation rows (gid, and gid + 8 in the 16-row
+// kernel) and its two block rows' scale/bias pairs. Lanes whose m >= M read row 0 and rows past N read row N - 1: an mma output
+// element depends only on its own row of A and column of B, so those lanes produce
+// garbage only in outputs that are never stored, and need no masking.
+template <int XROWS>
+struct LaneInputs {
+  // [xh]: activation row gid + 8 xh.
+  const uint16_t* x_row[XROWS / 8];   // [K]
+  const uint16_t* x_lane[XROWS / 8];  // x_row + 8 tig: the lane's first activation of each 32-k block
+  // Group 0's {row gid, row gid + 8} pair: this shared-memory address of the block's slab
+  // (group g at + 64 g bytes).
+  uint32_t sb_slab;
+  uint32_t magic;  // CodeLayout::magic(), opaque to the compiler so that it stays in one register
+};
+
+// What one chunk of JC k blocks needs besides the words: scale/bias per row and block, and
+// the 8-byte x fragments per block and chunk c.
+template <int JC, int XROWS>
+struct ChunkInputs {
+  uint32_t sb[JC][2];
+  uint2 xb[XROWS / 8][JC][2];  // [xh][block][c]: activation row gid + 8 xh
+};
+
+// Loads the inputs of the chunk starting at k block b0 (JC blocks): its scale/bias pairs
+// (load_chunk_scales: weights, which a PDL launch may read before its wait) and its x
+// fragments (load_chunk_x).
+// Loads carry no branches, so all of them are in flight together (the first version
+// loaded next to each use, behind branches, and ran at ~40 % of copy). FULL: the chunk
+// lies below K (decided once per tile in the kernel's loop, per chunk in last_tile);
+// otherwise groups are clamped and x is zero for k >= K.
+template <int JC, bool FULL, int CAP, int XROWS>
+__device__ __forceinline__ void load_chunk_scales(const GemvQnParams& p, const LaneInputs<XROWS>& in, int b0,
+                                                  ChunkInputs<CAP, XROWS>& ci) {
+  static_assert(JC <= CAP, "chunk larger than its buffer");
+#pragma unroll
+  for (int j = 0; j < JC; ++j) {
+    const int g = FULL ? (b0 + j) >> p.group_shift : min((b0 + j) >> p.group_shift, p.n_groups - 1);
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(in.sb_slab + 64u * uint32_t(g)));
+    ci.sb[j][0] = v.x;
+    ci.sb[j][1] = v.y;
+  }
+}
+
+template <int JC, bool FULL, int CAP, int XROWS>
+__device__ __forceinline__ void load_chunk_x(const GemvQnParams& p, const LaneInputs<XROWS>& in, int b0,
+                                             ChunkInputs<CAP, XROWS>& ci) {
+  static_assert(JC <= CAP, "chunk larger than its buffer");
+#pragma unroll
+  for (int xh = 0; xh < XROWS / 8; ++xh) {
+    const uint16_t* x = in.x_lane[xh] + uint32_t(b0) * 32u;  // + 32 j + 4 c + i: k
+    auto& xb = ci.xb[xh];
+    if (FULL && p.x_vectorized) {
+#pragma unroll
+      for (int j = 0; j < JC; ++j) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + 32 * j));
+        xb[j][0] = make_uint2(v.x, v.y);
+        xb[j][1] = make_uint2(v.z, v.w);
+      }
+    } else if (FULL) {
+#pragma unroll
+      for (int j = 0; j < JC; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const uint16_t* e = x + 32 * j + 4 * c;
+          xb[j][c] = make_uint2(__ldg(e) | uint32_t(__ldg(e + 1)) << 16, __ldg(e + 2) | uint32_t(__ldg(e + 3)) << 16);
+        }
+    } else {  // the chunk reaching past K: x zero for k >= K
+      const int k0 = b0 * 32 + 8 * (threadIdx.x % 4);
+#pragma unroll
+      for (int j = 0; j < JC; ++j) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int k = k0 + 32 * j + 4 * c;
+          uint32_t e[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t v = __ldg(in.x_row[xh] + min(k + i, p.K - 1));
+            e[i] = k + i < p.K ? v : 0u;
+          }
+          xb[j][c] = make_uint2(e[0] | e[1] << 16, e[2] | e[3] << 16);
+        }
+      }
+    }
+  }
+}
+
+template <int JC, bool FULL, int CAP, int XROWS>
+__device__ __forceinline__ void load_chunk_inputs(const GemvQnParams& p, const LaneInputs<XROWS>& in, int b0,
+                                                  ChunkInputs<CAP, XROWS>& ci) {
+  load_chunk_scales<JC, FULL>(p, in, b0, ci);
+  load_chunk_x<JC, FULL>(p, in, b0, ci);
+}
+
+// Blocks J0 .. J0 + JC - 1 of a tile. Block = code for qN; for s7 blocks 2 J and 2 J + 1
+// are the first and second elements of the pairs in code J.
+// XROWS = 8: the weights are the mma's A (16 rows) and x its B (8 activation rows), 2 JC
+// mmas into acc[c] (two chains). XROWS = 16 (M > kGemvMaxM): the other way round, x is A
+// (16 activation rows: a0 / a2 = row gid's {k, k+1} / {k+2, k+3}, a1 / a3 those of row
+// gid + 8) and the weights are B of two n = 8 mmas: column gid of B takes block row gid's
+// two pairs (the registers that are a0 and a2 of the 8-row kernel) for rows 0..7 into
+// acc[0], and block row gid + 8's (a1, a3 there) for rows 8..15 into acc[1]: 4 JC mmas,
+// each accumulator a chain of 2 JC, the same dequantization for twice the rows.
+template <int BITS, bool BF16, bool SPARSE, int J0, int JC, int CAP, int XROWS>
+__device__ __forceinline__ void compute_chunk(const LaneInputs<XROWS>& in, const WordPair (&words)[2][2][2],
+                                              const ChunkInputs<CAP, XROWS>& ci, float (&acc)[2][4]) {
+  static_for<0, JC>([&](auto jj) {
+    constexpr int B = J0 + decltype(jj)::value, j = decltype(jj)::value;
+    constexpr int J = SPARSE ? B / 2 : B, H = SPARSE ? B % 2 : 0;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      // w(r, u) = the weight pair of block row gid + 8 r, words u of the chunk's four.
+      const auto w = [&](int r, int u) {
+        return weight_pair<BITS, BF16, J, SPARSE, H>(words[r][c][u], ci.sb[j][r], in.magic);
+      };
+      if constexpr (XROWS == kGemvMaxM) {
+        mma_16816<BF16>(acc[c], w(0, 0), w(1, 0), w(0, 1), w(1, 1), ci.xb[0][j][c].x, ci.xb[0][j][c].y);
+      } else {
+        const uint32_t lo0 = w(0, 0), hi0 = w(1, 0), lo1 = w(0, 1), hi1 = w(1, 1);
+        const uint2 x_lo = ci.xb[0][j][c], x_hi = ci.xb[1][j][c];
+        mma_16816<BF16>(acc[0], x_lo.x, x_hi.x, x_lo.y, x_hi.y, lo0, lo1);
+        mma_16816<BF16>(acc[1], x_lo.x, x_hi.x, x_lo.y, x_hi.y, hi0, hi1);
+      }
+    }
+  });
+}
+
+// 32-k blocks per tile: one per code of a word (qN), two per pair byte (s7).
+template <int BITS, bool SPARSE>
+constexpr int kTileBlocks = SPARSE ? 2 * (32 / BITS) : 32 / BITS;
+
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+}
+
+
+// Pulls tile t's x lines into L1 a tile ahead, so that tile_chunk's loads hit.
+template <int BITS, bool SPARSE, int XROWS>
+__device__ __forceinline__ void prefetch_tile_x(const GemvQnParams& p, const LaneInputs<XROWS>& in, int t,
+                                                int lane) {
+  constexpr int E = kTileBlocks<BITS, SPARSE>;
+  const int first = t * E;  // k block
+  // The lanes of activation row gid + 8 xh (all of them read row 0 where that is >= M)
+  // share the 128-byte lines covering its 32 E halves at any alignment.
+  constexpr int kLines = E / 2 + 1;
+#pragma unroll
+  for (int xh = 0; xh < XROWS / 8; ++xh)
+#pragma unroll
+    for (int line = lane % 4; line < kLines; line += 4)
+      prefetch_l1(in.x_row[xh] + min(first * 32 + line * 64, p.K - 1));
+}
+
+// Blocks per chunk: 2, and the inputs of the next chunk (or of the next tile's first) are
+// loaded while this one is computed. ncu on q4g64 8192 x 57344 (one chunk of 4 blocks,
+// loaded then computed): 39 % of warp stall samples on long scoreboard, IPC 2.2, the loop
+// bound by latency with 16 warps per SM. Two chunk buffers of 2 blocks take the registers
+// that one of 4 took. (Buffers of 4 spilled 52-80 bytes at 1..3 bits.)
+constexpr int kChunkBlocks = 2;
+
+template <int E>
+constexpr int kChunks = (E + kChunkBlocks - 1) / kChunkBlocks;
+template <int E>
+constexpr int kFirstChunkBlocks = E < kChunkBlocks ? E : kChunkBlocks;
+
+// The 16-row x 32E-column tile starting at 32-column block `block32`: 2E mmas (4E in the
+// 16-row kernel) into acc. FULL: every k of the tile is below K; otherwise each chunk is checked: below K
+// it takes the fast loads, across K the clamped ones, past K it is skipped.
+// PRECOND: `a` holds the inputs of the tile's first chunk. POSTCOND: when next_block32 >= 0,
+// `a` holds those of the tile starting there.
+template <int BITS, bool BF16, bool SPARSE, bool FULL, int XROWS>
+__device__ __forceinline__ void tile_step(const GemvQnParams& p, const LaneInputs<XROWS>& in,
+                                          const uint4 (&words)[2][2], int block32, int next_block32,
+                                          ChunkInputs<kChunkBlocks, XROWS>& a, ChunkInputs<kChunkBlocks, XROWS>& b,
+                                          float (&acc)[2][4]) {
+  constexpr int E = kTileBlocks<BITS, SPARSE>, H = kChunks<E>;
+  // [row r][chunk c][words {x, y} or {z, w} of the uint4]: A registers a0..a3 of an mma.
+  WordPair pairs[2][2][2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      pairs[r][c][0] = word_pair(words[r][c].x, words[r][c].y);
+      pairs[r][c][1] = word_pair(words[r][c].z, words[r][c].w);
+    }
+  static_for<0, H>([&](auto hh) {
+    constexpr int h = decltype(hh)::value, J0 = h * kChunkBlocks;
+    constexpr int JC = E - J0 < kChunkBlocks ? E - J0 : kChunkBlocks;
+    ChunkInputs<kChunkBlocks, XROWS>& cur = h % 2 == 0 ? a : b;
+    ChunkInputs<kChunkBlocks, XROWS>& other = h % 2 == 0 ? b : a;
+    if constexpr (h + 1 < H) {
+      constexpr int NJC = E - J0 - kChunkBlocks < kChunkBlocks ? E - J0 - kChunkBlocks : kChunkBlocks;
+      constexpr int NJ0 = J0 + kChunkBlocks;
+      if (FULL || (block32 + NJ0 + NJC) * 32 <= p.K)
+        load_chunk_inputs<NJC, true>(p, in, block32 + NJ0, other);
+      else if ((block32 + NJ0) * 32 < p.K)
+        load_chunk_inputs<NJC, false>(p, in, block32 + NJ0, other);
+    } else if (next_block32 >= 0) {  // the next tile lies below K as well
+      load_chunk_inputs<kFirstChunkBlocks<E>, true>(p, in, next_block32, other);
+    }
+    // Past K (only when !FULL) the chunk adds nothing.
+    if (FULL || (block32 + J0) * 32 < p.K) compute_chunk<BITS, BF16, SPARSE, J0, JC>(in, pairs, cur, acc);
+  });
+  if constexpr (H % 2 == 1) {
+    if (next_block32 >= 0) a = b;  // the next tile's first chunk landed in b
+  }
+}
+
+// Tile t of the lane's row block (`block_words`: its first tile + 4 lane): words[h][c] =
+// the lane's 4 words of chunk c of block row gid + 8 h, each load 512 contiguous bytes
+// across the warp (qn_tile_word_index).
+__device__ __forceinline__ void load_tile(const uint32_t* block_words, int t, uint4 (&words)[2][2]) {
+  const uint32_t* w = block_words + uint32_t(t) * 512u;
+#pragma unroll
+  for (int c = 0; c < 2; ++c)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) words[h][c] = load_streaming(w + (2 * c + h) * 128);
+}
+
+// The accumulators and a tile's words by value: arrays passed by reference to an out-of-line
+// function would live in local memory.
+struct Accumulators {
+  float v[2][4];
+};
+struct TileWords {
+  uint4 v[2][2];  // as load_tile loads them
+};
+
+// The last tile t of a row block, reaching past K (its words loaded), added to `sum`. Out
+// of line: inlined into the kernel's loop, its slow path made the loop spill at 128
+// registers.
+template <int BITS, bool BF16, bool SPARSE, int XROWS>
+__device__ __noinline__ Accumulators last_tile(const GemvQnParams& p, const LaneInputs<XROWS> in,
+                                               const TileWords words, int t, Accumulators sum) {
+  constexpr int E = kTileBlocks<BITS, SPARSE>;
+  ChunkInputs<kChunkBlocks, XROWS> inputs_a, inputs_b;
+  if ((t * E + kFirstChunkBlocks<E>) * 32 <= p.K)
+    load_chunk_inputs<kFirstChunkBlocks<E>, true>(p, in, t * E, inputs_a);
+  else
+    load_chunk_inputs<kFirstChunkBlocks<E>, false>(p, in, t * E, inputs_a);
+  tile_step<BITS, BF16, SPARSE, false>(p, in, words.v, t * E, -1, inputs_a, inputs_b, sum.v);
+  return sum;
+}
+
+// W (tiles of qN codes, qn_tile_word_index), x [M, K] -> y [M, N] (p.swiglu: y [M, N / 2] = silu(gate) * up).
+// XROWS: the activation rows one launch can take, p.M <= XROWS (8: weights as the mma's A;
+// 16: x as A, see compute_chunk).
+// PRECOND: blockDim.x = 32 * warps with warps <= kMaxWarpsOf<XROWS>, grid.x = ceil(N / 16),
+// K <= 2^31 - 1024; p.paired_half = 0, or N = 2 * p.paired_half with p.paired_half % 8 == 0.
+template <int BITS, bool BF16, bool SPARSE, int XROWS>
+__global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_constant__ GemvQnParams p) {
+  constexpr int E = kTileBlocks<BITS, SPARSE>;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int gid = lane / 4, tig = lane % 4;
+  const int64_t row_base = int64_t(blockIdx.x) * kRowsPerBlock;  // block rows (scale_bias)
+  const uint32_t* block_words = p.qweight + row_base * p.Kw + 4 * lane;  // the block's tiles, + lane
+  LaneInputs<XROWS> in;
+#pragma unroll
+  for (int xh = 0; xh < XROWS / 8; ++xh) {
+    const int m = gid + 8 * xh;
+    in.x_row[xh] = p.x + (m < p.M ? int64_t(m) * p.K : 0);
+    in.x_lane[xh] = in.x_row[xh] + 8 * tig;
+  }
+  // [n_groups, 4]: the block's 16 rows' pairs of each group, 64 bytes (gemv_qn_scale_slab_bytes).
+  extern __shared__ uint4 scale_slab[];
+  in.sb_slab = uint32_t(__cvta_generic_to_shared(scale_slab)) + 8u * uint32_t(gid);
+  asm volatile("mov.b32 %0, %1;" : "=r"(in.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
+  const int tiles = int(p.Kw / 32);
+
+  // The next tile's four 16-byte loads stay in flight while this one is dequantized.
+  // Deeper pipelines did not pay: a cp.async ring per warp of 2..5 tiles in shared memory
+  // ran 5-8 % slower at 2 stages and slower still with more (less L1 left for the scale
+  // and x lines), so did a ring of bulk (TMA) copies on the tile layout (kernels/qn/MEASURED.md), L2
+  // prefetches of later tiles cost 5-15 %, and a register ring two tiles deep (unrolled,
+  // no moves) ran 13 % slower at q4g64 8192 x 57344 (74.1 -> 64.0 % of copy; it spills at
+  // 128 registers): the loop is bound by its instructions and their latencies, not by
+  // bytes in flight.
+  // Two chains: c = 0, 1 (halving the mma dependency chain), or in the 16-row kernel the
+  // block rows 0..7 and 8..15.
+  float acc[2][4] = {};
+  uint4 words_a[2][2], words_b[2][2];  // the tile being computed and the next, in turn
+  ChunkInputs<kChunkBlocks, XROWS> inputs_a, inputs_b;
+  // Tiles [0, full_tiles) lie below K; at most one more (the last) reaches past it.
+  const int full_tiles = p.K / (32 * E);
+
+  // PDL (kernels/pdl.cuh): launched while the kernel before it runs, the block loads what
+  // does not depend on it (its first tile of W) and only then waits for x; the next kernel
+  // may start as soon as all blocks run, its blocks taking the SMs ours free. With
+  // gemm_fpx and gemv_dense doing the same: llama2-7b q4g64 tg128 242.7 -> 249.7 tok/s
+  // (kernels/pdl.cuh has the command and the other formats); pulling the block's whole
+  // slice of W into L2 here as well made it slower (237.4).
+  // The block's scale/bias pairs are weights too: fetched before the wait, so that their
+  // DRAM latency no longer follows it (A/B on one machine, fp16 M = 1, two rounds:
+  // q4g64 4096 x 4096 5.9 -> 5.7-5.8 us, 11008 x 4096 12.1 -> 11.8, q8 4096 x 4096 7.6 ->
+  // 7.3, 4096 x 12288 20.2-20.5 -> 19.9, the long-K shapes unchanged; llama2-7b q4g64
+  // tg128 448.8 / 451.2 -> 452.3 / 452.3 tok/s).
+  pdl_launch_dependents();
+  if (warp < tiles) load_tile(block_words, warp, words_a);
+  const uint4* block_pairs = reinterpret_cast<const uint4*>(p.scale_bias + row_base);  // + 2 stride g: group g
+  for (int i = threadIdx.x; i < 4 * p.n_groups; i += blockDim.x)
+    cp_async16(&scale_slab[i], block_pairs + int64_t(i / 4) * (p.sb_group_stride / 2) + i % 4);
+  cp_async_commit();
+  // The residual epilogue's thread stores rows r = threadIdx.x % 16 (blockDim.x % 32 == 0):
+  // its norm weight, not written by any kernel, is fetched now rather than after the loop.
+  const int64_t norm_row = min(row_base + threadIdx.x % kRowsPerBlock, p.N - 1);
+  const float norm_weight = p.residual ? p.norm_weight[norm_row] : 0.0f;
+  pdl_wait();
+  cp_async_wait<0>();
+  __syncthreads();
+  if (warp < full_tiles) {
+    load_chunk_scales<kFirstChunkBlocks<E>, true>(p, in, warp * E, inputs_a);
+    prefetch_tile_x<BITS, SPARSE>(p, in, warp, lane);
+    load_chunk_x<kFirstChunkBlocks<E>, true>(p, in, warp * E, inputs_a);
+  }
+  // Each step loads the next tile's words (and, below K, its inputs) while it computes
+  // tile t < full_tiles. The loop is unrolled twice so that the two word buffers swap roles
+  // without copies (a loop of one step copied the next tile's 16 registers with 16 SELs a
+  // tile, 3 % of its instructions).
+  const auto full_step = [&](const uint4(&cur)[2][2], uint4(&next)[2][2], int t) {
+    const int t_next = t + warps;
+    if (t_next < tiles) load_tile(block_words, t_next, next);
+    const bool next_full = t_next < full_tiles;
+    if (next_full) prefetch_tile_x<BITS, SPARSE>(p, in, t_next, lane);
+    tile_step<BITS, BF16, SPARSE, true>(p, in, cur, t * E, next_full ? t_next * E : -1, inputs_a, inputs_b, acc);
+  };
+  int t = warp;
+  bool in_b = false;  // tile t's words are in words_b
+  for (; t < full_tiles; t += warps) {
+    full_step(words_a, words_b, t);
+    t += warps;
+    if (t >= full_tiles) {
+      in_b = true;
+      break;
+    }
+    full_step(words_b, words_a, t);
+  }
+  if (t < tiles) {  // t == full_tiles: the tile reaching past K
+    TileWords words;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) words.v[r][c] = in_b ? words_b[r][c] : words_a[r][c];
+    Accumulators sum;
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sum.v[c][i] = acc[c][i];
+    sum = last_tile<BITS, BF16, SPARSE, XROWS>(p, in, words, t, sum);
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[c][i] = sum.v[c][i];
+  }
+
+  // XROWS = 8, C fragment: acc[c][0..1] = block row gid, activation rows (m) 2tig, 2tig+1;
+  // acc[c][2..3] = block row gid + 8; the two chains c summed. XROWS = 16: acc[h] holds block
+  // rows 8 h + 2tig, 8 h + 2tig + 1 (elements 0, 1 and 2, 3) of activation row gid (0, 1)
+  // and gid + 8 (2, 3).
+  constexpr int kPartials = XROWS == kGemvMaxM ? 4 : 8;
+  __shared__ float partial[kMaxWarpsOf<XROWS>][kPartials][32];
+  if constexpr (XROWS == kGemvMaxM) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[0][i] + acc[1][i];
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) partial[warp][i][lane] = acc[i / 4][i % 4];
+  }
+  // A pending norm: r_m from the producer's parts, one warp per activation row (a butterfly
+  // sum, the same order in every block).
+  __shared__ float inv_rms[XROWS];
+  if (p.norm.sum_squares) {
+    for (int m = warp; m < p.M; m += warps) {
+      const float r = pending_inv_rms(p.norm.sum_squares + int64_t(m) * p.norm.parts, p.norm.parts, p.K, p.norm.eps);
+      if (lane == 0) inv_rms[m] = r;
+    }
+  }
+  __syncthreads();
+  // x · Wᵀ (+ bias) of block row r (stored row n) and activation row m.
+  const auto output = [&](int r, int m, int64_t n) {
+    const int i = XROWS == kGemvMaxM ? (r >= 8 ? 2 : 0) + (m & 1) : 4 * (r / 8) + (m >= 8 ? 2 : 0) + (r & 1);
+    const int src = XROWS == kGemvMaxM ? (r % 8) * 4 + m / 2 : (m % 8) * 4 + (r % 8) / 2;
+    float sum = 0;
+    for (int w = 0; w < warps; ++w) sum += partial[w][i][src];
+    if (p.norm.sum_squares) sum *= inv_rms[m];
+    if (p.bias) sum += p.bias[n];
+    return sum;
+  };
+  if (p.residual) {
+    __shared__ float squares[XROWS][kRowsPerBlock];
+    for (int o = threadIdx.x; o < kRowsPerBlock * p.M; o += blockDim.x) {
+      const int m = o / kRowsPerBlock, r = o % kRowsPerBlock;
+      const int64_t n = row_base + r, i = int64_t(m) * p.N + n;
+      float square = 0;
+      if (n < p.N) {
+        const uint16_t sum = to_activation<BF16>(from_activation<BF16>(p.residual[i]) + output(r, m, n));
+        p.residual[i] = sum;
+        const float v = from_activation<BF16>(sum);
+        p.y[i] = to_activation<BF16>(v * norm_weight);
+        square = v * v;
+      }
+      squares[m][r] = square;
+    }
+    __syncthreads();
+    if (threadIdx.x < p.M) {
+      float sum = 0;
+      for (int r = 0; r < kRowsPerBlock; ++r) sum += squares[threadIdx.x][r];
+      p.sum_squares[int64_t(threadIdx.x) * gridDim.x + blockIdx.x] = sum;
+    }
+    return;
+  }
+  if (p.swiglu) {  // block rows r and r + 8: gate and up of output column 8 b + r
+    for (int o = threadIdx.x; o < 8 * p.M; o += blockDim.x) {
+      const int m = o / 8, r = o % 8;
+      const int64_t n = int64_t(blockIdx.x) * 8 + r;
+      // Rounded to the activation type first, as gemv_qn's output is before silu_mul.
+      const float gate = from_activation<BF16>(to_activation<BF16>(output(r, m, n)));
+      const float up = from_activation<BF16>(to_activation<BF16>(output(r + 8, m, p.paired_half + n)));
+      p.y[int64_t(m) * p.paired_half + n] = to_activation<BF16>(gate / (1.0f + expf(-gate)) * up);
+    }
+    return;
+  }
+  for (int o = threadIdx.x; o < kRowsPerBlock * p.M; o += blockDim.x) {
+    const int m = o / kRowsPerBlock, r = o % kRowsPerBlock;
+    const int64_t n = p.paired_half > 0 ? (r < 8 ? 0 : p.paired_half) + int64_t(blockIdx.x) * 8 + r % 8 : row_base + r;
+    if (n >= p.N) continue;
+    p.y[int64_t(m) * p.N + n] = to_activation<BF16>(output(r, m, n));
+  }
+}
+
+}  // namespace
+}  // namespace gemlite
