@@ -4,7 +4,7 @@
 
 namespace gemlite {
 
-int64_t wave_cost(int64_t blocks, int64_t per_wave, int64_t tiles) {
+int64_t fpx_wave_cost(int64_t blocks, int64_t per_wave, int64_t tiles) {
   return (blocks + per_wave - 1) / per_wave * (tiles + 4);
 }
 
@@ -40,10 +40,11 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
     s.warps_k = std::clamp(overrides.warps_k, 1, max_warps / s.warps_n);
   } else if (s.mt == 2 && resident_warps > 0) {
     // M 9..16 is bound by latency and issue, where a last wave of a few blocks costs a
-    // whole block's time: the fewest wave_cost over 2..16 warps (1 was not measured), each
-    // warp keeping >= 2 tiles (ties: fewer warps). Sweep (H100, fp6 fp16, M = 16,
-    // GEMLITE_BENCH_FPX_WARPS_K; us at warps_k = 2 / 3 / 4 / 5 / 6 / 8, then the old rule's
-    // choice and this one's; tests/cpu/test_launch_rules.cpp holds the same table):
+    // whole block's time: the fewest fpx_wave_cost over the counts measured (2, 3, 4, 5, 6
+    // and 8 warps), each warp keeping >= 2 tiles (ties: fewer warps). Sweep (H100, fp6
+    // fp16, M = 16, GEMLITE_BENCH_FPX_WARPS_K; us at warps_k = 2 / 3 / 4 / 5 / 6 / 8, then
+    // the old rule's choice and this one's; tests/cpu/test_launch_rules.cpp holds the same
+    // table):
     //   8192 x 10240  49.8 / 35.0 / 50.8 / 42.3 / 47.9 / 46.3   old 4, now 3
     //   4096 x 12288  28.0 / 33.4 / 29.3 / 25.8 / 29.2 / 27.9   old 4, now 2
     //   4096 x 4096   24.3 / 18.7 / 15.5 / 13.3 / 11.8 / 11.1   8, 8
@@ -56,9 +57,10 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
     // this cost would not have picked 3 there: it stays below.
     const int64_t blocks = m_chunks * row_blocks * s.splits;
     int64_t best = -1;
-    for (int warps_k = 2; warps_k <= max_warps && 2 * warps_k <= tiles; ++warps_k) {
+    for (int warps_k : {2, 3, 4, 5, 6, 8}) {
+      if (warps_k > max_warps || 2 * warps_k > tiles) break;
       const int64_t per_wave = int64_t(sms) * std::max(resident_warps / warps_k, 1);
-      const int64_t cost = wave_cost(blocks, per_wave, (tiles + warps_k - 1) / warps_k);
+      const int64_t cost = fpx_wave_cost(blocks, per_wave, (tiles + warps_k - 1) / warps_k);
       if (best < 0 || cost < best) {
         best = cost;
         s.warps_k = warps_k;
@@ -90,9 +92,9 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
 //  - one chunk of x rows (not the wide shape): into the most blocks (<= 8) that keep >= 8
 //    tiles of K each while the grid stays within 3 waves. M = 64: 8192 x 8192 131.1 / 66.2
 //    / 65.1 / 56.5, 4096 x 4096 68.5 / 35.7 / 20.1 / 26.0, 4096 x 22016 69.8 / 70.3 / 58.5 /
-//    78.3, 4096 x 12288 69.5 / 38.6 / 39.7 / 51.4 (wave_cost picks 4 on 8192 x 8192, 8 on
+//    78.3, 4096 x 12288 69.5 / 38.6 / 39.7 / 51.4 (fpx_wave_cost picks 4 on 8192 x 8192, 8 on
 //    4096 x 4096: both wrong by 15-30 %);
-//  - several chunks, or the wide shape: the fewest wave_cost over 1, 2, 4 splits (ties:
+//  - several chunks, or the wide shape: the fewest fpx_wave_cost over 1, 2, 4 splits (ties:
 //    fewer). M = 128: 8192 x 8192 135.9 / 66.5 / 99.8, 8192 x 10240 135.1 / 129.5 / 101.2,
 //    4096 x 22016 134.9 / 110.7 / 123.4, 4096 x 12288 69.8 / 72.1 / 78.7, 8192 x 57344
 //    529.0 / 470.8 / 502.5, 11008 x 4096 174.0 / 86.0 / 88.1: the best or within 3 % of it,
@@ -104,7 +106,7 @@ int fpx_tiled_splits(int64_t groups, int64_t k_tiles, int64_t m_chunks, bool wid
       splits *= 2;
     return splits;
   }
-  const auto cost = [&](int z) { return wave_cost(m_chunks * groups * z, sms, (k_tiles + z - 1) / z); };
+  const auto cost = [&](int z) { return fpx_wave_cost(m_chunks * groups * z, sms, (k_tiles + z - 1) / z); };
   for (int z = 2; z <= 4; z *= 2)
     if (cost(z) < cost(splits)) splits = z;
   return splits;

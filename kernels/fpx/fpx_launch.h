@@ -1,6 +1,6 @@
 #pragma once
-// How gemm_fpx lays out its launches: pure functions of the shape, M and the device's SM
-// count, apart from the kernels (kernels/fpx/gemm_fpx_*.cuh) so that the rules -- each one
+// How gemm_fpx lays out its launches: pure functions of the shape, M and the device's counts
+// (SMs, resident warps), apart from the kernels (kernels/fpx/gemm_fpx_*.cuh) so that the rules -- each one
 // measured on the H100, with its numbers in fpx_launch.cpp -- are unit-tested on the CPU
 // against those measurements (tests/cpu/test_launch_rules.cpp).
 #include <cstdint>
@@ -15,7 +15,7 @@ constexpr int kFpxTiledMaxSplits = 8;    // tiled kernel: blocks of a cluster sp
 // `per_wave` resident blocks, each costing its tiles plus ~4 for a block's start (first
 // loads) and end (reduction, epilogue). For kernels bound by latency and issue rather than
 // by DRAM; its uses were each measured against a sweep (fpx_launch.cpp).
-int64_t wave_cost(int64_t blocks, int64_t per_wave, int64_t tiles);
+int64_t fpx_wave_cost(int64_t blocks, int64_t per_wave, int64_t tiles);
 
 // The register kernel's launch (M <= 16, and any M where the tiled kernel does not run).
 struct FpxRegisterLaunch {

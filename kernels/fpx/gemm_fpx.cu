@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -83,6 +85,22 @@ int sm_count() {
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return sms;
+}
+
+// Warps of the MT = 2 register kernel an SM holds (its registers and shared memory; 16 on
+// the H100 at 126 registers), for fpx_register_launch at M 9..16; asked of the driver once
+// per kernel.
+int mt2_resident_warps(int ebits, int mbits, bool bf16) {
+  static std::mutex mutex;
+  static std::map<KernelFn, int> known;
+  const KernelFn kernel = pick_kernel(ebits, mbits, bf16, 2, 1);
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto it = known.find(kernel);
+  if (it != known.end()) return it->second;
+  int blocks = 0;  // of one warp each, its partial sums in shared memory (2 n-tiles)
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reinterpret_cast<const void*>(kernel), 32,
+                                                           2 * 4 * 32 * sizeof(float)));
+  return known[kernel] = blocks;
 }
 
 // Whether the tiled kernel serves this weight: a device of compute capability 9.0 (wgmma,
@@ -200,12 +218,7 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   if (config.m_tile != 0 && config.m_tile != 1 && config.m_tile != 2 && config.m_tile != 4 && config.m_tile != 8)
     throw Error("gemm_fpx: m_tile = " + std::to_string(config.m_tile) + " (expected 1, 2, 4 or 8)");
   static const int sms = sm_count();
-  int resident_warps = 0;  // of the MT = 2 kernel (M 9..16 in the register kernel)
-  if (M > 8 && M <= 16) {
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &resident_warps, reinterpret_cast<const void*>(pick_kernel(w.ebits, w.mbits, act == DType::BF16, 2, 1)), 32,
-        2 * 4 * 32 * sizeof(float)));
-  }
+  const int resident_warps = M > 8 && M <= 16 ? mt2_resident_warps(w.ebits, w.mbits, act == DType::BF16) : 0;
   const FpxRegisterLaunch s = fpx_register_launch(w.row_blocks, w.k_tiles, M, sms, resident_warps, config,
                                                   w.max_splits);
   GemmFpxParams p;

@@ -68,9 +68,10 @@ FpxDeviceWeight alloc_fpx_weight(const WeightFormat& format, int64_t N, int64_t 
 // The largest M at which QuantLinear sends fp6/fp5 here where the tiled kernel serves the
 // weight (compute capability 9.0, K % 8 == 0); above it, and above kFpxMaxM elsewhere, the
 // transient dense copy (dequant_fpx) + cuBLAS. Measured up to here (H100, fp16, same run,
-// kernels/fpx/BENCH.md): against the dense copy + cuBLAS the wide shape is 1.03-3.33x
-// faster at M = 128, 1.17-1.78x at M = 256 (4096 x 1024, a GQA k/v alone, loses at every
-// M) and 0.76-1.19x at M = 512, where the K = 4096 shapes lose; llama2-7b fp6 pp512 (chunks
+// kernels/fpx/BENCH.md, the fifteenth session's table): against the dense copy + cuBLAS
+// the wide shape is 1.03-3.33x faster at M = 128, 1.17-1.78x at M = 256 (4096 x 1024, a GQA
+// k/v alone, loses at every M) and 0.76-1.19x at M = 512, where the K = 4096 shapes lose
+// (the sixteenth session's: 0.70-1.19x, the K = 4096 shapes 0.70-0.90x); llama2-7b fp6 pp512 (chunks
 // of 512) 24.0k -> 24.5k tok/s with it, and no dense copy of the weights. Not measured
 // beyond 512 (prompt chunks are 512 by default).
 constexpr int kFpxTiledMaxM = 512;

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cuda_check.h"
@@ -58,6 +59,35 @@ uint16_t to_activation_bits(float v, DType act) {
 // on the host so that a launch can check it without a driver call.
 std::mutex allowed_mutex;
 std::map<KernelFn, size_t> allowed_slab;
+
+// Blocks of `warps` warps an SM holds with `slab` bytes of scale slab. Up to 32 KB a slab:
+// 16 warps an SM (the kernel's 128 registers a thread, measured with ncu on the H100),
+// fewer blocks where their shared memory (static + slab + 1 KB the driver keeps) does not
+// fit the SM's: on the H100 five blocks of 3 warps fit every such slab; on an A100 (164
+// KB) or sm_86 / sm_89 (100 KB) the larger slabs do not. Past 32 KB (the opt-in): the
+// driver's occupancy of the kernel, once per (kernel, warps, slab).
+int resident_blocks(KernelFn kernel, int warps, size_t slab) {
+  if (slab <= kScaleSlabDefaultBytes) {
+    static const size_t sm_shared = [] {
+      int device = 0, bytes = 0;
+      CUDA_CHECK(cudaGetDevice(&device));
+      CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+      return size_t(bytes);
+    }();
+    const int fit = int(sm_shared / (kStaticSharedBound + slab + 1024));
+    return std::min(16 / warps, fit);
+  }
+  static std::mutex mutex;
+  static std::map<std::tuple<KernelFn, int, size_t>, int> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(kernel, warps, slab);
+  const auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  int blocks = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reinterpret_cast<const void*>(kernel), warps * 32,
+                                                           slab));
+  return known[key] = blocks;
+}
 
 // The kernels that may run a weight: its width and sparsity, the 8- and 16-row versions.
 std::array<KernelFn, 2> kernels_of(const QnDeviceWeight& w) {
@@ -233,9 +263,8 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   p.norm_weight = epilogue.norm_weight;
   p.sum_squares = epilogue.sum_squares;
 
-  // Warps per block: qn_warps_per_block (kernels/qn/qn_launch.cpp), at 16 resident warps
-  // per SM (128 registers a thread) or as many blocks as the scale slabs leave room for
-  // past 32 KB (not measured: no such shape in the benchmarks).
+  // Warps per block: qn_warps_per_block (kernels/qn/qn_launch.cpp), at the blocks an SM
+  // holds (resident_blocks).
   const int64_t tiles = w.Kw / 32;
   const int64_t blocks = (w.N + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t slab = gemv_qn_scale_slab_bytes(w);
@@ -244,15 +273,8 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
     int device = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const auto resident_blocks = [&](int per_block) {
-      if (slab <= kScaleSlabDefaultBytes) return qn_resident_blocks(per_block);
-      int resident = 0;  // fewer blocks an SM where the slabs fill its shared memory
-      const KernelFn narrow = kernels_of(w)[0];
-      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, reinterpret_cast<const void*>(narrow),
-                                                               per_block * 32, slab));
-      return resident;
-    };
-    warps = qn_warps_per_block(blocks, sms, resident_blocks);
+    const KernelFn narrow = kernels_of(w)[0];
+    warps = qn_warps_per_block(blocks, sms, [&](int per_block) { return resident_blocks(narrow, per_block, slab); });
   }
   constexpr int kWide = kGemvQnMaxRows, kNarrow = kGemvMaxM;
   const bool wide = M > kNarrow;  // the 16-row kernel

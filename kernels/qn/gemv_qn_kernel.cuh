@@ -109,8 +109,10 @@ template <int XROWS>
 constexpr int kMaxWarpsOf = XROWS == kGemvMaxM ? kMaxWarps : kMaxWarps / 2;
 // The slab of scale/bias pairs a block stages in shared memory, [n_groups, 16 rows] pairs:
 // up to 32 KB (with the kernel's static 8.7 KB, 9.1 KB with 16 rows) it stays under the 48
-// KB that needs no opt-in, and four blocks an SM (the register limit) keep ~65 KB of L1
-// for x; larger slabs take the opt-in (gemv_qn_allow_scale_slab).
+// KB that needs no opt-in, and four blocks of 4 warps an SM (the register limit) keep ~65
+// KB of L1 for x on the H100 (five blocks of 3 warps, ~25 KB; the launch counts the blocks
+// that fit, resident_blocks in gemv_qn.cu); larger slabs take the opt-in
+// (gemv_qn_allow_scale_slab).
 constexpr size_t kScaleSlabDefaultBytes = 32 << 10;
 constexpr size_t kStaticSharedBound = 10 << 10;  // the kernels' static shared memory, rounded up
 

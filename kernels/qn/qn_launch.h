@@ -9,10 +9,8 @@
 namespace gemlite {
 
 // Warps splitting K in each block of 16 rows (the automatic choice): `blocks` = ceil(N /
-// 16) blocks on `sms` SMs, each holding resident_blocks(warps) blocks of that many warps.
+// 16) blocks on `sms` SMs, each holding resident_blocks(warps) blocks of that many warps
+// (on the H100 16 / warps: the kernel's 128 registers a thread, while the scale slab fits).
 int qn_warps_per_block(int64_t blocks, int sms, const std::function<int(int warps)>& resident_blocks);
-
-// resident_blocks for the usual case: 16 warps an SM (the kernel's 128 registers a thread).
-inline int qn_resident_blocks(int warps) { return 16 / warps; }
 
 }  // namespace gemlite

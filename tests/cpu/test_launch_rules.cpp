@@ -1,15 +1,19 @@
 // The GPU kernels' automatic launch choices (kernels/qn/qn_launch.h, kernels/fpx/fpx_launch.h)
 // held against what was measured on the H100: for each shape, the time of every setting in
-// a sweep, and the rule's choice must be one of the measured settings and within a stated
-// share of the best one. The tables are the sixteenth session's sweeps (fp16, M = 1 and 16,
-// cold L2, µs, one run each; the commands are in qn_launch.cpp and fpx_launch.cpp): a
-// change of a rule that picks a setting measured slower, or one never measured, fails here.
+// a sweep (one run each, fp16, cold L2, µs; the commands are in qn_launch.cpp and
+// fpx_launch.cpp), and the rule's choice must be a measured setting within 5 % of the best
+// one -- or, for the few shapes where no rule found was better, within the bound named
+// with that shape. A rule that picks a setting measured slower, or one never measured,
+// fails here. Machines differ by ~5 % and single runs by a few %, so a bound is a check of
+// the rule against these numbers, not a promise about another run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/fpx/fpx_launch.h"
@@ -26,6 +30,8 @@ struct Sweep {
 };
 
 std::string shape_name(const Sweep& s) { return std::to_string(s.K) + "x" + std::to_string(s.N); }
+
+constexpr double kNearBest = 1.05;
 
 // The chosen setting's time over the best measured one; fails if it was not measured.
 double ratio_to_best(const Sweep& s, int chosen) {
@@ -44,9 +50,18 @@ std::map<int, double> by_warps(std::vector<double> us) {  // times at 2, 3, 4, 5
   return out;
 }
 
+// The bound for a shape: kNearBest unless `exceptions` names it.
+double bound_for(const std::map<std::string, double>& exceptions, const std::string& name) {
+  const auto it = exceptions.find(name);
+  return it == exceptions.end() ? kNearBest : it->second;
+}
+
+// The H100's blocks an SM for gemv_qn: 16 warps (128 registers a thread), the slab small.
+int h100_qn_resident_blocks(int warps) { return 16 / warps; }
+
 // gemv_qn: GEMLITE_BENCH_WARPS=2,3,4,5,6,8 GEMLITE_BENCH_M=1,16 GEMLITE_BENCH_FORMATS=q4g64,q8.
-// The rule is the best or within 6 % of it everywhere (q8 4096x22016 at M = 16: 45.2 at 4
-// warps, 42.8 at 8).
+// The one shape past 5 %: q8 4096x22016 at M = 16, 45.2 at 4 warps and 42.8 at 8 (q4g64
+// there: 42.4 and 41.0, within 5 %).
 TEST(LaunchRules, GemvQnWarpsNearTheBestMeasured) {
   const std::vector<std::pair<std::string, std::vector<Sweep>>> sweeps = {
       {"q4g64 M=1",
@@ -82,20 +97,21 @@ TEST(LaunchRules, GemvQnWarpsNearTheBestMeasured) {
         {8192, 8192, by_warps({40.0, 37.8, 31.9, 41.0, 34.0, 33.4})},
         {8192, 57344, by_warps({218.5, 217.5, 211.3, 207.5, 223.0, 213.0})}}},
   };
+  const std::map<std::string, double> exceptions = {{"q8 M=16 4096x22016", 1.06}};
   for (const auto& [what, shapes] : sweeps)
     for (const Sweep& s : shapes) {
-      const int warps = qn_warps_per_block((s.N + 15) / 16, kH100Sms, qn_resident_blocks);
-      EXPECT_LE(ratio_to_best(s, warps), 1.06) << what << " " << shape_name(s) << ": " << warps << " warps";
+      const int warps = qn_warps_per_block((s.N + 15) / 16, kH100Sms, h100_qn_resident_blocks);
+      const std::string name = what + " " + shape_name(s);
+      EXPECT_LE(ratio_to_best(s, warps), bound_for(exceptions, name)) << name << ": " << warps << " warps";
     }
-  // The case that brought 3 warps in: 640 blocks fill one wave of 5 blocks an SM.
-  EXPECT_EQ(qn_warps_per_block(640, kH100Sms, qn_resident_blocks), 3);
 }
 
 // gemm_fpx's register kernel: GEMLITE_BENCH_FPX_WARPS_K=2,3,4,5,6,8 GEMLITE_BENCH_M=1,16.
-// M = 16 (the wave cost): the best or within 9 % of it (4096x12288: 28.0 at 2 warps, 25.8
-// at 5; the rule before it took 4 warps, 29.3, and 50.8 on 8192x10240 where this one takes
-// 35.0). M = 1 (memory-bound, the doubling rule): within 3 % on six shapes; 4096x12288
-// takes 19.9 at 4 warps where 3 measured 17.4 (14 %), a case no rule here catches.
+// One shape past 5 % at each M, both 4096x12288: at M = 16 the wave cost takes 2 warps,
+// 28.0, where 5 measured 25.8 (the rule before it took 4, 29.3, and 50.8 on 8192x10240
+// where this one takes 3, 35.0); at M = 1 (memory-bound, the doubling rule) 4 warps, 19.9
+// (19.8 as the sweep's automatic entry), where 3 measured 17.4 -- no rule tried picks 3
+// there without losing on another shape.
 TEST(LaunchRules, GemmFpxWarpsNearTheBestMeasured) {
   const std::vector<Sweep> m1 = {
       {4096, 4096, by_warps({15.5, 13.3, 10.7, 9.5, 7.8, 7.8})},
@@ -113,21 +129,50 @@ TEST(LaunchRules, GemmFpxWarpsNearTheBestMeasured) {
       {8192, 10240, by_warps({49.8, 35.0, 50.8, 42.3, 47.9, 46.3})},
       {14336, 4096, by_warps({67.2, 53.8, 45.0, 38.9, 33.5, 32.1})},
       {8192, 57344, by_warps({183.1, 187.0, 176.5, 201.1, 217.7, 206.5})}};
+  const std::map<std::string, double> exceptions = {{"M=1 4096x12288", 1.15}, {"M=16 4096x12288", 1.09}};
   constexpr int kMt2ResidentWarps = 16;  // the MT = 2 kernel's 126 registers on the H100
-  for (const auto& [M, sweeps, limit] :
-       {std::make_tuple(1, &m1, 1.15), std::make_tuple(16, &m16, 1.09)})
+  for (const auto& [M, sweeps] : {std::make_pair(1, &m1), std::make_pair(16, &m16)})
     for (const Sweep& s : *sweeps) {
       const FpxRegisterLaunch launch =
           fpx_register_launch((s.N + 15) / 16, (s.K + 127) / 128, M, kH100Sms, kMt2ResidentWarps);
-      EXPECT_EQ(launch.splits, 1) << shape_name(s);  // every SM has a block without splitting K
-      EXPECT_LE(ratio_to_best(s, launch.warps_k), limit) << "M=" << M << " " << shape_name(s) << ": "
-                                                         << launch.warps_k << " warps";
+      const std::string name = "M=" + std::to_string(M) + " " + shape_name(s);
+      EXPECT_EQ(launch.splits, 1) << name;  // 256 or more row blocks: every SM has one without splitting K
+      EXPECT_LE(ratio_to_best(s, launch.warps_k), bound_for(exceptions, name)) << name << ": " << launch.warps_k
+                                                                               << " warps";
+    }
+}
+
+// The tiled kernel's cluster size (blocks splitting K), GEMLITE_BENCH_FPX_SPLITS=1,2,4,8 as
+// in fpx_launch.cpp: M = 64, one chunk of 64 x rows (256 rows of W a block), 1 / 2 / 4 / 8
+// splits; M = 128 when it ran as two chunks of the 64-row shape, 1 / 2 / 4 splits.
+TEST(LaunchRules, TiledSplitsNearTheBestMeasured) {
+  const auto by_splits = [](std::vector<double> us) {
+    std::map<int, double> out;
+    for (size_t i = 0; i < us.size(); ++i) out[1 << i] = us[i];
+    return out;
+  };
+  const std::vector<Sweep> m64 = {{8192, 8192, by_splits({131.1, 66.2, 65.1, 56.5})},
+                                  {4096, 4096, by_splits({68.5, 35.7, 20.1, 26.0})},
+                                  {4096, 22016, by_splits({69.8, 70.3, 58.5, 78.3})},
+                                  {4096, 12288, by_splits({69.5, 38.6, 39.7, 51.4})}};
+  const std::vector<Sweep> m128 = {{8192, 8192, by_splits({135.9, 66.5, 99.8})},
+                                   {8192, 10240, by_splits({135.1, 129.5, 101.2})},
+                                   {4096, 22016, by_splits({134.9, 110.7, 123.4})},
+                                   {4096, 12288, by_splits({69.8, 72.1, 78.7})},
+                                   {8192, 57344, by_splits({529.0, 470.8, 502.5})},
+                                   {11008, 4096, by_splits({174.0, 86.0, 88.1})}};
+  for (const auto& [m_chunks, sweeps] : {std::make_pair(1, &m64), std::make_pair(2, &m128)})
+    for (const Sweep& s : *sweeps) {
+      const int64_t groups = ((s.N + 15) / 16 + 15) / 16;  // blocks of 16 row blocks
+      const int splits = fpx_tiled_splits(groups, (s.K + 127) / 128, m_chunks, false, kH100Sms);
+      EXPECT_LE(ratio_to_best(s, splits), kNearBest) << m_chunks << " chunks " << shape_name(s) << ": " << splits
+                                                     << " splits";
     }
 }
 
 // The register kernel splits K over blocks only where the row blocks leave SMs idle, and
-// never past the weight's workspace; the tiled kernel's cluster sizes are powers of two.
-TEST(LaunchRules, SplitsWithinTheirLimits) {
+// never past the weight's workspace (the override included) or over several chunks of x rows.
+TEST(LaunchRules, RegisterSplitsWithinTheirLimits) {
   // 4096 x 1024 (a GQA k/v projection alone): 64 row blocks, 32 tiles of K; the fewest
   // splits (a power of two) that give every SM a block.
   const int z = fpx_register_launch(64, 32, 1, kH100Sms, 0).splits;
@@ -138,13 +183,8 @@ TEST(LaunchRules, SplitsWithinTheirLimits) {
   FpxLaunchOverrides many;
   many.splits = 64;
   EXPECT_EQ(fpx_register_launch(64, 32, 1, kH100Sms, 0, many).splits, kFpxMaxSplits);
+  EXPECT_EQ(fpx_register_launch(64, 32, 1, kH100Sms, 0, many, 2).splits, 2);
   EXPECT_EQ(fpx_register_launch(64, 32, 32, kH100Sms, 0).splits, 1);  // several chunks of x rows: no workspace
-  for (int64_t groups : {1, 4, 16, 64, 224})
-    for (int64_t m_chunks : {1, 2, 4})
-      for (bool wide : {false, true}) {
-        const int z = fpx_tiled_splits(groups, 64, m_chunks, wide, kH100Sms);
-        EXPECT_TRUE(z == 1 || z == 2 || z == 4 || z == 8) << z;
-      }
 }
 
 }  // namespace

@@ -177,8 +177,9 @@ INSTANTIATE_TEST_SUITE_P(Formats, GemmFpxTest, ::testing::Values("fp6", "fp5"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 // Misaligned x (odd element offset: scalar loads), a bias added after the reduction, and
-// every split-K, warps-per-block and n-tile setting of the register kernel plus the
-// tiled kernel at every cluster size, on one shape.
+// every split-K and n-tile setting of the register kernel, warps per block 1, 2, 3, 4, 5,
+// 6, 8 and 16 (every automatic choice and more), plus the tiled kernel at every cluster
+// size, on one shape.
 TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
   std::mt19937_64 rng(test_seed() + 5);
   StreamGuard stream;
@@ -197,7 +198,7 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
       CheckResult r = check_random(packed, dw, act, M, rng, stream.stream, 1);
       EXPECT_EQ(r.failures, 0) << "misaligned: " << r.first_failure;
       for (int splits = 1; splits <= dw.max_splits; splits *= 2)
-        for (int warps_k : {1, 2, 3, 4, 5, 16}) {
+        for (int warps_k : {1, 2, 3, 4, 5, 6, 8, 16}) {
           GemmFpxConfig config;
           config.splits = splits;
           config.warps_k = warps_k;
