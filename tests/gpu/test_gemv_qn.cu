@@ -539,84 +539,95 @@ TEST(GemvQnFusedNorm, ResidualThenPendingNormMatchTheCpu) {
     CUDA_CHECK(cudaMemcpyAsync(dg.ptr, g.data(), g.size() * 4, cudaMemcpyHostToDevice, stream.stream));
     const int64_t parts = gemv_qn_blocks(d1);
     EXPECT_EQ(parts, (D + 15) / 16);
-    for (int M : {1, 3, 8, 11, 16}) {
-      SCOPED_TRACE(std::string(dtype_name(c.act)) + " K=" + std::to_string(K) + " D=" + std::to_string(D) +
-                   " M=" + std::to_string(M) + " seed=" + std::to_string(test_seed()));
-      std::vector<uint16_t> x_bits, r_bits;
-      std::vector<float> x, r;
-      random_activations(M, K, c.act, rng, &x_bits, &x);
-      random_activations(M, D, c.act, rng, &r_bits, &r);
-      DeviceBuffer dx(x_bits.size() * 2), dr(r_bits.size() * 2), dscaled(size_t(M * D) * 2),
-          dss(size_t(M * parts) * 4), dy2(size_t(M * N2) * 2), dy3(size_t(M * 2 * N2) * 2),
-          dgated(size_t(M * N2) * 2), dfused(size_t(M * N2) * 2);
-      CUDA_CHECK(cudaMemcpyAsync(dx.ptr, x_bits.data(), x_bits.size() * 2, cudaMemcpyHostToDevice, stream.stream));
-      CUDA_CHECK(cudaMemcpyAsync(dr.ptr, r_bits.data(), r_bits.size() * 2, cudaMemcpyHostToDevice, stream.stream));
-      for (DeviceBuffer* b : {&dscaled, &dss, &dy2, &dy3, &dgated, &dfused})  // NaN everywhere
-        CUDA_CHECK(cudaMemsetAsync(b->ptr, 0xFF, b == &dss ? size_t(M * parts) * 4 : b == &dscaled ? size_t(M * D) * 2
-                                                 : b == &dy3 ? size_t(M * 2 * N2) * 2 : size_t(M * N2) * 2,
-                                   stream.stream));
-      gemv_qn_residual(d1, dx.ptr, dr.ptr, static_cast<const float*>(dg.ptr), dscaled.ptr,
-                       static_cast<float*>(dss.ptr), M, c.act, stream.stream);
-      const QnPendingNorm norm{static_cast<const float*>(dss.ptr), int(parts), eps};
-      gemv_qn(d2, dscaled.ptr, dy2.ptr, M, c.act, stream.stream, {}, &norm);
-      gemv_qn(d3, dscaled.ptr, dy3.ptr, M, c.act, stream.stream, {}, &norm);
-      launch_silu_mul(dy3.ptr, M, N2, dgated.ptr, c.act, stream.stream);
-      gemv_qn_swiglu(d3_paired, dscaled.ptr, dfused.ptr, M, c.act, stream.stream, {}, &norm);
-      std::vector<uint16_t> r_out(size_t(M * D)), scaled(size_t(M * D)), y2(size_t(M * N2)), gated(size_t(M * N2)),
-          fused(size_t(M * N2));
-      std::vector<float> ss(size_t(M * parts));
-      CUDA_CHECK(cudaMemcpyAsync(r_out.data(), dr.ptr, r_out.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
-      CUDA_CHECK(cudaMemcpyAsync(scaled.data(), dscaled.ptr, scaled.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
-      CUDA_CHECK(cudaMemcpyAsync(ss.data(), dss.ptr, ss.size() * 4, cudaMemcpyDeviceToHost, stream.stream));
-      CUDA_CHECK(cudaMemcpyAsync(y2.data(), dy2.ptr, y2.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
-      CUDA_CHECK(cudaMemcpyAsync(gated.data(), dgated.ptr, gated.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
-      CUDA_CHECK(cudaMemcpyAsync(fused.data(), dfused.ptr, fused.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
-      CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+    // The automatic warps a block, and 3 (which the automatic choice takes on some shapes):
+    // every epilogue after the warps' reduction.
+    for (int warps : {0, 3}) {
+      for (int M : {1, 3, 8, 11, 16}) {
+        SCOPED_TRACE(std::string(dtype_name(c.act)) + " K=" + std::to_string(K) + " D=" + std::to_string(D) +
+                     " M=" + std::to_string(M) + " warps=" + std::to_string(warps) +
+                     " seed=" + std::to_string(test_seed()));
+        GemvQnConfig config;
+        config.warps_per_block = warps;
+        std::vector<uint16_t> x_bits, r_bits;
+        std::vector<float> x, r;
+        random_activations(M, K, c.act, rng, &x_bits, &x);
+        random_activations(M, D, c.act, rng, &r_bits, &r);
+        DeviceBuffer dx(x_bits.size() * 2), dr(r_bits.size() * 2), dscaled(size_t(M * D) * 2),
+            dss(size_t(M * parts) * 4), dy2(size_t(M * N2) * 2), dy3(size_t(M * 2 * N2) * 2),
+            dgated(size_t(M * N2) * 2), dfused(size_t(M * N2) * 2);
+        CUDA_CHECK(cudaMemcpyAsync(dx.ptr, x_bits.data(), x_bits.size() * 2, cudaMemcpyHostToDevice, stream.stream));
+        CUDA_CHECK(cudaMemcpyAsync(dr.ptr, r_bits.data(), r_bits.size() * 2, cudaMemcpyHostToDevice, stream.stream));
+        for (DeviceBuffer* b : {&dscaled, &dss, &dy2, &dy3, &dgated, &dfused})  // NaN everywhere
+          CUDA_CHECK(cudaMemsetAsync(b->ptr, 0xFF, b == &dss ? size_t(M * parts) * 4 : b == &dscaled ? size_t(M * D) * 2
+                                                   : b == &dy3 ? size_t(M * 2 * N2) * 2 : size_t(M * N2) * 2,
+                                     stream.stream));
+        gemv_qn_residual(d1, dx.ptr, dr.ptr, static_cast<const float*>(dg.ptr), dscaled.ptr,
+                         static_cast<float*>(dss.ptr), M, c.act, stream.stream, config);
+        const QnPendingNorm norm{static_cast<const float*>(dss.ptr), int(parts), eps};
+        gemv_qn(d2, dscaled.ptr, dy2.ptr, M, c.act, stream.stream, config, &norm);
+        gemv_qn(d3, dscaled.ptr, dy3.ptr, M, c.act, stream.stream, config, &norm);
+        launch_silu_mul(dy3.ptr, M, N2, dgated.ptr, c.act, stream.stream);
+        gemv_qn_swiglu(d3_paired, dscaled.ptr, dfused.ptr, M, c.act, stream.stream, config, &norm);
+        std::vector<uint16_t> r_out(size_t(M * D)), scaled(size_t(M * D)), y2(size_t(M * N2)), gated(size_t(M * N2)),
+            fused(size_t(M * N2));
+        std::vector<float> ss(size_t(M * parts));
+        CUDA_CHECK(cudaMemcpyAsync(r_out.data(), dr.ptr, r_out.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+        CUDA_CHECK(
+            cudaMemcpyAsync(scaled.data(), dscaled.ptr, scaled.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+        CUDA_CHECK(cudaMemcpyAsync(ss.data(), dss.ptr, ss.size() * 4, cudaMemcpyDeviceToHost, stream.stream));
+        CUDA_CHECK(cudaMemcpyAsync(y2.data(), dy2.ptr, y2.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+        CUDA_CHECK(cudaMemcpyAsync(gated.data(), dgated.ptr, gated.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+        CUDA_CHECK(cudaMemcpyAsync(fused.data(), dfused.ptr, fused.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream.stream));
 
-      // The residual: r + x · W1ᵀ, the GEMV's tolerance plus the rounding of the sum.
-      std::vector<float> y1(size_t(M * D));
-      linear_reference(p1, x.data(), M, y1.data());
-      const ErrorScales s1 = error_scales(p1, x, M);
-      int64_t bad = 0;
-      for (int64_t i = 0; i < M * D; ++i) {
-        const double want = double(r[size_t(i)]) + y1[size_t(i)], got = to_float(r_out[size_t(i)]);
-        if (!(std::abs(got - want) <= tol * s1.dequant[size_t(i)] + u * std::abs(want)) && bad++ == 0)
-          ADD_FAILURE() << "residual[" << i << "] = " << got << ", reference " << want;
-      }
-      EXPECT_EQ(bad, 0);
-      // scaled = residual ∘ g exactly as rounded; the parts add up to Σ residual² per row.
-      std::vector<float> scaled_values(size_t(M * D));
-      for (int64_t m = 0; m < M; ++m) {
-        double sum_squares = 0;
-        for (int64_t n = 0; n < D; ++n) {
-          const size_t i = size_t(m * D + n);
-          const float v = to_float(r_out[i]);
-          sum_squares += double(v) * v;
-          scaled_values[i] = to_float(scaled[i]);
-          ASSERT_EQ(scaled[i], round_act(v * g[size_t(n)])) << "scaled[" << m << ", " << n << "]";
+        // The residual: r + x · W1ᵀ, the GEMV's tolerance plus the rounding of the sum.
+        std::vector<float> y1(size_t(M * D));
+        linear_reference(p1, x.data(), M, y1.data());
+        const ErrorScales s1 = error_scales(p1, x, M);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < M * D; ++i) {
+          const double want = double(r[size_t(i)]) + y1[size_t(i)], got = to_float(r_out[size_t(i)]);
+          if (!(std::abs(got - want) <= tol * s1.dequant[size_t(i)] + u * std::abs(want)) && bad++ == 0)
+            ADD_FAILURE() << "residual[" << i << "] = " << got << ", reference " << want;
         }
-        double parts_sum = 0;
-        for (int64_t p = 0; p < parts; ++p) parts_sum += ss[size_t(m * parts + p)];
-        EXPECT_NEAR(parts_sum, sum_squares, 1e-5 * sum_squares) << "row " << m;
-      }
-      // The next projection: inv_rms · (scaled · W2ᵀ) + bias.
-      std::vector<float> y2_ref(size_t(M * N2));
-      linear_reference(p2, scaled_values.data(), M, y2_ref.data());
-      const ErrorScales s2 = error_scales(p2, scaled_values, M);
-      for (int64_t m = 0; m < M; ++m) {
-        double sum_squares = 0;
-        for (int64_t n = 0; n < D; ++n) sum_squares += double(to_float(r_out[size_t(m * D + n)])) * to_float(r_out[size_t(m * D + n)]);
-        const double inv_rms = 1.0 / std::sqrt(sum_squares / double(D) + eps);
-        for (int64_t n = 0; n < N2; ++n) {
-          const size_t i = size_t(m * N2 + n);
-          const double want = inv_rms * (double(y2_ref[i]) - bias[size_t(n)]) + bias[size_t(n)];
-          const double got = to_float(y2[i]);
-          EXPECT_LE(std::abs(got - want), tol * (inv_rms * s2.dequant[i] + std::abs(bias[size_t(n)])))
-              << "y[" << m << ", " << n << "] = " << got << ", reference " << want;
+        EXPECT_EQ(bad, 0);
+        // scaled = residual ∘ g exactly as rounded; the parts add up to Σ residual² per row.
+        std::vector<float> scaled_values(size_t(M * D));
+        for (int64_t m = 0; m < M; ++m) {
+          double sum_squares = 0;
+          for (int64_t n = 0; n < D; ++n) {
+            const size_t i = size_t(m * D + n);
+            const float v = to_float(r_out[i]);
+            sum_squares += double(v) * v;
+            scaled_values[i] = to_float(scaled[i]);
+            ASSERT_EQ(scaled[i], round_act(v * g[size_t(n)])) << "scaled[" << m << ", " << n << "]";
+          }
+          double parts_sum = 0;
+          for (int64_t p = 0; p < parts; ++p) parts_sum += ss[size_t(m * parts + p)];
+          EXPECT_NEAR(parts_sum, sum_squares, 1e-5 * sum_squares) << "row " << m;
         }
+        // The next projection: inv_rms · (scaled · W2ᵀ) + bias.
+        std::vector<float> y2_ref(size_t(M * N2));
+        linear_reference(p2, scaled_values.data(), M, y2_ref.data());
+        const ErrorScales s2 = error_scales(p2, scaled_values, M);
+        for (int64_t m = 0; m < M; ++m) {
+          double sum_squares = 0;
+          for (int64_t n = 0; n < D; ++n) {
+            const double v = to_float(r_out[size_t(m * D + n)]);
+            sum_squares += v * v;
+          }
+          const double inv_rms = 1.0 / std::sqrt(sum_squares / double(D) + eps);
+          for (int64_t n = 0; n < N2; ++n) {
+            const size_t i = size_t(m * N2 + n);
+            const double want = inv_rms * (double(y2_ref[i]) - bias[size_t(n)]) + bias[size_t(n)];
+            const double got = to_float(y2[i]);
+            EXPECT_LE(std::abs(got - want), tol * (inv_rms * s2.dequant[i] + std::abs(bias[size_t(n)])))
+                << "y[" << m << ", " << n << "] = " << got << ", reference " << want;
+          }
+        }
+        EXPECT_EQ(gated, fused) << "gemv_qn_swiglu with a pending norm differs from gemv_qn + silu_mul";
+        ASSERT_TRUE(std::all_of(gated.begin(), gated.end(), [&](uint16_t v) { return std::isfinite(to_float(v)); }));
       }
-      EXPECT_EQ(gated, fused) << "gemv_qn_swiglu with a pending norm differs from gemv_qn + silu_mul";
-      ASSERT_TRUE(std::all_of(gated.begin(), gated.end(), [&](uint16_t v) { return std::isfinite(to_float(v)); }));
     }
     for (QnDeviceWeight* w : {&d1, &d2, &d3, &d3_paired}) free_qn_weight(w);
   }
