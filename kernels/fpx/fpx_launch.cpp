@@ -33,8 +33,8 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
     s.splits = std::clamp(s.splits, 1, std::max(max_splits, 1));
   }
   const int64_t tiles = (k_tiles + s.splits - 1) / s.splits;
-  // Resident warps per SM at the kernels' register counts (ptxas, sm_90): MT = 1 uses 88
-  // (one tile ahead) or 114 registers (two), MT = 2 126, MT = 4 / 8 80 / 111: ~16 warps.
+  // Resident warps per SM at the kernels' register counts (ptxas, sm_90a, fp6 fp16): MT = 1
+  // uses 84 (one tile ahead) or 122 registers (two), MT = 2 128, MT = 4 / 8 80 / 116: ~16 warps.
   const int64_t target = int64_t(sms) * 16;
   if (overrides.warps_k > 0) {
     s.warps_k = std::clamp(overrides.warps_k, 1, max_warps / s.warps_n);
@@ -75,7 +75,7 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
            m_chunks * row_blocks * s.splits * s.warps_k * 2 <= target)
       s.warps_k *= 2;
   }
-  // MT = 1: two tiles ahead (114 registers, ~16 resident warps a SM) unless the grid fits
+  // MT = 1: two tiles ahead (122 registers, ~16 resident warps a SM) unless the grid fits
   // one wave only at one tile ahead (88 registers, ~23 warps): 8192 x 10240 at M = 1 (2560
   // warps) took 33.8 us at two tiles ahead (1.2 waves) and 27.0 at one; elsewhere two tiles
   // ahead won by 0-6 % (28672 x 8192: 67.0 us vs 70.5).

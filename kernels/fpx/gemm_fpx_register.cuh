@@ -78,14 +78,25 @@ __device__ __forceinline__ uint2 load_x4(const uint16_t* row, int k, int K, bool
   return make_uint2(e[0] | e[1] << 16, e[2] | e[3] << 16);
 }
 
-// x fragments of one tile (8 k-steps x MT n-tiles) for this lane.
-template <int MT>
-__device__ __forceinline__ void load_x_tile(const uint16_t* const (&x_rows)[MT], int k0, int K, bool full,
-                                            uint2 (&xb)[8][MT]) {
+// x fragments of one tile (8 k-steps x MT n-tiles) for this lane. FULL: the tile lies
+// inside K and x allows 8-byte loads, so each fragment is one load at an immediate offset
+// from the tile's start (one branch a tile for the check, not one a fragment).
+template <int MT, bool FULL>
+__device__ __forceinline__ void load_x_tile(const uint16_t* const (&x_rows)[MT], int k0, int K, uint2 (&xb)[8][MT]) {
 #pragma unroll
   for (int s = 0; s < 8; ++s)
 #pragma unroll
-    for (int j = 0; j < MT; ++j) xb[s][j] = load_x4(x_rows[j], k0 + 16 * s, K, full);
+    for (int j = 0; j < MT; ++j)
+      xb[s][j] = FULL ? __ldg(reinterpret_cast<const uint2*>(x_rows[j] + k0 + 16 * s))
+                      : load_x4(x_rows[j], k0 + 16 * s, K, false);
+}
+template <int MT>
+__device__ __forceinline__ void load_x_tile(const uint16_t* const (&x_rows)[MT], int k0, int K, bool full,
+                                            uint2 (&xb)[8][MT]) {
+  if (full)
+    load_x_tile<MT, true>(x_rows, k0, K, xb);
+  else
+    load_x_tile<MT, false>(x_rows, k0, K, xb);
 }
 
 // The 8 k-steps of one tile: acc[j] += W tile · x rows of n-tile j, x fragments given.
@@ -150,17 +161,23 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
     // The next tiles' loads stay in flight while this one is dequantized and multiplied;
     // for MT <= 2 their x fragments too (loading x step by step left each tile waiting on
     // L2 latency: v1 of this kernel ran 8192 x 8192 at M = 1 in 26.2 us, 64 % of copy).
-    // MT = 1 can keep two tiles in flight (AHEAD = 2, 114 registers): at one tile ahead
+    // MT = 1 can keep two tiles in flight (AHEAD = 2, 122 registers): at one tile ahead
     // its ~16 resident warps a SM hold ~24 KB in flight, short of the ~34 KB a SM that
     // 3 TB/s at ~1.5 us latency needs.
     constexpr bool kPrefetchX = MT <= 2;
-    constexpr int kAhead = AHEAD;
-    uint32_t words[kAhead + 1][P::kWords];
-    uint2 xf[kPrefetchX ? kAhead + 1 : 1][kPrefetchX ? 8 : 1][MT];
-    const auto full_tile = [&](int tile) { return p.x_vectorized && (tile + 1) * kFpxTileK <= p.K; };
-    const auto load = [&](int tile, int slot) {
-      load_tile<EBITS, MBITS>(tiles + int64_t(tile) * kTileBytes, lane, words[slot]);
-      if constexpr (kPrefetchX) load_x_tile<MT>(x_rows, tile * kFpxTileK + 4 * tig, p.K, full_tile(tile), xf[slot]);
+    constexpr int kAhead = AHEAD, kSlots = AHEAD + 1;
+    // Slot (S + i) % kSlots holds tile t + i warps_k while tile t, in slot S, is computed.
+    // MT = 1 (decode) unrolls the loop kSlots times, so that S is a constant and no slot is
+    // copied into another: the rolled loop moved 12 words and 8 x fragments a slot each tile
+    // (the PTX of the fp6 fp16 loop's fast path: 293 instructions a tile at two tiles ahead,
+    // 60 of them moves, -> 227). MT = 2 stays rolled, its slots copied: unrolled, fp6 spilled
+    // 8 bytes at its 128 registers (ptxas -v).
+    constexpr int kUnroll = MT == 1 ? kSlots : 1;
+    uint32_t words[kSlots][P::kWords];
+    uint2 xf[kPrefetchX ? kSlots : 1][kPrefetchX ? 8 : 1][MT];
+    const int full_tiles = p.x_vectorized ? p.K / kFpxTileK : 0;  // tiles whose x is all inside K
+    const auto load_x = [&](int tile, uint2(&into)[8][MT]) {
+      load_x_tile<MT>(x_rows, tile * kFpxTileK + 4 * tig, p.K, tile < full_tiles, into);
     };
     const int t0 = t_begin + wk;
 #pragma unroll
@@ -169,30 +186,40 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
     pdl_wait();
     if constexpr (kPrefetchX) {
 #pragma unroll
-      for (int i = 0; i < kAhead; ++i) {
-        const int tile = t0 + i * p.warps_k;
-        if (tile < t_end) load_x_tile<MT>(x_rows, tile * kFpxTileK + 4 * tig, p.K, full_tile(tile), xf[i]);
-      }
+      for (int i = 0; i < kAhead; ++i)
+        if (t0 + i * p.warps_k < t_end) load_x(t0 + i * p.warps_k, xf[i]);
     }
-    for (int t = t0; t < t_end; t += p.warps_k) {
-      const int ahead = t + kAhead * p.warps_k;
-      if (ahead < t_end) load(ahead, kAhead);
-      if constexpr (kPrefetchX) {
-        tile_mma<EBITS, MBITS, BF16, MT>(words[0], xf[0], acc);
-      } else {
-        tile_mma_loading_x<EBITS, MBITS, BF16, MT>(words[0], x_rows, t * kFpxTileK + 4 * tig, p.K, full_tile(t), acc);
-      }
-#pragma unroll
-      for (int i = 0; i < kAhead; ++i) {  // slot i holds tile t + (i + 1) warps_k next
-#pragma unroll
-        for (int w = 0; w < P::kWords; ++w) words[i][w] = words[i + 1][w];
-        if constexpr (kPrefetchX) {
-#pragma unroll
-          for (int s = 0; s < 8; ++s)
-#pragma unroll
-            for (int j = 0; j < MT; ++j) xf[i][s][j] = xf[i + 1][s][j];
+    int t = t0;
+    while (t < t_end) {
+      static_for<0, kUnroll>([&](auto step) {
+        constexpr int S = decltype(step)::value, L = (S + kAhead) % kSlots;  // computed, loaded
+        if (t >= t_end) return;
+        const int ahead = t + kAhead * p.warps_k;
+        if (ahead < t_end) {
+          load_tile<EBITS, MBITS>(tiles + int64_t(ahead) * kTileBytes, lane, words[L]);
+          if constexpr (kPrefetchX) load_x(ahead, xf[L]);
         }
-      }
+        if constexpr (kPrefetchX) {
+          tile_mma<EBITS, MBITS, BF16, MT>(words[S], xf[S], acc);
+        } else {
+          tile_mma_loading_x<EBITS, MBITS, BF16, MT>(words[S], x_rows, t * kFpxTileK + 4 * tig, p.K, t < full_tiles,
+                                                     acc);
+        }
+        if constexpr (kUnroll == 1) {  // slot i + 1 -> slot i
+#pragma unroll
+          for (int i = 0; i < kAhead; ++i) {
+#pragma unroll
+            for (int w = 0; w < P::kWords; ++w) words[i][w] = words[i + 1][w];
+            if constexpr (kPrefetchX) {
+#pragma unroll
+              for (int s = 0; s < 8; ++s)
+#pragma unroll
+                for (int j = 0; j < MT; ++j) xf[i][s][j] = xf[i + 1][s][j];
+            }
+          }
+        }
+        t += p.warps_k;
+      });
     }
   } else {
     pdl_wait();  // its threads still write outputs of the block's other row blocks
