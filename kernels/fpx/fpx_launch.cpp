@@ -43,8 +43,8 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
     // whole block's time: the fewest fpx_wave_cost over the counts measured (2, 3, 4, 5, 6
     // and 8 warps), each warp keeping >= 2 tiles (ties: fewer warps). Sweep (H100, fp6
     // fp16, M = 16, GEMLITE_BENCH_FPX_WARPS_K; us at warps_k = 2 / 3 / 4 / 5 / 6 / 8, then
-    // the old rule's choice and this one's; tests/cpu/test_launch_rules.cpp holds the same
-    // table):
+    // the old rule's choice and this one's; measured on the kernel before 3acdf10, whose
+    // loop was slower; tests/cpu/test_launch_rules.cpp holds a sweep of the current one):
     //   8192 x 10240  49.8 / 35.0 / 50.8 / 42.3 / 47.9 / 46.3   old 4, now 3
     //   4096 x 12288  28.0 / 33.4 / 29.3 / 25.8 / 29.2 / 27.9   old 4, now 2
     //   4096 x 4096   24.3 / 18.7 / 15.5 / 13.3 / 11.8 / 11.1   8, 8
@@ -54,7 +54,8 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
     //   8192 x 57344  183.1 / 187.0 / 176.5 / 201.1 / 217.7 / 206.5   4, 4
     // At M = 1 (memory-bound: a short last wave costs little) the rule below was the best
     // or within 3 % of it on all of these but 4096 x 12288 (19.8 us; 17.4 at 3 warps), and
-    // this cost would not have picked 3 there: it stays below.
+    // this cost would not have picked 3 there: it stays below. On 3acdf10's kernel it is
+    // within 4 % of the best on all seven (4096 x 12288 17.0 us, 16.4 at 3 warps).
     const int64_t blocks = m_chunks * row_blocks * s.splits;
     int64_t best = -1;
     for (int warps_k : {2, 3, 4, 5, 6, 8}) {
