@@ -77,7 +77,7 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
       s.warps_k *= 2;
   }
   // MT = 1: two tiles ahead (122 registers, ~16 resident warps a SM) unless the grid fits
-  // one wave only at one tile ahead (88 registers, ~23 warps): 8192 x 10240 at M = 1 (2560
+  // one wave only at one tile ahead (84 registers, ~23 warps): 8192 x 10240 at M = 1 (2560
   // warps) took 33.8 us at two tiles ahead (1.2 waves) and 27.0 at one; elsewhere two tiles
   // ahead won by 0-6 % (28672 x 8192: 67.0 us vs 70.5).
   if (s.mt == 1) {

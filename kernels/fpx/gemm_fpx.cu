@@ -88,7 +88,7 @@ int sm_count() {
 }
 
 // Warps of the MT = 2 register kernel an SM holds (its registers and shared memory; 16 on
-// the H100 at 126 registers), for fpx_register_launch at M 9..16; asked of the driver once
+// the H100 at 128 registers), for fpx_register_launch at M 9..16; asked of the driver once
 // per kernel.
 int mt2_resident_warps(int ebits, int mbits, bool bf16) {
   static std::mutex mutex;

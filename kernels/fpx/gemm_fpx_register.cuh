@@ -11,11 +11,11 @@
 // so they read the weights from DRAM about once and share them through L2. For small N,
 // `splits` blocks split K further and the last one to arrive sums their fp32 partials
 // (workspace + counter, one kernel, no second pass). Which variant runs (measured on the
-// H100, kernels/fpx/BENCH.md): M <= 8 MT = 1 with two tiles of W and x in flight; M 9..16
-// MT = 2 (one M chunk per 16 x rows); M > 16 the tiled kernel (gemm_fpx_tiled.cuh: wgmma,
-// sm_90, given a scratch buffer for x; elsewhere MT = 2). The exact decoding of every code,
-// subnormals included, through all of them is a GPU test (tests/gpu/test_gemm_fpx.cu); the
-// launch shapes are chosen in kernels/fpx/fpx_launch.cpp.
+// H100, kernels/fpx/BENCH.md): M <= 8 MT = 1 with one or two tiles of W and x in flight
+// ahead (fpx_launch.cpp); M 9..16 MT = 2 (one M chunk per 16 x rows); M > 16 the tiled
+// kernel (gemm_fpx_tiled.cuh: wgmma, sm_90, given a scratch buffer for x; elsewhere MT = 2).
+// The exact decoding of every code, subnormals included, through all of them is a GPU test
+// (tests/gpu/test_gemm_fpx.cu); the launch shapes are chosen in kernels/fpx/fpx_launch.cpp.
 //
 // Decode epilogues: the fused RMSNorm (gemm_fpx_residual, a pending norm; llama2-7b fp6
 // tg128 363.2 -> 371.4 tok/s, same-machine A/B). Tried and dropped: SwiGLU in the epilogue
@@ -173,8 +173,12 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
     // 60 of them moves, -> 227; H100 A/B, fp6 fp16 M = 1: 8192 x 57344 126.7 -> 118.5 us,
     // llama2-7b fp6 tg128 380.5 -> 414.2 tok/s). MT = 2 stays rolled, its slots copied:
     // unrolled (under launch bounds of 256 threads, so that ptxas kept it in 128 registers
-    // without spilling) it ran 7-14 % slower on every shape (same-machine A/B, fp6, M = 12
-    // and 16, fp16 and bf16: 8192 x 8192 M = 16 24.3 -> 27.0 us, 4096 x 4096 8.7 -> 9.8).
+    // without spilling) it ran 1-16 % slower on every shape, 7-16 % on all but 8192 x 57344
+    // and 4096 x 1024 (same-machine A/B, fp6, M = 12 and 16, fp16 and bf16: 8192 x 8192
+    // M = 16 24.3 -> 27.0 us, 4096 x 4096 8.7 -> 9.8). Nor is MT = 2 short of bytes in
+    // flight (one tile ahead, 16 warps a SM): an L2 prefetch of the tile after the one in
+    // registers, one line a lane, ran 5-20 % slower on every shape (same kind of A/B; 8192 x
+    // 8192 M = 16 24.4 -> 26.0, 11008 x 4096 18.4 -> 21.2): it is bound by issue.
     constexpr int kUnroll = MT == 1 ? kSlots : 1;
     uint32_t words[kSlots][P::kWords];
     uint2 xf[kPrefetchX ? kSlots : 1][kPrefetchX ? 8 : 1][MT];
