@@ -40,13 +40,19 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
     s.warps_k = std::clamp(overrides.warps_k, 1, max_warps / s.warps_n);
   } else if (s.mt == 2 && resident_warps > 0) {
     // M 9..16 is bound by latency and issue, where a last wave of a few blocks costs a
-    // whole block's time: the fewest fpx_wave_cost over the counts measured (2, 3, 4, 5, 6
-    // and 8 warps), each warp keeping >= 2 tiles (ties: fewer warps). Sweep (H100, fp6
+    // whole block's time: the fewest fpx_wave_cost over the counts measured (3, 4, 5, 6
+    // and 8 warps; 2 only where K leaves no other), each warp keeping >= 2 tiles (ties:
+    // fewer warps). 2 warps left the candidates in the seventeenth session: the cost picked
+    // it at 688 / 768 row blocks (one wave, 16 tiles a warp), where 5 warps (two waves) ran
+    // 15 % faster on 3acdf10's kernel (4096 x 11008 24.7 vs 21.0 us, 4096 x 12288 25.0 vs
+    // 21.3) and 4096 x 12288 8 % faster on the kernel before (below); without it the rule
+    // is the best of the sweep below on all seven shapes and within 5 % of the best on all
+    // eleven of tests/cpu/test_launch_rules.cpp's current-kernel table. Sweep (H100, fp6
     // fp16, M = 16, GEMLITE_BENCH_FPX_WARPS_K; us at warps_k = 2 / 3 / 4 / 5 / 6 / 8, then
     // the old rule's choice and this one's; measured on the kernel before 3acdf10, whose
     // loop was slower; tests/cpu/test_launch_rules.cpp holds a sweep of the current one):
     //   8192 x 10240  49.8 / 35.0 / 50.8 / 42.3 / 47.9 / 46.3   old 4, now 3
-    //   4096 x 12288  28.0 / 33.4 / 29.3 / 25.8 / 29.2 / 27.9   old 4, now 2
+    //   4096 x 12288  28.0 / 33.4 / 29.3 / 25.8 / 29.2 / 27.9   old 4, then 2, now 5
     //   4096 x 4096   24.3 / 18.7 / 15.5 / 13.3 / 11.8 / 11.1   8, 8
     //   4096 x 22016  49.8 / 46.1 / 39.3 / 42.9 / 52.3 / 43.6   4, 4
     //   11008 x 4096  54.4 / 42.8 / 37.4 / 33.3 / 30.0 / 28.1   8, 8
@@ -58,7 +64,7 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
     // within 4 % of the best on all seven (4096 x 12288 17.0 us, 16.4 at 3 warps).
     const int64_t blocks = m_chunks * row_blocks * s.splits;
     int64_t best = -1;
-    for (int warps_k : {2, 3, 4, 5, 6, 8}) {
+    for (int warps_k : {3, 4, 5, 6, 8}) {
       if (warps_k > max_warps || 2 * warps_k > tiles) break;
       const int64_t per_wave = int64_t(sms) * std::max(resident_warps / warps_k, 1);
       const int64_t cost = fpx_wave_cost(blocks, per_wave, (tiles + warps_k - 1) / warps_k);
@@ -67,7 +73,7 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
         s.warps_k = warps_k;
       }
     }
-    if (best < 0) s.warps_k = 1;
+    if (best < 0) s.warps_k = tiles >= 4 ? 2 : 1;
   } else {
     s.warps_k = small ? 4 : 1;
     // Doubling only while the grid still fits one wave: 8192 x 8192 at M = 1 took 16-warp
