@@ -52,8 +52,8 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
     // 4096 x 11008 (M = 12 / 16) 21.4 / 24.6 -> 19.1 / 20.8; 4096 x 14336 (896 row blocks,
     // now 4 warps, not a projection of the models we run: Llama-3-8B's gate and up are one
     // 4096 x 28672 weight) 20.9 / 21.9 / 24.9 -> 22.0 / 23.2 / 25.9; the other eight shapes
-    // within 3 %. Sweep (H100, fp6
-    // fp16, M = 16, GEMLITE_BENCH_FPX_WARPS_K; us at warps_k = 2 / 3 / 4 / 5 / 6 / 8, then
+    // within 3 %. Sweep (H100, fp6 fp16, M = 16, GEMLITE_BENCH_FPX_WARPS_K; us at
+    // warps_k = 2 / 3 / 4 / 5 / 6 / 8, then
     // the old rule's choice and this one's; measured on the kernel before 3acdf10, whose
     // loop was slower; tests/cpu/test_launch_rules.cpp holds a sweep of the current one):
     //   8192 x 10240  49.8 / 35.0 / 50.8 / 42.3 / 47.9 / 46.3   old 4, now 3

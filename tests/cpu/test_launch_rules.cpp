@@ -113,9 +113,9 @@ TEST(LaunchRules, GemvQnWarpsNearTheBestMeasured) {
 // against, on the kernel before, are in fpx_launch.cpp). With 2 warps among its candidates
 // the M = 16 wave cost took 2 at 688 / 768 row blocks, where 5 measured faster: 4096x11008
 // 24.7 vs 21.0 us, 4096x12288 25.0 vs 21.3 (1.17-1.18, named exceptions until 2 left the
-// candidates). At M = 1
-// 4096x12288 takes 4 warps, 17.0, where 3 at one tile ahead measured 16.4; on the kernel
-// before the gap was 19.9 vs 17.4, a named exception of this test then. M = 16's
+// candidates). At M = 1 4096x12288 takes 4 warps, 17.0, where 3 at one tile ahead
+// measured 16.4; on the kernel before the gap was 19.9 vs 17.4, a named exception of this
+// test then. M = 16's
 // 4096x12288 and 4096x22016 come from a second run of the same day (GEMLITE_BENCH_SHAPES).
 // The tiles ahead at M = 1 are checked too: the rule's warps at one and at two tiles ahead
 // (same sweeps), us.
@@ -205,6 +205,16 @@ TEST(LaunchRules, RegisterSplitsWithinTheirLimits) {
   EXPECT_EQ(fpx_register_launch(64, 32, 1, kH100Sms, 0, many).splits, kFpxMaxSplits);
   EXPECT_EQ(fpx_register_launch(64, 32, 1, kH100Sms, 0, many, 2).splits, 2);
   EXPECT_EQ(fpx_register_launch(64, 32, 32, kH100Sms, 0).splits, 1);  // several chunks of x rows: no workspace
+}
+
+// M 9..16 with a K too short for 3 warps of >= 2 tiles each: 2 warps where each keeps 2
+// tiles, else 1 (the wave cost's candidates start at 3).
+TEST(LaunchRules, ShortKAtM16FallsBackToFewWarps) {
+  constexpr int kRowBlocks = 4096 / 16, kResidentWarps = 16;
+  EXPECT_EQ(fpx_register_launch(kRowBlocks, 6, 16, kH100Sms, kResidentWarps).warps_k, 3);
+  EXPECT_EQ(fpx_register_launch(kRowBlocks, 5, 16, kH100Sms, kResidentWarps).warps_k, 2);
+  EXPECT_EQ(fpx_register_launch(kRowBlocks, 4, 16, kH100Sms, kResidentWarps).warps_k, 2);
+  EXPECT_EQ(fpx_register_launch(kRowBlocks, 3, 16, kH100Sms, kResidentWarps).warps_k, 1);
 }
 
 }  // namespace
