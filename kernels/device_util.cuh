@@ -85,6 +85,18 @@ __device__ __forceinline__ float load_cluster_shared(const float* local, unsigne
   return *local;
 #endif
 }
+__device__ __forceinline__ float2 load_cluster_shared2(const float* local, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t address = uint32_t(__cvta_generic_to_shared(local));
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+  return v;
+#else
+  return *reinterpret_cast<const float2*>(local);
+#endif
+}
 
 }  // namespace
 }  // namespace gemlite

@@ -214,12 +214,13 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
             mt2.m_tile = 2;
             mt2.tiled = 0;
             settings.push_back({" mt=2", mt2});
-            for (int kernel : {1, 2})  // the tiled kernel's shapes at each cluster size
+            for (int kernel : {1, 2, 3})  // the tiled kernel's shapes at each cluster size
               for (int splits : {1, 2, 4, 8}) {
                 GemmFpxConfig tiled;
                 tiled.tiled = kernel;
                 tiled.splits = splits;
-                settings.push_back({(kernel == 1 ? " tiled splits=" : " wide splits=") + std::to_string(splits), tiled});
+                static const char* const kNames[] = {"", " tiled splits=", " wide splits=", " tall splits="};
+                settings.push_back({kNames[kernel] + std::to_string(splits), tiled});
               }
           }
           for (const auto& variant : settings) {

@@ -40,7 +40,7 @@ KernelFn pick_mt(int mt, int ahead) {
 }
 
 // The tiled kernel's shapes (TiledLayout): MT and warps.
-enum class TiledShape { kTiled32, kTiled64, kWide };
+enum class TiledShape { kTiled32, kTiled64, kWide, kWideTall };
 
 // A tiled kernel, its shared memory allowance raised once (it needs more than the default
 // 48 KB), with its shared memory bytes.
@@ -63,6 +63,7 @@ TiledKernel tiled_kernel(TiledShape shape) {
   switch (shape) {
     case TiledShape::kTiled32: return tiled_kernel<EBITS, MBITS, BF16, 4, 16>();
     case TiledShape::kTiled64: return tiled_kernel<EBITS, MBITS, BF16, 8, 16>();
+    case TiledShape::kWideTall: return tiled_kernel<EBITS, MBITS, BF16, 16, 16>();
     default: return tiled_kernel<EBITS, MBITS, BF16, 16, 8>();
   }
 }
@@ -250,12 +251,13 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   // above kFpxWideMinM its wide shape.
   const bool tiled_ok = tiled_kernel_runs(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool automatic = config.tiled < 0 && config.m_tile == 0 && config.warps_k == 0;
-  if (config.tiled < -1 || config.tiled > 2)
-    throw Error("gemm_fpx: tiled = " + std::to_string(config.tiled) + " (expected -1, 0, 1 or 2)");
+  if (config.tiled < -1 || config.tiled > 3)
+    throw Error("gemm_fpx: tiled = " + std::to_string(config.tiled) + " (expected -1, 0, 1, 2 or 3)");
   if (config.tiled > 0 && tiled_ok && !epilogue.scratch)
     throw Error("gemm_fpx: the tiled kernel needs a scratch buffer (gemm_fpx_scratch_bytes)");
   const bool use_tiled = tiled_ok && epilogue.scratch && (config.tiled > 0 || (automatic && M > kFpxMaxM));
-  const bool use_wide = use_tiled && (config.tiled == 2 || (automatic && M > kFpxWideMinM));
+  const bool use_wide = use_tiled && (config.tiled >= 2 || (automatic && M > kFpxWideMinM));
+  const bool use_tall = use_wide && (config.tiled == 3 || (automatic && M > kFpxWideTallMinM));
   if (use_tiled && reinterpret_cast<uintptr_t>(epilogue.scratch) % 16 != 0)
     throw Error("gemm_fpx: the scratch buffer must be 16-byte aligned");
   // The norm epilogues sit in the register kernel's one-chunk shape only (M <= kFpxMaxM).
@@ -263,8 +265,11 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
     throw Error("gemm_fpx: a fused RMSNorm at M = " + std::to_string(M) + " (expected 1.." +
                 std::to_string(kFpxMaxM) + ", one chunk of x rows per block)");
   if (use_tiled) {
-    const TiledShape shape = use_wide ? TiledShape::kWide : M <= 32 ? TiledShape::kTiled32 : TiledShape::kTiled64;
-    const int rows_x = use_wide ? 128 : M <= 32 ? 32 : 64, warps = use_wide ? 8 : 16;
+    const TiledShape shape = use_tall   ? TiledShape::kWideTall
+                             : use_wide ? TiledShape::kWide
+                             : M <= 32  ? TiledShape::kTiled32
+                                        : TiledShape::kTiled64;
+    const int rows_x = use_wide ? 128 : M <= 32 ? 32 : 64, warps = use_wide && !use_tall ? 8 : 16;
     const int64_t m_chunks = (M + rows_x - 1) / rows_x;
     const int64_t groups = (w.row_blocks + warps - 1) / warps;
     // One block a SM (its shared memory), K split over a cluster (fpx_tiled_splits).

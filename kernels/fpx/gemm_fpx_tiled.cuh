@@ -18,7 +18,9 @@
 // bulk copy (TMA engine, kernels/bulk_copy.cuh) completing on the stage's mbarrier: no x
 // in registers, no per-thread copies. Three shapes:
 //  - M 17..32 and 33..64: 16 warps, 256 rows of W, 32 or 64 x rows;
-//  - wide (M > kFpxWideMinM): 8 warps, 128 rows of W, 128 x rows.
+//  - wide (M > kFpxWideMinM): 8 warps, 128 rows of W, 128 x rows;
+//  - wide and tall (M > kFpxWideTallMinM): 16 warps, 256 rows of W, 128 x rows (128
+//    registers a thread, no spills; 224 KB of shared memory).
 //
 // Shapes with few blocks split K over a cluster of `splits` blocks (gridDim.z, at most
 // 8): each block leaves its fp32 partial sums in its own shared memory and, after a
@@ -43,6 +45,23 @@
 // us at M = 32 / 64: 4096 x 12288 28.1 / 40.5 -> 26.0 / 31.4, 4096 x 22016 42.8 / 60.4 ->
 // 39.3 / 47.6, 11008 x 4096 34.8 / 50.3 -> 31.9 / 37.8, 8192 x 8192 41.6 / 59.3 -> 37.4 /
 // 46.2, 4096 x 4096 13.7 / 19.9 -> 13.1 / 15.9 (M = 17 and 48 likewise).
+//
+// Where the time of the wide shapes goes (eighteenth session, one H200, 8192 x 8192 at M =
+// 512, fp16, best cluster split, us; each part switched off by a temporary flag, outputs
+// wrong): 128 / 256 rows of W a block, the whole kernel 154.9 / 136.5; without the decode
+// 136.6 / 123.9 (wgmma and copies), without the wgmmas 105.4 / 86.8, without the copies
+// 138.9 / 120.1, with neither decode nor wgmma nor copies 54.1 / 46.0. That last, the bare
+// loop and epilogue, fell to 34.2 (256 rows) once the epilogue wrote two rows a thread
+// from its own shared memory where the cluster is one block (it had read every output
+// through a distributed-shared-memory load, one at a time): the whole kernel 136.5 ->
+// 123.4 and 154.9 -> 142.4 (cuBLAS 92-96). The tensor cores alone (no decode, no copies)
+// take ~60 of the 109 us: the wgmmas do not hide the rest. Tried and dropped in the same
+// way: x shared by two blocks of a cluster (each copying half of the tile to both by TMA
+// multicast, a per-stage mbarrier telling the peer its stage is free): slower at every
+// shape (8192 x 8192 M = 512 135.8 -> 146.6; the copies alone 64.6 -> 90.5); no per-tile
+// block barrier (warp 0 copying W and x by bulk copies, "full" and "empty" mbarriers a
+// stage, each warp releasing a stage once its wgmmas on it were done): no faster (122.5
+// vs 123.4 us with 256 rows of W, 152.2 vs 142.4 with 128; runs on two H200s).
 //
 // Earlier versions, measured on the way (H100, fp6 fp16, cold L2, gemlite-bench --kernels
 // --kernel-set fpx with GEMLITE_BENCH_FPX_SPLITS=1,2,4,8): the shared-memory kernel this one
@@ -273,25 +292,48 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __g
   } else {
     __syncthreads();
   }
-  // Block `split` finishes outputs [split, split + 1) * per of the (x row, row) pairs, rows fastest (coalesced y).
+  // Block `split` finishes outputs [split, split + 1) * per of the (x row, row) pairs, rows
+  // fastest (coalesced y), two adjacent rows a thread (one 4-byte store where N is even).
   constexpr int kRows = WARPS * kFpxTileRows;
   constexpr int kOutputs = kRowsX * kRows;
   const int per = kOutputs / splits;
-  for (int o = split * per + int(threadIdx.x); o < (split + 1) * per; o += blockDim.x) {
+  const bool paired_stores = p.N % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % 4 == 0;
+  for (int o = split * per + 2 * int(threadIdx.x); o < (split + 1) * per; o += 2 * int(blockDim.x)) {
     const int mc = o / kRows, row = o % kRows;
     const int64_t n = int64_t(rb0) * kFpxTileRows + row;
     const int m = m0 + mc;
     if (n >= p.N || m >= p.M) continue;
-    // All ranks' loads in flight before the sum (in rank order): one distributed shared
-    // memory round trip an output, not `splits`.
-    float parts[kFpxTiledMaxSplits];
+    const float* mine = part + mc * L::kPartStride + row;
+    float2 sum;
+    if (splits == 1) {
+      sum = *reinterpret_cast<const float2*>(mine);
+    } else {
+      // All ranks' loads in flight before the sum (in rank order): one distributed shared
+      // memory round trip an output, not `splits`.
+      float2 parts[kFpxTiledMaxSplits];
 #pragma unroll
-    for (int q = 0; q < kFpxTiledMaxSplits; ++q)
-      parts[q] = q < splits ? load_cluster_shared(part + mc * L::kPartStride + row, unsigned(q)) : 0.0f;
-    float sum = 0;
+      for (int q = 0; q < kFpxTiledMaxSplits; ++q)
+        parts[q] = q < splits ? load_cluster_shared2(mine, unsigned(q)) : make_float2(0.0f, 0.0f);
+      sum = make_float2(0.0f, 0.0f);
 #pragma unroll
-    for (int q = 0; q < kFpxTiledMaxSplits; ++q) sum += parts[q];
-    p.y[int64_t(m) * p.N + n] = to_activation<BF16>(sum * p.row_factor[n] + (p.bias ? p.bias[n] : 0.0f));
+      for (int q = 0; q < kFpxTiledMaxSplits; ++q) {
+        sum.x += parts[q].x;
+        sum.y += parts[q].y;
+      }
+    }
+    const uint16_t y0 = to_activation<BF16>(sum.x * p.row_factor[n] + (p.bias ? p.bias[n] : 0.0f));
+    uint16_t* y = p.y + int64_t(m) * p.N + n;
+    if (n + 1 >= p.N) {
+      y[0] = y0;
+      continue;
+    }
+    const uint16_t y1 = to_activation<BF16>(sum.y * p.row_factor[n + 1] + (p.bias ? p.bias[n + 1] : 0.0f));
+    if (paired_stores) {
+      *reinterpret_cast<uint32_t*>(y) = uint32_t(y0) | uint32_t(y1) << 16;
+    } else {
+      y[0] = y0;
+      y[1] = y1;
+    }
   }
   if (splits > 1) cluster_sync();  // no block leaves while another may still read its partial sums
 }

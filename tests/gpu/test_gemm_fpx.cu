@@ -231,32 +231,34 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
 
 // A small case of the tiled kernel's shapes (two chunks of 64 x rows, or one of 128 with
 // rows past M, a partial last tile of K, 3 tiles over clusters of up to 8 blocks: some
-// blocks get no tile), quick enough for compute-sanitizer racecheck.
+// blocks get no tile; N odd: the epilogue's one-output stores), quick enough for
+// compute-sanitizer racecheck.
 TEST(GemmFpxEdges, TiledKernelSmall) {
   std::mt19937_64 rng(test_seed() + 9);
   StreamGuard stream;
-  const int64_t N = 40, K = 328;
+  const int64_t N = 41, K = 328;
   const std::vector<float> w = random_weight(N, K, rng, false);
   const PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse("fp6"));
   for (DType act : {DType::F16, DType::BF16}) {
     FpxDeviceWeight dw = upload_fpx_weight(packed, act);
     for (int splits : {1, 8})
-      for (int kernel : {1, 2}) {
+      for (int kernel : {1, 2, 3}) {
         GemmFpxConfig tiled;
         tiled.tiled = kernel;
         tiled.splits = splits;
         const CheckResult r = check_random(packed, dw, act, 70, rng, stream.stream, 0, tiled);
-        EXPECT_EQ(r.failures, 0) << dtype_name(act) << (kernel == 1 ? " tiled" : " wide") << " splits " << splits
+        EXPECT_EQ(r.failures, 0) << dtype_name(act) << " shape " << kernel << " splits " << splits
                                  << ": " << r.first_failure;
       }
     free_fpx_weight(&dw);
   }
 }
 
-// The tiled kernel's wide shape (128 x rows a block, x permuted first) where it runs by
-// itself (M > kFpxWideMinM) and at cluster sizes 1, 2 and 8: two and three chunks of x
-// rows with rows past M, a partial last tile of K (split 8 ways: some blocks get no tile),
-// a partial last group of 8 row blocks.
+// The tiled kernel's wide shapes (128 x rows a block, x permuted first; 128 or 256 rows of
+// W) where they run by themselves (M = 65 and 256: 128 rows, M = 300 > kFpxWideTallMinM:
+// 256) and at cluster sizes 1, 2 and 8: two and three chunks of x rows with rows past M,
+// a partial last tile of K (split 8 ways: some blocks get no tile), a partial last group
+// of 8 or 16 row blocks.
 TEST(GemmFpxEdges, WideKernel) {
   std::mt19937_64 rng(test_seed() + 11);
   StreamGuard stream;
@@ -267,14 +269,15 @@ TEST(GemmFpxEdges, WideKernel) {
     for (DType act : {DType::F16, DType::BF16}) {
       FpxDeviceWeight dw = upload_fpx_weight(packed, act);
       for (int64_t M : {int64_t(kFpxWideMinM) + 1, int64_t(256), int64_t(300)})
-        for (int splits : {0, 1, 2, 8}) {
-          GemmFpxConfig wide;
-          wide.tiled = splits == 0 ? -1 : 2;
-          wide.splits = splits;
-          const CheckResult r = check_random(packed, dw, act, M, rng, stream.stream, 0, wide);
-          EXPECT_EQ(r.failures, 0) << name << " " << dtype_name(act) << " M=" << M << " splits " << splits << ": "
-                                   << r.first_failure;
-        }
+        for (int kernel : {2, 3})
+          for (int splits : {0, 1, 2, 8}) {
+            GemmFpxConfig wide;
+            wide.tiled = splits == 0 && kernel == 2 ? -1 : kernel;
+            wide.splits = splits;
+            const CheckResult r = check_random(packed, dw, act, M, rng, stream.stream, 0, wide);
+            EXPECT_EQ(r.failures, 0) << name << " " << dtype_name(act) << " M=" << M << " shape " << kernel
+                                     << " splits " << splits << ": " << r.first_failure;
+          }
       free_fpx_weight(&dw);
     }
   }
@@ -470,7 +473,7 @@ TEST(GemmFpxEdges, RejectsWrongInputs) {
   bad.m_tile = 3;
   EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 1, DType::F16, nullptr, bad), Error);
   GemmFpxConfig bad_tiled;
-  bad_tiled.tiled = 3;
+  bad_tiled.tiled = 4;
   EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 32, DType::F16, nullptr, bad_tiled), Error);
   if (gemm_fpx_scratch_bytes(dw, 32) > 0) {  // where the tiled kernel runs, it needs the scratch
     GemmFpxConfig tiled;
