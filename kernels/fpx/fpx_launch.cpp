@@ -4,8 +4,8 @@
 
 namespace gemlite {
 
-int64_t fpx_wave_cost(int64_t blocks, int64_t per_wave, int64_t tiles) {
-  return (blocks + per_wave - 1) / per_wave * (tiles + 4);
+int64_t fpx_wave_cost(int64_t blocks, int64_t per_wave, int64_t tiles, int64_t block_tiles) {
+  return (blocks + per_wave - 1) / per_wave * (tiles + block_tiles);
 }
 
 // Small M (<= 16, two n-tiles): first enough blocks along K (split-K) to give every SM a
@@ -111,14 +111,22 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
 //    4096 x 22016 134.9 / 110.7 / 123.4, 4096 x 12288 69.8 / 72.1 / 78.7, 8192 x 57344
 //    529.0 / 470.8 / 502.5, 11008 x 4096 174.0 / 86.0 / 88.1: the best or within 3 % of it,
 //    and 4096 x 4096 (36.6 at 2 splits) 7 % behind at 4.
-int fpx_tiled_splits(int64_t groups, int64_t k_tiles, int64_t m_chunks, bool wide, int sms) {
+//  - the wide and tall shape: the same cost with 8 tiles for a block's start and end, not
+//    4 (it sums 128 x 256 outputs over the cluster, twice the wide shape's). M = 512 on one
+//    H200 (132 SMs; before the epilogue read its own partial sums directly), 1 / 2 / 4
+//    splits: 8192 x 8192 135.8 / 143.4 / 183.2, 4096 x 12288 151.9 / 122.0 / 154.9, 4096 x
+//    22016 223.9 / 236.6 / 259.9, 11008 x 4096 171.5 / 94.4 / 144.3, 8192 x 10240 261.2 /
+//    203.6 / 216.3 (4 tiles would pick 4 splits here), 28672 x 8192 458.7 / 461.3 / 526.3:
+//    the best on each.
+int fpx_tiled_splits(int64_t groups, int64_t k_tiles, int64_t m_chunks, FpxTiledShape shape, int sms) {
   int splits = 1;
-  if (m_chunks == 1 && !wide) {
+  if (m_chunks == 1 && shape == FpxTiledShape::kNarrow) {
     while (splits * 2 <= kFpxTiledMaxSplits && k_tiles >= 8 * 2 * splits && groups * splits * 2 <= 3 * int64_t(sms))
       splits *= 2;
     return splits;
   }
-  const auto cost = [&](int z) { return fpx_wave_cost(m_chunks * groups * z, sms, (k_tiles + z - 1) / z); };
+  const int64_t block_tiles = shape == FpxTiledShape::kWideTall ? 8 : 4;
+  const auto cost = [&](int z) { return fpx_wave_cost(m_chunks * groups * z, sms, (k_tiles + z - 1) / z, block_tiles); };
   for (int z = 2; z <= 4; z *= 2)
     if (cost(z) < cost(splits)) splits = z;
   return splits;

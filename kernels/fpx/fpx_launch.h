@@ -12,10 +12,10 @@ constexpr int kFpxSplitMaxM = 16;        // ... only for M <= 16 (one chunk of t
 constexpr int kFpxTiledMaxSplits = 8;    // tiled kernel: blocks of a cluster splitting K (the portable cluster size)
 
 // Time of a grid whose blocks each walk `tiles` tiles of K, in tile-steps: its waves of
-// `per_wave` resident blocks, each costing its tiles plus ~4 for a block's start (first
-// loads) and end (reduction, epilogue). For kernels bound by latency and issue rather than
-// by DRAM; its uses were each measured against a sweep (fpx_launch.cpp).
-int64_t fpx_wave_cost(int64_t blocks, int64_t per_wave, int64_t tiles);
+// `per_wave` resident blocks, each costing its tiles plus `block_tiles` (~4) for a block's
+// start (first loads) and end (reduction, epilogue). For kernels bound by latency and
+// issue rather than by DRAM; its uses were each measured against a sweep (fpx_launch.cpp).
+int64_t fpx_wave_cost(int64_t blocks, int64_t per_wave, int64_t tiles, int64_t block_tiles = 4);
 
 // The register kernel's launch (M <= 16, and any M where the tiled kernel does not run).
 struct FpxRegisterLaunch {
@@ -40,8 +40,12 @@ struct FpxLaunchOverrides {
 FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M, int sms, int resident_warps,
                                       const FpxLaunchOverrides& overrides = {}, int max_splits = kFpxMaxSplits);
 
+// The tiled kernel's shapes (kernels/fpx/gemm_fpx_tiled.cuh): 32 / 64 x rows and 256 rows
+// of W a block, wide (128 x rows, 128 rows of W), wide and tall (128 x rows, 256 rows of W).
+enum class FpxTiledShape { kNarrow, kWide, kWideTall };
+
 // The tiled kernel's cluster size (blocks splitting K) when automatic: `groups` blocks of
-// W rows (256 rows, or 128 for the wide shape) times `m_chunks` chunks of x rows.
-int fpx_tiled_splits(int64_t groups, int64_t k_tiles, int64_t m_chunks, bool wide, int sms);
+// W rows times `m_chunks` chunks of x rows.
+int fpx_tiled_splits(int64_t groups, int64_t k_tiles, int64_t m_chunks, FpxTiledShape shape, int sms);
 
 }  // namespace gemlite

@@ -39,8 +39,6 @@ KernelFn pick_mt(int mt, int ahead) {
   }
 }
 
-// The tiled kernel's shapes (TiledLayout): MT and warps.
-enum class TiledShape { kTiled32, kTiled64, kWide, kWideTall };
 
 // A tiled kernel, its shared memory allowance raised once (it needs more than the default
 // 48 KB), with its shared memory bytes.
@@ -58,19 +56,21 @@ TiledKernel tiled_kernel() {
   }();
   return {kernel, kSmem};
 }
+// The shapes (TiledLayout's MT and warps; fpx_launch.h names them), the narrow one with
+// 32 or 64 x rows.
 template <int EBITS, int MBITS, bool BF16>
-TiledKernel tiled_kernel(TiledShape shape) {
+TiledKernel tiled_kernel(FpxTiledShape shape, int rows_x) {
   switch (shape) {
-    case TiledShape::kTiled32: return tiled_kernel<EBITS, MBITS, BF16, 4, 16>();
-    case TiledShape::kTiled64: return tiled_kernel<EBITS, MBITS, BF16, 8, 16>();
-    case TiledShape::kWideTall: return tiled_kernel<EBITS, MBITS, BF16, 16, 16>();
+    case FpxTiledShape::kNarrow:
+      return rows_x == 32 ? tiled_kernel<EBITS, MBITS, BF16, 4, 16>() : tiled_kernel<EBITS, MBITS, BF16, 8, 16>();
+    case FpxTiledShape::kWideTall: return tiled_kernel<EBITS, MBITS, BF16, 16, 16>();
     default: return tiled_kernel<EBITS, MBITS, BF16, 16, 8>();
   }
 }
-TiledKernel pick_tiled_kernel(int ebits, int mbits, bool bf16, TiledShape shape) {
+TiledKernel pick_tiled_kernel(int ebits, int mbits, bool bf16, FpxTiledShape shape, int rows_x) {
   return with_fpx_code(ebits, mbits, "gemm_fpx", [&](auto e, auto m) -> TiledKernel {
     constexpr int E = decltype(e)::value, B = decltype(m)::value;
-    return bf16 ? tiled_kernel<E, B, true>(shape) : tiled_kernel<E, B, false>(shape);
+    return bf16 ? tiled_kernel<E, B, true>(shape, rows_x) : tiled_kernel<E, B, false>(shape, rows_x);
   });
 }
 
@@ -265,17 +265,16 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
     throw Error("gemm_fpx: a fused RMSNorm at M = " + std::to_string(M) + " (expected 1.." +
                 std::to_string(kFpxMaxM) + ", one chunk of x rows per block)");
   if (use_tiled) {
-    const TiledShape shape = use_tall   ? TiledShape::kWideTall
-                             : use_wide ? TiledShape::kWide
-                             : M <= 32  ? TiledShape::kTiled32
-                                        : TiledShape::kTiled64;
-    const int rows_x = use_wide ? 128 : M <= 32 ? 32 : 64, warps = use_wide && !use_tall ? 8 : 16;
+    const FpxTiledShape shape = use_tall ? FpxTiledShape::kWideTall
+                                : use_wide ? FpxTiledShape::kWide
+                                           : FpxTiledShape::kNarrow;
+    const int rows_x = use_wide ? 128 : M <= 32 ? 32 : 64, warps = shape == FpxTiledShape::kWide ? 8 : 16;
     const int64_t m_chunks = (M + rows_x - 1) / rows_x;
     const int64_t groups = (w.row_blocks + warps - 1) / warps;
     // One block a SM (its shared memory), K split over a cluster (fpx_tiled_splits).
     if (config.splits > 0 && (config.splits > kFpxTiledMaxSplits || (config.splits & (config.splits - 1)) != 0))
       throw Error("gemm_fpx: splits = " + std::to_string(config.splits) + " for the tiled kernel (expected 1, 2, 4 or 8)");
-    const int splits = config.splits > 0 ? config.splits : fpx_tiled_splits(groups, w.k_tiles, m_chunks, use_wide, sms);
+    const int splits = config.splits > 0 ? config.splits : fpx_tiled_splits(groups, w.k_tiles, m_chunks, shape, sms);
     p.splits = splits;
     p.tiles_per_split = int((w.k_tiles + splits - 1) / splits);
     // x into the scratch as the image of the kernel's stages, which the kernel reads as p.x.
@@ -285,7 +284,7 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
                image, M, p.K, p.KT, rows_x);
     p.x = image;
     const dim3 grid{unsigned(m_chunks), unsigned(groups), unsigned(splits)};
-    const TiledKernel tiled = pick_tiled_kernel(w.ebits, w.mbits, act == DType::BF16, shape);
+    const TiledKernel tiled = pick_tiled_kernel(w.ebits, w.mbits, act == DType::BF16, shape, rows_x);
     launch_pdl_clusters("gemm_fpx_tiled_kernel", tiled.kernel, grid, dim3(1, 1, unsigned(splits)),
                         dim3(unsigned(warps * 32)), tiled.smem_bytes, stream, p);
     return;

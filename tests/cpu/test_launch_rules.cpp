@@ -184,10 +184,31 @@ TEST(LaunchRules, TiledSplitsNearTheBestMeasured) {
   for (const auto& [m_chunks, sweeps] : {std::make_pair(1, &m64), std::make_pair(2, &m128)})
     for (const Sweep& s : *sweeps) {
       const int64_t groups = ((s.N + 15) / 16 + 15) / 16;  // blocks of 16 row blocks
-      const int splits = fpx_tiled_splits(groups, (s.K + 127) / 128, m_chunks, false, kH100Sms);
+      const int splits = fpx_tiled_splits(groups, (s.K + 127) / 128, m_chunks, FpxTiledShape::kNarrow, kH100Sms);
       EXPECT_LE(ratio_to_best(s, splits), kNearBest) << m_chunks << " chunks " << shape_name(s) << ": " << splits
                                                      << " splits";
     }
+}
+
+// The wide and tall shape (128 x rows, 256 rows of W a block) at M = 512, four chunks of x
+// rows, 1 / 2 / 4 splits: the sweep in fpx_launch.cpp (one H200, 132 SMs as the H100).
+TEST(LaunchRules, TallSplitsNearTheBestMeasured) {
+  const auto by_splits = [](std::vector<double> us) {
+    std::map<int, double> out;
+    for (size_t i = 0; i < us.size(); ++i) out[1 << i] = us[i];
+    return out;
+  };
+  const std::vector<Sweep> m512 = {{8192, 8192, by_splits({135.8, 143.4, 183.2})},
+                                   {4096, 12288, by_splits({151.9, 122.0, 154.9})},
+                                   {4096, 22016, by_splits({223.9, 236.6, 259.9})},
+                                   {11008, 4096, by_splits({171.5, 94.4, 144.3})},
+                                   {8192, 10240, by_splits({261.2, 203.6, 216.3})},
+                                   {28672, 8192, by_splits({458.7, 461.3, 526.3})}};
+  for (const Sweep& s : m512) {
+    const int64_t groups = ((s.N + 15) / 16 + 15) / 16;  // blocks of 16 row blocks
+    const int splits = fpx_tiled_splits(groups, (s.K + 127) / 128, 4, FpxTiledShape::kWideTall, kH100Sms);
+    EXPECT_LE(ratio_to_best(s, splits), kNearBest) << shape_name(s) << ": " << splits << " splits";
+  }
 }
 
 // The register kernel splits K over blocks only where the row blocks leave SMs idle, and
