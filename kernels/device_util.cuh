@@ -63,26 +63,14 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 
 // Thread-block clusters (sm_90): a barrier over every thread of the cluster, whose
 // release/acquire makes each block's shared-memory writes before it visible to the others'
-// reads after it, and a read of another block's shared memory (distributed shared memory)
-// at the address `local` has in this block. Before sm_90 a cluster is one block: the
-// barrier is __syncthreads and `rank` must be 0.
+// reads after it, and a read of two floats of another block's shared memory (distributed
+// shared memory) at the address `local` has in this block (8-byte aligned). Before sm_90
+// a cluster is one block: the barrier is __syncthreads and `rank` must be 0.
 __device__ __forceinline__ void cluster_sync() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 #else
   __syncthreads();
-#endif
-}
-__device__ __forceinline__ float load_cluster_shared(const float* local, unsigned rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t address = uint32_t(__cvta_generic_to_shared(local));
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-  return v;
-#else
-  return *local;
 #endif
 }
 __device__ __forceinline__ float2 load_cluster_shared2(const float* local, unsigned rank) {

@@ -112,7 +112,9 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
 //    529.0 / 470.8 / 502.5, 11008 x 4096 174.0 / 86.0 / 88.1: the best or within 3 % of it,
 //    and 4096 x 4096 (36.6 at 2 splits) 7 % behind at 4.
 //  - the wide and tall shape: the same cost with 8 tiles for a block's start and end, not
-//    4 (it sums 128 x 256 outputs over the cluster, twice the wide shape's). M = 512 on one
+//    4 (its first copies and its epilogue cover twice the wide shape's weights and
+//    outputs; fitted to this sweep, where 8192 x 10240 is a tie of 2 and 4 splits that
+//    goes to the fewer, and measured at M = 512 only). M = 512 on one
 //    H200 (132 SMs; before the epilogue read its own partial sums directly), 1 / 2 / 4
 //    splits: 8192 x 8192 135.8 / 143.4 / 183.2, 4096 x 12288 151.9 / 122.0 / 154.9, 4096 x
 //    22016 223.9 / 236.6 / 259.9, 11008 x 4096 171.5 / 94.4 / 144.3, 8192 x 10240 261.2 /

@@ -39,7 +39,6 @@ KernelFn pick_mt(int mt, int ahead) {
   }
 }
 
-
 // A tiled kernel, its shared memory allowance raised once (it needs more than the default
 // 48 KB), with its shared memory bytes.
 struct TiledKernel {
@@ -248,7 +247,7 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   const bool fused_norm = p.norm.sum_squares || p.residual;
   // M > kFpxMaxM: the tiled kernel on an H100-class device (wgmma), given a scratch buffer
   // for the permuted copy of x and an x aligned for permute_x_kernel's 16-byte loads;
-  // above kFpxWideMinM its wide shape.
+  // above kFpxWideMinM its wide shape, above kFpxWideTallMinM with 256 rows of W a block.
   const bool tiled_ok = tiled_kernel_runs(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool automatic = config.tiled < 0 && config.m_tile == 0 && config.warps_k == 0;
   if (config.tiled < -1 || config.tiled > 3)

@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __g
       sum = *reinterpret_cast<const float2*>(mine);
     } else {
       // All ranks' loads in flight before the sum (in rank order): one distributed shared
-      // memory round trip an output, not `splits`.
+      // memory round trip a pair of outputs, not `splits`.
       float2 parts[kFpxTiledMaxSplits];
 #pragma unroll
       for (int q = 0; q < kFpxTiledMaxSplits; ++q)

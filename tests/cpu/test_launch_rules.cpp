@@ -162,15 +162,17 @@ TEST(LaunchRules, GemmFpxWarpsNearTheBestMeasured) {
     }
 }
 
+// Times measured at 1, 2, 4, ... splits, keyed by the splits.
+std::map<int, double> by_splits(const std::vector<double>& us) {
+  std::map<int, double> out;
+  for (size_t i = 0; i < us.size(); ++i) out[1 << i] = us[i];
+  return out;
+}
+
 // The tiled kernel's cluster size (blocks splitting K), GEMLITE_BENCH_FPX_SPLITS=1,2,4,8 as
 // in fpx_launch.cpp: M = 64, one chunk of 64 x rows (256 rows of W a block), 1 / 2 / 4 / 8
 // splits; M = 128 when it ran as two chunks of the 64-row shape, 1 / 2 / 4 splits.
 TEST(LaunchRules, TiledSplitsNearTheBestMeasured) {
-  const auto by_splits = [](std::vector<double> us) {
-    std::map<int, double> out;
-    for (size_t i = 0; i < us.size(); ++i) out[1 << i] = us[i];
-    return out;
-  };
   const std::vector<Sweep> m64 = {{8192, 8192, by_splits({131.1, 66.2, 65.1, 56.5})},
                                   {4096, 4096, by_splits({68.5, 35.7, 20.1, 26.0})},
                                   {4096, 22016, by_splits({69.8, 70.3, 58.5, 78.3})},
@@ -193,11 +195,6 @@ TEST(LaunchRules, TiledSplitsNearTheBestMeasured) {
 // The wide and tall shape (128 x rows, 256 rows of W a block) at M = 512, four chunks of x
 // rows, 1 / 2 / 4 splits: the sweep in fpx_launch.cpp (one H200, 132 SMs as the H100).
 TEST(LaunchRules, TallSplitsNearTheBestMeasured) {
-  const auto by_splits = [](std::vector<double> us) {
-    std::map<int, double> out;
-    for (size_t i = 0; i < us.size(); ++i) out[1 << i] = us[i];
-    return out;
-  };
   const std::vector<Sweep> m512 = {{8192, 8192, by_splits({135.8, 143.4, 183.2})},
                                    {4096, 12288, by_splits({151.9, 122.0, 154.9})},
                                    {4096, 22016, by_splits({223.9, 236.6, 259.9})},

@@ -275,7 +275,8 @@ TEST(GemmFpxEdges, WideKernel) {
             wide.tiled = splits == 0 && kernel == 2 ? -1 : kernel;
             wide.splits = splits;
             const CheckResult r = check_random(packed, dw, act, M, rng, stream.stream, 0, wide);
-            EXPECT_EQ(r.failures, 0) << name << " " << dtype_name(act) << " M=" << M << " shape " << kernel
+            EXPECT_EQ(r.failures, 0) << name << " " << dtype_name(act) << " M=" << M
+                                     << (wide.tiled < 0 ? " automatic" : " shape " + std::to_string(kernel))
                                      << " splits " << splits << ": " << r.first_failure;
           }
       free_fpx_weight(&dw);
