@@ -63,6 +63,23 @@
 // stage, each warp releasing a stage once its wgmmas on it were done): no faster (122.5
 // vs 123.4 us with 256 rows of W, 152.2 vs 142.4 with 128; runs on two H200s).
 //
+// What stalls (nineteenth session, one H200, ncu at base clocks, 8192 x 8192 fp16): at M =
+// 512 (tall shape, 4 warps a scheduler) the tensor pipe is busy 66 % of the kernel, each
+// warp issues ~285 instructions a tile, 0.39 issued a scheduler a cycle; cycles a warp
+// waits per issued instruction: fixed-latency dependencies 2.35, barrier 1.68, math-pipe
+// throttle 1.47, dispatch 0.89, short scoreboard 0.46, gmma 0.42; 16 % of the warp samples
+// sit right after the tile's __syncthreads. At M = 128 (wide shape, 2 warps a scheduler)
+// the tensor pipe is busy 49 %, ~329 instructions a warp a tile, fixed-latency waits 2.0,
+// long scoreboard 0.64. Tried and dropped: finer wgmma groups (1 or 2 k-steps a group
+// instead of 4, the same 32 A registers, so up to 7 groups run while a warp decodes one):
+// no faster in a same-machine A/B over the six large shapes at M = 32..512 (us, 4 -> 2 ->
+// 1 steps: 8192 x 8192 M = 128 38.1 -> 39.4 -> 39.0, M = 512 134.0 -> 137.4 -> 132.3;
+// 4096 x 12288 M = 512 119.1 -> 117.7 -> 139.2; M <= 64 1-8 % slower with 1 step). The
+// tensor queue is not what runs dry; each warp's chain of dependent decode instructions
+// and the barrier that lines the warps up each tile are. A faster version would decode
+// W once into shared memory in producer warps and feed consumer warpgroups' wgmmas with
+// both operands from shared memory (n = 256), which this layout does not do.
+//
 // Earlier versions, measured on the way (H100, fp6 fp16, cold L2, gemlite-bench --kernels
 // --kernel-set fpx with GEMLITE_BENCH_FPX_SPLITS=1,2,4,8): the shared-memory kernel this one
 // replaced (x staged two tiles deep, W loaded to registers one tile ahead, one row block a
