@@ -78,7 +78,14 @@
 // tensor queue is not what runs dry; each warp's chain of dependent decode instructions
 // and the barrier that lines the warps up each tile are. A faster version would decode
 // W once into shared memory in producer warps and feed consumer warpgroups' wgmmas with
-// both operands from shared memory (n = 256), which this layout does not do.
+// both operands from shared memory (n = 256), which this layout does not do. Also tried
+// the same day: the wide shape at two blocks an SM (2 stages, 1 tile ahead, every warp's
+// wgmmas retired before the tile's barrier, 128 registers with 4 bytes spilled): 4 warps a
+// scheduler instead of 2 took the sweep's larger grids 5-25 % down (8192 x 10240 M = 128,
+// 4 splits, 60.7 -> 56.6 us; 4096 x 22016 M = 256, 2 splits, 127.9 -> 109.3), but a grid
+// of one wave now lands two blocks an SM on half the SMs (8192 x 8192 M = 128, 2 splits,
+// 37.8 -> 62.8): the best configuration of each shape moved -8 .. +7 %, not worth a
+// second instantiation of every wide kernel.
 //
 // Earlier versions, measured on the way (H100, fp6 fp16, cold L2, gemlite-bench --kernels
 // --kernel-set fpx with GEMLITE_BENCH_FPX_SPLITS=1,2,4,8): the shared-memory kernel this one
