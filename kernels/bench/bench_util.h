@@ -51,7 +51,7 @@ const char* act_name(DType t);  // "fp16" or "bf16"
 
 // Median per-launch time in microseconds of `launch(i)` for i = 0..launches-1, captured
 // into one graph and replayed `replays` times (after a few launches outside the capture
-// for lazy initialisation, and two warm-up replays).
+// for lazy initialisation, and warm-up replays for at least 100 ms).
 double time_graph_us(cudaStream_t stream, int launches, int replays, const std::function<void(int)>& launch);
 
 // Weight copies to rotate through so that together they exceed rotation_bytes (cold L2),
