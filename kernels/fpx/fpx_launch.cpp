@@ -99,39 +99,61 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
   return s;
 }
 
-// One block a SM (its shared memory). Split K over a cluster, measured (H100, fp6 fp16,
-// GEMLITE_BENCH_FPX_SPLITS; us at 1 / 2 / 4 / 8 splits):
-//  - one chunk of x rows (not the wide shape): into the most blocks (<= 8) that keep >= 8
-//    tiles of K each while the grid stays within 3 waves. M = 64: 8192 x 8192 131.1 / 66.2
-//    / 65.1 / 56.5, 4096 x 4096 68.5 / 35.7 / 20.1 / 26.0, 4096 x 22016 69.8 / 70.3 / 58.5 /
-//    78.3, 4096 x 12288 69.5 / 38.6 / 39.7 / 51.4 (fpx_wave_cost picks 4 on 8192 x 8192, 8 on
-//    4096 x 4096: both wrong by 15-30 %);
-//  - several chunks, or the wide shape: the fewest fpx_wave_cost over 1, 2, 4 splits (ties:
-//    fewer). M = 128: 8192 x 8192 135.9 / 66.5 / 99.8, 8192 x 10240 135.1 / 129.5 / 101.2,
-//    4096 x 22016 134.9 / 110.7 / 123.4, 4096 x 12288 69.8 / 72.1 / 78.7, 8192 x 57344
-//    529.0 / 470.8 / 502.5, 11008 x 4096 174.0 / 86.0 / 88.1: the best or within 3 % of it,
-//    and 4096 x 4096 (36.6 at 2 splits) 7 % behind at 4.
-//  - the wide and tall shape: the same cost with 8 tiles for a block's start and end, not
-//    4 (its first copies and its epilogue cover twice the wide shape's weights and
-//    outputs; fitted to this sweep, where 8192 x 10240 is a tie of 2 and 4 splits that
-//    goes to the fewer, and measured at M = 512 only). M = 512 on one
-//    H200 (132 SMs; before the epilogue read its own partial sums directly), 1 / 2 / 4
-//    splits: 8192 x 8192 135.8 / 143.4 / 183.2, 4096 x 12288 151.9 / 122.0 / 154.9, 4096 x
-//    22016 223.9 / 236.6 / 259.9, 11008 x 4096 171.5 / 94.4 / 144.3, 8192 x 10240 261.2 /
-//    203.6 / 216.3 (4 tiles would pick 4 splits here), 28672 x 8192 458.7 / 461.3 / 526.3:
-//    the best on each.
-int fpx_tiled_splits(int64_t groups, int64_t k_tiles, int64_t m_chunks, FpxTiledShape shape, int sms) {
+// One block a SM (its shared memory). The narrow shape (M <= 64, one chunk of x rows)
+// splits K over a cluster into the most blocks (<= 8) that keep >= 8 tiles of K each while
+// the grid stays within 3 waves; measured (H100, fp6 fp16, GEMLITE_BENCH_FPX_SPLITS; us at
+// 1 / 2 / 4 / 8 splits) at M = 64: 8192 x 8192 131.1 / 66.2 / 65.1 / 56.5, 4096 x 4096 68.5
+// / 35.7 / 20.1 / 26.0, 4096 x 22016 69.8 / 70.3 / 58.5 / 78.3, 4096 x 12288 69.5 / 38.6 /
+// 39.7 / 51.4 (fpx_wave_cost picks 4 on 8192 x 8192, 8 on 4096 x 4096: both wrong by 15-30
+// %). Several chunks (a forced narrow shape above M = 64): the fewest fpx_wave_cost over 1,
+// 2, 4 splits (ties: fewer), which the wide shapes' rule (below) refined.
+int fpx_narrow_splits(int64_t groups, int64_t k_tiles, int64_t m_chunks, int sms) {
   int splits = 1;
-  if (m_chunks == 1 && shape == FpxTiledShape::kNarrow) {
+  if (m_chunks == 1) {
     while (splits * 2 <= kFpxTiledMaxSplits && k_tiles >= 8 * 2 * splits && groups * splits * 2 <= 3 * int64_t(sms))
       splits *= 2;
     return splits;
   }
-  const int64_t block_tiles = shape == FpxTiledShape::kWideTall ? 8 : 4;
-  const auto cost = [&](int z) { return fpx_wave_cost(m_chunks * groups * z, sms, (k_tiles + z - 1) / z, block_tiles); };
+  const auto cost = [&](int z) { return fpx_wave_cost(m_chunks * groups * z, sms, (k_tiles + z - 1) / z); };
   for (int z = 2; z <= 4; z *= 2)
     if (cost(z) < cost(splits)) splits = z;
   return splits;
+}
+
+// M > 64: the wide shape or the wide and tall one, and 1, 2, 4 or 8 blocks a cluster, as
+// the fewest waves x (tiles a block x a tile's cost + a block's start and end), in quarters
+// of a wide tile: a wide tile 4, a tall one 7 (twice the weights for 1.75x the time), a
+// block's start and end 32 (wide) and 48 (tall); a wave holds resident.of_size[z] blocks,
+// so clusters of 4 and 8 get 120 of the 132 SMs. Ties go to the wide shape, then to fewer
+// splits. Fitted to a sweep of both shapes at 1 / 2 / 4 / 8 splits (one H200, fp6 fp16, cold
+// L2, median of three runs, 2026-11-27; ten shapes x M = 128, 256, 384, 512, the table in
+// tests/cpu/test_launch_rules.cpp): the rule picks the best of the eight settings or one
+// within 5.6 % of it on all 40, 0.5 % slower than the best on average; the rule before it
+// (shape by M alone: wide up to M = 256, tall above; splits by fpx_wave_cost over 1 / 2 /
+// 4 with all 132 SMs a wave) averaged 4.3 % and lost up to 25 % (4096 x 28672 at M = 256:
+// wide 2 splits 151.2 us against tall 1 split 120.6). With the shape's cost fitted on nine
+// of the ten shapes, the tenth's picks lose 0.8 % on average and at most 6.1 %. The 132-SM
+// wave for clusters of 4 (no cluster loss) would have lost up to 76 %.
+FpxWideLaunch fpx_wide_launch(int64_t row_blocks, int64_t k_tiles, int M, const FpxClusterBlocks& resident,
+                              bool wide, bool tall) {
+  const int64_t m_chunks = (M + 127) / 128;
+  FpxWideLaunch best{wide ? FpxTiledShape::kWide : FpxTiledShape::kWideTall, 1};
+  int64_t best_cost = -1;
+  for (const FpxTiledShape shape : {FpxTiledShape::kWide, FpxTiledShape::kWideTall}) {
+    const bool is_tall = shape == FpxTiledShape::kWideTall;
+    if (is_tall ? !tall : !wide) continue;
+    const int64_t groups = (row_blocks + (is_tall ? 15 : 7)) / (is_tall ? 16 : 8);
+    const int64_t tile_cost = is_tall ? 7 : 4, block_cost = is_tall ? 48 : 32;
+    for (int i = 0, z = 1; z <= kFpxTiledMaxSplits; ++i, z *= 2) {
+      const int64_t blocks = m_chunks * groups * z, per_wave = std::max(1, resident.of_size[i]);
+      const int64_t cost = (blocks + per_wave - 1) / per_wave * ((k_tiles + z - 1) / z * tile_cost + block_cost);
+      if (best_cost < 0 || cost < best_cost) {
+        best_cost = cost;
+        best = {shape, z};
+      }
+    }
+  }
+  return best;
 }
 
 }  // namespace gemlite

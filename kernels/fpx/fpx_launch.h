@@ -43,9 +43,22 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
 // The tiled kernel's shapes (kernels/fpx/gemm_fpx_tiled.cuh): 32 / 64 x rows and 256 rows
 // of W a block, wide (128 x rows, 128 rows of W), wide and tall (128 x rows, 256 rows of W).
 enum class FpxTiledShape { kNarrow, kWide, kWideTall };
-
-// The tiled kernel's cluster size (blocks splitting K) when automatic: `groups` blocks of
+// The narrow shape's cluster size (blocks splitting K) when automatic: `groups` blocks of
 // W rows times `m_chunks` chunks of x rows.
-int fpx_tiled_splits(int64_t groups, int64_t k_tiles, int64_t m_chunks, FpxTiledShape shape, int sms);
-
+int fpx_narrow_splits(int64_t groups, int64_t k_tiles, int64_t m_chunks, int sms);
+// Blocks of the tiled kernel (one an SM) the device runs at once in clusters of 1, 2, 4
+// and 8 blocks (cudaOccupancyMaxActiveClusters times the cluster size): 132, 132, 120, 120
+// on the H100 and the H200, whose GPCs leave SMs that no cluster of 4 fills.
+struct FpxClusterBlocks {
+  int of_size[4];
+};
+// M > 64 (or a forced wide shape): the shape and the cluster size chosen together.
+struct FpxWideLaunch {
+  FpxTiledShape shape;
+  int splits;
+};
+// row_blocks = ceil(N / 16), k_tiles = ceil(K / 128); `wide` / `tall`: whether kWide /
+// kWideTall may be chosen (both when automatic; at least one).
+FpxWideLaunch fpx_wide_launch(int64_t row_blocks, int64_t k_tiles, int M, const FpxClusterBlocks& resident,
+                              bool wide = true, bool tall = true);
 }  // namespace gemlite

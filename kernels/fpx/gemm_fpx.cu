@@ -72,6 +72,39 @@ TiledKernel pick_tiled_kernel(int ebits, int mbits, bool bf16, FpxTiledShape sha
     return bf16 ? tiled_kernel<E, B, true>(shape, rows_x) : tiled_kernel<E, B, false>(shape, rows_x);
   });
 }
+// Both wide shapes take over half an SM's shared memory (one block an SM), so the blocks a
+// device runs at once in clusters of each size are the same for both: asked of the driver
+// once, for the tall kernel, for fpx_wide_launch.
+static_assert(2 * TiledLayout<3, 2, 16, 8>::kSmemBytes > (228 << 10) &&
+                  2 * TiledLayout<2, 2, 16, 8>::kSmemBytes > (228 << 10),
+              "a wide block fills more than half of an SM's shared memory");
+FpxClusterBlocks wide_cluster_blocks(int ebits, int mbits, bool bf16) {
+  static std::mutex mutex;
+  static std::map<KernelFn, FpxClusterBlocks> known;
+  const TiledKernel tiled = pick_tiled_kernel(ebits, mbits, bf16, FpxTiledShape::kWideTall, 128);
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto it = known.find(tiled.kernel);
+  if (it != known.end()) return it->second;
+  FpxClusterBlocks resident{};
+  for (int i = 0, z = 1; z <= kFpxTiledMaxSplits; ++i, z *= 2) {
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = unsigned(z);
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(1, 1, unsigned(z));
+    config.blockDim = dim3(16 * 32);
+    config.dynamicSmemBytes = tiled.smem_bytes;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    int clusters = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, tiled.kernel, &config));
+    resident.of_size[i] = clusters * z;
+  }
+  known[tiled.kernel] = resident;
+  return resident;
+}
 
 KernelFn pick_kernel(int ebits, int mbits, bool bf16, int mt, int ahead) {
   return with_fpx_code(ebits, mbits, "gemm_fpx", [&](auto e, auto m) {
@@ -247,7 +280,7 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   const bool fused_norm = p.norm.sum_squares || p.residual;
   // M > kFpxMaxM: the tiled kernel on an H100-class device (wgmma), given a scratch buffer
   // for the permuted copy of x and an x aligned for permute_x_kernel's 16-byte loads;
-  // above kFpxWideMinM its wide shape, above kFpxWideTallMinM with 256 rows of W a block.
+  // above kFpxWideMinM one of its wide shapes (fpx_wide_launch picks which).
   const bool tiled_ok = tiled_kernel_runs(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool automatic = config.tiled < 0 && config.m_tile == 0 && config.warps_k == 0;
   if (config.tiled < -1 || config.tiled > 3)
@@ -256,7 +289,6 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
     throw Error("gemm_fpx: the tiled kernel needs a scratch buffer (gemm_fpx_scratch_bytes)");
   const bool use_tiled = tiled_ok && epilogue.scratch && (config.tiled > 0 || (automatic && M > kFpxMaxM));
   const bool use_wide = use_tiled && (config.tiled >= 2 || (automatic && M > kFpxWideMinM));
-  const bool use_tall = use_wide && (config.tiled == 3 || (automatic && M > kFpxWideTallMinM));
   if (use_tiled && reinterpret_cast<uintptr_t>(epilogue.scratch) % 16 != 0)
     throw Error("gemm_fpx: the scratch buffer must be 16-byte aligned");
   // The norm epilogues sit in the register kernel's one-chunk shape only (M <= kFpxMaxM).
@@ -264,16 +296,21 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
     throw Error("gemm_fpx: a fused RMSNorm at M = " + std::to_string(M) + " (expected 1.." +
                 std::to_string(kFpxMaxM) + ", one chunk of x rows per block)");
   if (use_tiled) {
-    const FpxTiledShape shape = use_tall ? FpxTiledShape::kWideTall
-                                : use_wide ? FpxTiledShape::kWide
-                                           : FpxTiledShape::kNarrow;
+    // One block a SM (its shared memory), K split over a cluster: the wide shapes and their
+    // cluster size by fpx_wide_launch, the narrow one's by fpx_narrow_splits.
+    if (config.splits > 0 && (config.splits > kFpxTiledMaxSplits || (config.splits & (config.splits - 1)) != 0))
+      throw Error("gemm_fpx: splits = " + std::to_string(config.splits) + " for the tiled kernel (expected 1, 2, 4 or 8)");
+    FpxWideLaunch wide{FpxTiledShape::kNarrow, 0};
+    if (use_wide)
+      wide = fpx_wide_launch(w.row_blocks, w.k_tiles, M, wide_cluster_blocks(w.ebits, w.mbits, act == DType::BF16),
+                             config.tiled != 3, config.tiled != 2);
+    const FpxTiledShape shape = wide.shape;
     const int rows_x = use_wide ? 128 : M <= 32 ? 32 : 64, warps = shape == FpxTiledShape::kWide ? 8 : 16;
     const int64_t m_chunks = (M + rows_x - 1) / rows_x;
     const int64_t groups = (w.row_blocks + warps - 1) / warps;
-    // One block a SM (its shared memory), K split over a cluster (fpx_tiled_splits).
-    if (config.splits > 0 && (config.splits > kFpxTiledMaxSplits || (config.splits & (config.splits - 1)) != 0))
-      throw Error("gemm_fpx: splits = " + std::to_string(config.splits) + " for the tiled kernel (expected 1, 2, 4 or 8)");
-    const int splits = config.splits > 0 ? config.splits : fpx_tiled_splits(groups, w.k_tiles, m_chunks, shape, sms);
+    const int splits = config.splits > 0 ? config.splits
+                       : use_wide        ? wide.splits
+                                         : fpx_narrow_splits(groups, w.k_tiles, m_chunks, sms);
     p.splits = splits;
     p.tiles_per_split = int((w.k_tiles + splits - 1) / splits);
     // x into the scratch as the image of the kernel's stages, which the kernel reads as p.x.

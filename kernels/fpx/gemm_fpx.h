@@ -33,14 +33,14 @@ constexpr int kFpxMaxM = 16;
 // 8835 with it and pp128 11293 / 11344 -> 16360 / 16280: so from M = 65 on.
 constexpr int kFpxWideMinM = 64;
 
-// Above this M the wide shape takes 256 rows of W a block (16 warps) instead of 128: each
-// 32 KB tile of x copied into a block feeds twice the weights. Measured (one H200, fp6
-// fp16, cold L2, best cluster split of each, 2026-11-27, gemlite-bench --kernels
-// --kernel-set fpx with GEMLITE_BENCH_FPX_SWEEP=1; us 128 rows -> 256): M = 512 8192 x
-// 8192 156.1 -> 135.8, 4096 x 12288 136.0 -> 122.0, 4096 x 22016 263.3 -> 223.9, 11008 x
-// 4096 107.9 -> 94.4, 8192 x 10240 208.3 -> 203.6; at M = 256 it won on four of those
-// five shapes but lost 11008 x 4096 58.5 -> 86.2, and at M = 128 it lost 8192 x 8192.
-constexpr int kFpxWideTallMinM = 256;
+// Above kFpxWideMinM the wide shape has two sizes: 128 or 256 rows of W a block (8 or 16
+// warps; each 32 KB tile of x copied into a block of 256 rows feeds twice the weights).
+// fpx_wide_launch (kernels/fpx/fpx_launch.cpp) picks the size and the cluster together
+// from the shape and M. The eighteenth session's sweep that introduced the 256-row shape
+// (one H200, fp6 fp16, cold L2, best cluster split of each; us 128 rows -> 256): M = 512
+// 8192 x 8192 156.1 -> 135.8, 4096 x 12288 136.0 -> 122.0, 4096 x 22016 263.3 -> 223.9,
+// 11008 x 4096 107.9 -> 94.4, 8192 x 10240 208.3 -> 203.6; at M = 256 it won on four of
+// those five shapes but lost 11008 x 4096 58.5 -> 86.2: neither size wins by M alone.
 
 // An fp6/fp5 weight in device memory, prepared for one activation type. Owns its buffers
 // (free with free_fpx_weight), including the split-K workspace, so one weight must not be
@@ -94,7 +94,8 @@ int gemm_fpx_max_m(const FpxDeviceWeight& w);
 struct GemmFpxConfig : FpxLaunchOverrides {
   int tiled = -1;   // the tiled kernel (W and x staged in shared memory; needs the scratch): -1 automatic,
                     // 0 never, 1 its 32 / 64 x-row shape, 2 its wide shape (128 x rows, 128 rows of W),
-                    // 3 the wide shape with 256 rows of W; each when possible
+                    // 3 the wide shape with 256 rows of W; each when possible (2 and 3 with
+                    // fpx_wide_launch's cluster size unless `splits` is set)
 };
 
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias), on `stream`; x and y device pointers, rows

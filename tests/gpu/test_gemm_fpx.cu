@@ -255,10 +255,9 @@ TEST(GemmFpxEdges, TiledKernelSmall) {
 }
 
 // The tiled kernel's wide shapes (128 x rows a block, x permuted first; 128 or 256 rows of
-// W) where they run by themselves (M = 65 and 256: 128 rows, M = 300 > kFpxWideTallMinM:
-// 256) and at cluster sizes 1, 2 and 8: two and three chunks of x rows with rows past M,
-// a partial last tile of K (split 8 ways: some blocks get no tile), a partial last group
-// of 8 or 16 row blocks.
+// W) as fpx_wide_launch picks them (automatic) and each forced at cluster sizes 1, 2 and 8:
+// one, two and three chunks of x rows with rows past M, a partial last tile of K (split 8
+// ways: some blocks get no tile), a partial last group of 8 or 16 row blocks.
 TEST(GemmFpxEdges, WideKernel) {
   std::mt19937_64 rng(test_seed() + 11);
   StreamGuard stream;
@@ -269,10 +268,11 @@ TEST(GemmFpxEdges, WideKernel) {
     for (DType act : {DType::F16, DType::BF16}) {
       FpxDeviceWeight dw = upload_fpx_weight(packed, act);
       for (int64_t M : {int64_t(kFpxWideMinM) + 1, int64_t(256), int64_t(300)})
-        for (int kernel : {2, 3})
+        for (int kernel : {-1, 2, 3})
           for (int splits : {0, 1, 2, 8}) {
+            if ((kernel < 0) != (splits == 0)) continue;  // automatic: shape and splits both
             GemmFpxConfig wide;
-            wide.tiled = splits == 0 && kernel == 2 ? -1 : kernel;
+            wide.tiled = kernel;
             wide.splits = splits;
             const CheckResult r = check_random(packed, dw, act, M, rng, stream.stream, 0, wide);
             EXPECT_EQ(r.failures, 0) << name << " " << dtype_name(act) << " M=" << M
