@@ -29,6 +29,7 @@
 
 #include "kernels/cuda_check.h"
 #include "tests/gpu/gpu_test_helpers.h"
+#include "tests/gpu/reference_products.h"
 #include "kernels/fpx/dequant_fpx.h"
 #include "kernels/fpx/fpx_format.h"
 #include "kernels/fpx/gemm_fpx.h"
@@ -114,20 +115,14 @@ CheckResult check_random(const PackedWeight& packed, const FpxDeviceWeight& dw, 
     xv[i] = from_bits(x[i], act);
   }
   const std::vector<uint16_t> y = run_gemm(dw, x, M, act, stream, x_offset, config);
-  const RowDecoder decode = make_row_decoder(packed);
   const float* bias = packed.parts.count("bias") ? packed.part("bias").as<float>() : nullptr;
   const double u = act == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
-  std::vector<float> row(static_cast<size_t>(K));
+  std::vector<double> products, magnitudes;
+  reference_products(packed, xv, M, &products, &magnitudes);
   CheckResult result;
   for (int64_t n = 0; n < N; ++n) {
-    decode(n, row.data());
     for (int64_t m = 0; m < M; ++m) {
-      double ref = bias ? bias[n] : 0.0, s = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        const double p = xv[size_t(m * K + k)] * double(row[size_t(k)]);
-        ref += p;
-        s += std::abs(p);
-      }
+      const double ref = (bias ? bias[n] : 0.0) + products[size_t(m * N + n)], s = magnitudes[size_t(m * N + n)];
       const float got = from_bits(y[size_t(m * N + n)], act);
       const double tol = u * std::abs(ref) + std::ldexp(s, -14) + 1e-30;
       const double ratio = std::isfinite(got) ? std::abs(double(got) - ref) / tol : INFINITY;
@@ -281,26 +276,6 @@ TEST(GemmFpxEdges, WideKernel) {
           }
       free_fpx_weight(&dw);
     }
-  }
-}
-
-// x [M, K] (doubles) · decoded Wᵀ in float64, and S = Σ_k |x_k w_k| per output: the
-// reference and the scale of the fp32 accumulation error (the tolerance above).
-void reference_products(const PackedWeight& packed, const std::vector<double>& x, int64_t M, std::vector<double>* ref,
-                        std::vector<double>* s) {
-  const int64_t N = packed.rows, K = packed.cols;
-  const RowDecoder decode = make_row_decoder(packed);
-  std::vector<float> row(static_cast<size_t>(K));
-  ref->assign(size_t(M * N), 0.0);
-  s->assign(size_t(M * N), 0.0);
-  for (int64_t n = 0; n < N; ++n) {
-    decode(n, row.data());
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t k = 0; k < K; ++k) {
-        const double p = x[size_t(m * K + k)] * double(row[size_t(k)]);
-        (*ref)[size_t(m * N + n)] += p;
-        (*s)[size_t(m * N + n)] += std::abs(p);
-      }
   }
 }
 
