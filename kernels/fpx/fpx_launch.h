@@ -48,7 +48,7 @@ enum class FpxTiledShape { kNarrow, kWide, kWideTall };
 int fpx_narrow_splits(int64_t groups, int64_t k_tiles, int64_t m_chunks, int sms);
 // Blocks of the tiled kernel (one an SM) the device runs at once in clusters of 1, 2, 4
 // and 8 blocks (cudaOccupancyMaxActiveClusters times the cluster size): 132, 132, 120, 120
-// on the H100 and the H200, whose GPCs leave SMs that no cluster of 4 fills.
+// on the H100 SXM and the H200, whose GPCs leave SMs that no cluster of 4 fills.
 struct FpxClusterBlocks {
   int of_size[4];
 };

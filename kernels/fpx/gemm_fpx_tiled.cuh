@@ -19,8 +19,8 @@
 // in registers, no per-thread copies. Three shapes:
 //  - M 17..32 and 33..64: 16 warps, 256 rows of W, 32 or 64 x rows;
 //  - wide (M > kFpxWideMinM): 8 warps, 128 rows of W, 128 x rows;
-//  - wide and tall (M > kFpxWideMinM where fpx_wide_launch picks it): 16 warps, 256 rows of W, 128 x rows (128
-//    registers a thread, no spills; 224 KB of shared memory).
+//  - wide and tall (M > kFpxWideMinM where fpx_wide_launch picks it): 16 warps, 256 rows
+//    of W, 128 x rows (128 registers a thread, no spills; 224 KB of shared memory).
 //
 // Shapes with few blocks split K over a cluster of `splits` blocks (gridDim.z, at most
 // 8): each block leaves its fp32 partial sums in its own shared memory and, after a
