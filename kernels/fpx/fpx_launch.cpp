@@ -127,7 +127,7 @@ int fpx_narrow_splits(int64_t groups, int64_t k_tiles, int64_t m_chunks, int sms
 // so clusters of 4 and 8 get 120 of the 132 SMs. Ties go to the wide shape, then to fewer
 // splits. Fitted to a sweep of both shapes at 1 / 2 / 4 / 8 splits (one H200, fp6 fp16, cold
 // L2, median of three runs, 2026-11-27; ten shapes x M = 128, 256, 384, 512, the table in
-// tests/cpu/test_launch_rules.cpp): the rule picks the best of the eight settings or one
+// tests/cpu/test_launch_rules.cpp, which scripts/fpx_sweep_table.py makes from the logs): the rule picks the best of the eight settings or one
 // within 5.6 % of it on all 40, 0.5 % slower than the best on average; the rule before it
 // (shape by M alone: wide up to M = 256, tall above; splits by fpx_wave_cost over 1 / 2 /
 // 4 with all 132 SMs a wave) averaged 4.3 % and lost up to 25 % (4096 x 28672 at M = 256:

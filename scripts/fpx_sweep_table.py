@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""The wide FPx shapes' sweep as rows of tests/cpu/test_launch_rules.cpp's table.
+
+    GEMLITE_BENCH_FPX_SWEEP=1 GEMLITE_BENCH_ACT=fp16 GEMLITE_BENCH_M=128,256,384,512 \\
+      gemlite-bench --kernels --kernel-set fpx > sweep.log     # three times, appended
+    python3 scripts/fpx_sweep_table.py sweep.log [--format fp6]
+
+reads the `fpx FORMAT fp16 K= N= M= wide|tall splits=Z` lines (every run in the logs) and
+prints, per K x N and M, the median time of the wide shape at 1, 2, 4, 8 splits and of the
+tall one, as `{K, N, M, {wide...}, {tall...}},` -- the rows that
+LaunchRules.WideShapeAndSplitsNearTheBestMeasured holds fpx_wide_launch against -- and,
+on stderr, the best setting of each.
+"""
+import argparse
+import re
+import statistics
+import sys
+from collections import defaultdict
+
+LINE = re.compile(
+    r"fpx (?P<fmt>\S+) fp16 K=(?P<K>\d+) N=(?P<N>\d+) M=(?P<M>\d+) (?P<shape>wide|tall) "
+    r"splits=(?P<z>\d): (?P<us>[\d.]+) us")
+SPLITS = (1, 2, 4, 8)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("logs", nargs="+")
+    parser.add_argument("--format", default="fp6")
+    args = parser.parse_args()
+    times = defaultdict(list)  # (K, N, M, shape, splits) -> us of each run
+    for path in args.logs:
+        try:
+            with open(path) as log:
+                for line in log:
+                    m = LINE.search(line)
+                    if m and m["fmt"] == args.format:
+                        times[(int(m["K"]), int(m["N"]), int(m["M"]), m["shape"], int(m["z"]))].append(float(m["us"]))
+        except OSError as e:
+            sys.exit(f"fpx_sweep_table: {path}: {e.strerror}")
+    cases = sorted({key[:3] for key in times})
+    if not cases:
+        sys.exit(f"fpx_sweep_table: no '{args.format} ... wide|tall splits=' lines in {', '.join(args.logs)}")
+    for K, N, M in cases:
+        median = {}
+        for shape in ("wide", "tall"):
+            for z in SPLITS:
+                runs = times.get((K, N, M, shape, z))
+                if not runs:
+                    sys.exit(f"fpx_sweep_table: {K}x{N} M={M}: no {shape} run at {z} splits")
+                median[(shape, z)] = statistics.median(runs)
+        row = lambda shape: ", ".join(f"{median[(shape, z)]:.1f}" for z in SPLITS)
+        print(f"      {{{K}, {N}, {M}, {{{row('wide')}}}, {{{row('tall')}}}}},")
+        best = min(median, key=median.get)
+        print(f"{K}x{N} M={M}: best {best[0]} at {best[1]} splits, {median[best]:.1f} us", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
