@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""The wide FPx shapes' sweep as rows of tests/cpu/test_launch_rules.cpp's table.
+"""The tiled FPx shapes' sweep as rows of tests/cpu/test_launch_rules.cpp's table.
 
-    GEMLITE_BENCH_FPX_SWEEP=1 GEMLITE_BENCH_ACT=fp16 GEMLITE_BENCH_M=128,256,384,512 \\
-      gemlite-bench --kernels --kernel-set fpx > sweep.log     # three times, appended
-    python3 scripts/fpx_sweep_table.py sweep.log [--format fp6]
+    GEMLITE_BENCH_FPX_SWEEP=1 GEMLITE_BENCH_ACT=fp16 GEMLITE_BENCH_M=32,48,64,128,256,384,512 \\
+      gemlite-bench --kernels --kernel-set fpx > sweep-1.log   # three runs, one log each
+    python3 scripts/fpx_sweep_table.py sweep-*.log [--format fp6]
 
-reads the `fpx FORMAT fp16 K= N= M= wide|tall splits=Z` lines (every run in the logs) and
-prints, per K x N and M, the median time of the wide shape at 1, 2, 4, 8 splits and of the
-tall one, as `{K, N, M, {wide...}, {tall...}},` -- the rows that
-LaunchRules.WideShapeAndSplitsNearTheBestMeasured holds fpx_wide_launch against -- and,
-on stderr, the best setting of each.
+reads the `fpx FORMAT fp16 K= N= M= tiled|wide|tall splits=Z` lines (every run in the logs)
+and prints, per K x N and M, the median time of the narrow shape ("tiled") at 1, 2, 4, 8
+splits, of the wide one and of the tall one, as `{K, N, M, {narrow...}, {wide...},
+{tall...}},` -- the rows that LaunchRules.TiledShapeAndSplitsNearTheBestMeasured holds
+fpx_tiled_launch against; the narrow shape's are {} above M = 64, where the automatic
+choice does not consider it -- and, on stderr, the best setting of each.
 """
 import argparse
 import re
@@ -18,9 +19,10 @@ import sys
 from collections import defaultdict
 
 LINE = re.compile(
-    r"fpx (?P<fmt>\S+) fp16 K=(?P<K>\d+) N=(?P<N>\d+) M=(?P<M>\d+) (?P<shape>wide|tall) "
+    r"fpx (?P<fmt>\S+) fp16 K=(?P<K>\d+) N=(?P<N>\d+) M=(?P<M>\d+) (?P<shape>tiled|wide|tall) "
     r"splits=(?P<z>\d): (?P<us>[\d.]+) us")
 SPLITS = (1, 2, 4, 8)
+NARROW_MAX_M = 64  # kFpxNarrowMaxM (kernels/fpx/fpx_launch.h)
 
 
 def main():
@@ -40,17 +42,17 @@ def main():
             sys.exit(f"fpx_sweep_table: {path}: {e.strerror}")
     cases = sorted({key[:3] for key in times})
     if not cases:
-        sys.exit(f"fpx_sweep_table: no '{args.format} ... wide|tall splits=' lines in {', '.join(args.logs)}")
+        sys.exit(f"fpx_sweep_table: no '{args.format} ... tiled|wide|tall splits=' lines in {', '.join(args.logs)}")
     for K, N, M in cases:
         median = {}
-        for shape in ("wide", "tall"):
+        for shape in ("tiled", "wide", "tall") if M <= NARROW_MAX_M else ("wide", "tall"):
             for z in SPLITS:
                 runs = times.get((K, N, M, shape, z))
                 if not runs:
                     sys.exit(f"fpx_sweep_table: {K}x{N} M={M}: no {shape} run at {z} splits")
                 median[(shape, z)] = statistics.median(runs)
-        row = lambda shape: ", ".join(f"{median[(shape, z)]:.1f}" for z in SPLITS)
-        print(f"      {{{K}, {N}, {M}, {{{row('wide')}}}, {{{row('tall')}}}}},")
+        row = lambda shape: ", ".join(f"{median[(shape, z)]:.1f}" for z in SPLITS) if (shape, 1) in median else ""
+        print(f"      {{{K}, {N}, {M}, {{{row('tiled')}}}, {{{row('wide')}}}, {{{row('tall')}}}}},")
         best = min(median, key=median.get)
         print(f"{K}x{N} M={M}: best {best[0]} at {best[1]} splits, {median[best]:.1f} us", file=sys.stderr)
 

@@ -99,57 +99,62 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
   return s;
 }
 
-// One block a SM (its shared memory). The narrow shape (M <= 64, one chunk of x rows)
-// splits K over a cluster into the most blocks (<= 8) that keep >= 8 tiles of K each while
-// the grid stays within 3 waves; measured (H100, fp6 fp16, GEMLITE_BENCH_FPX_SPLITS; us at
-// 1 / 2 / 4 / 8 splits) at M = 64: 8192 x 8192 131.1 / 66.2 / 65.1 / 56.5, 4096 x 4096 68.5
-// / 35.7 / 20.1 / 26.0, 4096 x 22016 69.8 / 70.3 / 58.5 / 78.3, 4096 x 12288 69.5 / 38.6 /
-// 39.7 / 51.4 (fpx_wave_cost picks 4 on 8192 x 8192, 8 on 4096 x 4096: both wrong by 15-30
-// %). Several chunks (a forced narrow shape above M = 64): the fewest fpx_wave_cost over 1,
-// 2, 4 splits (ties: fewer), which the wide shapes' rule (below) refined.
-int fpx_narrow_splits(int64_t groups, int64_t k_tiles, int64_t m_chunks, int sms) {
-  int splits = 1;
-  if (m_chunks == 1) {
-    while (splits * 2 <= kFpxTiledMaxSplits && k_tiles >= 8 * 2 * splits && groups * splits * 2 <= 3 * int64_t(sms))
-      splits *= 2;
-    return splits;
-  }
-  const auto cost = [&](int z) { return fpx_wave_cost(m_chunks * groups * z, sms, (k_tiles + z - 1) / z); };
-  for (int z = 2; z <= 4; z *= 2)
-    if (cost(z) < cost(splits)) splits = z;
-  return splits;
+int fpx_tiled_rows_x(FpxTiledShape shape, int M) {
+  return shape != FpxTiledShape::kNarrow ? 128 : M <= 32 ? 32 : 64;
 }
 
-// M > 64: the wide shape or the wide and tall one, and 1, 2, 4 or 8 blocks a cluster, as
-// the fewest waves x (tiles a block x a tile's cost + a block's start and end), in quarters
-// of a wide tile: a wide tile 4, a tall one 7 (twice the weights for 1.75x the time), a
-// block's start and end 32 (wide) and 48 (tall); a wave holds resident.of_size[z] blocks,
-// so clusters of 4 and 8 get 120 of the 132 SMs. Ties go to the wide shape, then to fewer
-// splits. Fitted to a sweep of both shapes at 1 / 2 / 4 / 8 splits (one H200, fp6 fp16, cold
-// L2, median of three runs, 2026-11-27; ten shapes x M = 128, 256, 384, 512, the table in
-// tests/cpu/test_launch_rules.cpp, which scripts/fpx_sweep_table.py makes from the logs): the rule picks the best of the eight settings or one
-// within 5.6 % of it on all 40, 0.5 % slower than the best on average; the rule before it
-// (shape by M alone: wide up to M = 256, tall above; splits by fpx_wave_cost over 1 / 2 /
-// 4 with all 132 SMs a wave) averaged 4.3 % and lost up to 25 % (4096 x 28672 at M = 256:
-// wide 2 splits 151.2 us against tall 1 split 120.6). With the shape's cost fitted on nine
-// of the ten shapes, the tenth's picks lose 0.8 % on average and at most 6.1 %. The 132-SM
-// wave for clusters of 4 (no cluster loss) would have lost up to 76 %.
-FpxWideLaunch fpx_wide_launch(int64_t row_blocks, int64_t k_tiles, int M, const FpxClusterBlocks& resident,
-                              bool wide, bool tall) {
-  const int64_t m_chunks = (M + 127) / 128;
-  FpxWideLaunch best{wide ? FpxTiledShape::kWide : FpxTiledShape::kWideTall, 1};
+// The fewest waves x (tiles a block x a tile's cost + a block's start and end), in quarters
+// of a wide tile; a wave holds resident.of_size[z] blocks, so clusters of 4 and 8 get 120
+// of the 132 SMs. Ties go to the wide shape, then the tall one, then to fewer splits.
+//   wide (128 x rows, 128 rows of W):        tile 4, block 32, at every M (rows past M
+//                                            cost as much as real ones);
+//   tall (128 x rows, 256 rows of W):        tile 7 (twice the weights for 1.75x the
+//                                            time), block 48;
+//   narrow, 32 x rows (256 rows of W):       tile 4, block 32;
+//   narrow, 64 x rows:                       tile 5, block 32.
+// Fitted to two sweeps of every shape at 1 / 2 / 4 / 8 splits (one H200, 132 SMs as the
+// H100, fp6 fp16, cold L2, median of three runs; the tables of
+// tests/cpu/test_launch_rules.cpp, which scripts/fpx_sweep_table.py makes from the logs):
+//  - M = 128, 256, 384, 512 (2026-11-27, nineteenth session), wide and tall, ten shapes:
+//    the pick is within 5.6 % of the best of the eight settings on all 40 cases, 0.5 %
+//    behind on average; the rule before (shape by M alone, splits by fpx_wave_cost with
+//    all 132 SMs a wave) averaged 4.3 % and lost up to 25 % (4096 x 28672 at M = 256: wide
+//    2 splits 151.2 us against tall 1 split 120.6);
+//  - M = 32, 48, 64 (2026-11-27, twentieth session), all three shapes, the same ten shapes: the pick
+//    is the best of the twelve settings on all 30 cases; the rule before (the narrow shape
+//    alone, the most splits that keep >= 8 tiles a block within 3 waves of 132) averaged
+//    9.8 % behind and lost up to 23 % (8192 x 8192 at M = 64: narrow 8 splits 46.2 us
+//    against wide 2 splits 37.5). Fitted on nine shapes, the tenth's picks lose 0 % on
+//    eight, 2.1 % (at most 6.2 %) on 8192 x 8192 and 6.1 % (at most 9.4 %) on 28672 x 8192;
+//    any narrow block cost from 32 to 46 keeps every pick within 5 %.
+// Several chunks of 64 x rows (a forced narrow shape above M = 64) cost the same way; an
+// older sweep of that case (M = 128 as two chunks, on the kernel of its day;
+// test_launch_rules.cpp) agrees with each pick.
+FpxTiledLaunch fpx_tiled_launch(int64_t row_blocks, int64_t k_tiles, int M, const FpxClusterBlocks& resident,
+                                FpxTiledShapes allowed, int splits) {
+  struct Cost {
+    FpxTiledShape shape;
+    bool allowed;
+    int64_t tile, block, row_blocks_a_block;
+  };
+  const int64_t narrow_tile = fpx_tiled_rows_x(FpxTiledShape::kNarrow, M) == 32 ? 4 : 5;
+  const Cost shapes[] = {{FpxTiledShape::kWide, allowed.wide, 4, 32, 8},
+                         {FpxTiledShape::kWideTall, allowed.tall, 7, 48, 16},
+                         {FpxTiledShape::kNarrow, allowed.narrow, narrow_tile, 32, 16}};
+  FpxTiledLaunch best{allowed.wide ? FpxTiledShape::kWide : allowed.tall ? FpxTiledShape::kWideTall : FpxTiledShape::kNarrow,
+                      splits > 0 ? splits : 1};
   int64_t best_cost = -1;
-  for (const FpxTiledShape shape : {FpxTiledShape::kWide, FpxTiledShape::kWideTall}) {
-    const bool is_tall = shape == FpxTiledShape::kWideTall;
-    if (is_tall ? !tall : !wide) continue;
-    const int64_t groups = (row_blocks + (is_tall ? 15 : 7)) / (is_tall ? 16 : 8);
-    const int64_t tile_cost = is_tall ? 7 : 4, block_cost = is_tall ? 48 : 32;
+  for (const Cost& c : shapes) {
+    if (!c.allowed) continue;
+    const int64_t m_chunks = (M + fpx_tiled_rows_x(c.shape, M) - 1) / fpx_tiled_rows_x(c.shape, M);
+    const int64_t groups = (row_blocks + c.row_blocks_a_block - 1) / c.row_blocks_a_block;
     for (int i = 0, z = 1; z <= kFpxTiledMaxSplits; ++i, z *= 2) {
-      const int64_t blocks = m_chunks * groups * z, per_wave = std::max(1, resident.of_size[i]);
-      const int64_t cost = (blocks + per_wave - 1) / per_wave * ((k_tiles + z - 1) / z * tile_cost + block_cost);
+      if (splits > 0 && z != splits) continue;
+      const int64_t cost = fpx_wave_cost(m_chunks * groups * z, std::max(1, resident.of_size[i]),
+                                         (k_tiles + z - 1) / z * c.tile, c.block);
       if (best_cost < 0 || cost < best_cost) {
         best_cost = cost;
-        best = {shape, z};
+        best = {c.shape, z};
       }
     }
   }

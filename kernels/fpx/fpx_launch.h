@@ -40,25 +40,34 @@ struct FpxLaunchOverrides {
 FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M, int sms, int resident_warps,
                                       const FpxLaunchOverrides& overrides = {}, int max_splits = kFpxMaxSplits);
 
-// The tiled kernel's shapes (kernels/fpx/gemm_fpx_tiled.cuh): 32 / 64 x rows and 256 rows
-// of W a block, wide (128 x rows, 128 rows of W), wide and tall (128 x rows, 256 rows of W).
+// The tiled kernel's shapes (kernels/fpx/gemm_fpx_tiled.cuh): narrow (32 or 64 x rows, 256
+// rows of W a block), wide (128 x rows, 128 rows of W), wide and tall (128 x rows, 256 rows
+// of W). One block an SM (their shared memory).
 enum class FpxTiledShape { kNarrow, kWide, kWideTall };
-// The narrow shape's cluster size (blocks splitting K) when automatic: `groups` blocks of
-// W rows times `m_chunks` chunks of x rows.
-int fpx_narrow_splits(int64_t groups, int64_t k_tiles, int64_t m_chunks, int sms);
+// Automatic launches consider the narrow shape up to this M (one chunk of x rows, where its
+// sweep measured it), the wide ones at every M.
+constexpr int kFpxNarrowMaxM = 64;
+// x rows a block of `shape` takes at M: the narrow shape 32 up to M = 32, else 64; the wide
+// ones 128.
+int fpx_tiled_rows_x(FpxTiledShape shape, int M);
 // Blocks of the tiled kernel (one an SM) the device runs at once in clusters of 1, 2, 4
 // and 8 blocks (cudaOccupancyMaxActiveClusters times the cluster size): 132, 132, 120, 120
 // on the H100 SXM and the H200, whose GPCs leave SMs that no cluster of 4 fills.
 struct FpxClusterBlocks {
   int of_size[4];
 };
-// M > 64 (or a forced wide shape): the shape and the cluster size chosen together.
-struct FpxWideLaunch {
-  FpxTiledShape shape;
-  int splits;
+// The shapes a launch may take: all three for an automatic one at M <= kFpxNarrowMaxM, the
+// wide ones above; the one asked for where a caller forces it (GemmFpxConfig::tiled).
+struct FpxTiledShapes {
+  bool narrow, wide, tall;
 };
-// row_blocks = ceil(N / 16), k_tiles = ceil(K / 128); `wide` / `tall`: whether kWide /
-// kWideTall may be chosen (both when automatic; at least one).
-FpxWideLaunch fpx_wide_launch(int64_t row_blocks, int64_t k_tiles, int M, const FpxClusterBlocks& resident,
-                              bool wide = true, bool tall = true);
+struct FpxTiledLaunch {
+  FpxTiledShape shape;
+  int splits;  // blocks of a cluster splitting K: 1, 2, 4 or 8
+};
+// The shape and the cluster size chosen together (fpx_launch.cpp has the cost and its
+// sweeps); row_blocks = ceil(N / 16), k_tiles = ceil(K / 128); `splits` > 0 keeps that
+// cluster size and chooses the shape for it. At least one shape allowed.
+FpxTiledLaunch fpx_tiled_launch(int64_t row_blocks, int64_t k_tiles, int M, const FpxClusterBlocks& resident,
+                                FpxTiledShapes allowed, int splits = 0);
 }  // namespace gemlite

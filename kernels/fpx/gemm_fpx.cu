@@ -72,13 +72,18 @@ TiledKernel pick_tiled_kernel(int ebits, int mbits, bool bf16, FpxTiledShape sha
     return bf16 ? tiled_kernel<E, B, true>(shape, rows_x) : tiled_kernel<E, B, false>(shape, rows_x);
   });
 }
-// Both wide shapes take over half an SM's shared memory (one block an SM), so the blocks a
-// device runs at once in clusters of each size are the same for both: asked of the driver
-// once, for the tall kernel, for fpx_wide_launch.
+// Every tiled shape takes over half an SM's shared memory (one block an SM), so the blocks
+// a device runs at once in clusters of each size are the same for all: asked of the driver
+// once, for the tall kernel, for fpx_tiled_launch. (fp5's 32-row narrow shape, at 112 KB,
+// is the exception where its registers allow two blocks an SM: its waves then cost less
+// than fpx_tiled_launch counts, which errs toward the wide shapes.)
 static_assert(2 * TiledLayout<3, 2, 16, 8>::kSmemBytes > (228 << 10) &&
-                  2 * TiledLayout<2, 2, 16, 8>::kSmemBytes > (228 << 10),
-              "a wide block fills more than half of an SM's shared memory");
-FpxClusterBlocks wide_cluster_blocks(int ebits, int mbits, bool bf16) {
+                  2 * TiledLayout<2, 2, 16, 8>::kSmemBytes > (228 << 10) &&
+                  2 * TiledLayout<3, 2, 4, 16>::kSmemBytes > (228 << 10) &&
+                  2 * TiledLayout<3, 2, 8, 16>::kSmemBytes > (228 << 10) &&
+                  2 * TiledLayout<2, 2, 8, 16>::kSmemBytes > (228 << 10),
+              "a tiled block fills more than half of an SM's shared memory");
+FpxClusterBlocks tiled_cluster_blocks(int ebits, int mbits, bool bf16) {
   static std::mutex mutex;
   static std::map<KernelFn, FpxClusterBlocks> known;
   const TiledKernel tiled = pick_tiled_kernel(ebits, mbits, bf16, FpxTiledShape::kWideTall, 128);
@@ -279,8 +284,8 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   p.sum_squares = epilogue.sum_squares;
   const bool fused_norm = p.norm.sum_squares || p.residual;
   // M > kFpxMaxM: the tiled kernel on an H100-class device (wgmma), given a scratch buffer
-  // for the permuted copy of x and an x aligned for permute_x_kernel's 16-byte loads;
-  // above kFpxWideMinM one of its wide shapes (fpx_wide_launch picks which).
+  // for the permuted copy of x and an x aligned for permute_x_kernel's 16-byte loads, in
+  // the shape and cluster size fpx_tiled_launch picks.
   const bool tiled_ok = tiled_kernel_runs(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool automatic = config.tiled < 0 && config.m_tile == 0 && config.warps_k == 0;
   if (config.tiled < -1 || config.tiled > 3)
@@ -288,7 +293,6 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   if (config.tiled > 0 && tiled_ok && !epilogue.scratch)
     throw Error("gemm_fpx: the tiled kernel needs a scratch buffer (gemm_fpx_scratch_bytes)");
   const bool use_tiled = tiled_ok && epilogue.scratch && (config.tiled > 0 || (automatic && M > kFpxMaxM));
-  const bool use_wide = use_tiled && (config.tiled >= 2 || (automatic && M > kFpxWideMinM));
   if (use_tiled && reinterpret_cast<uintptr_t>(epilogue.scratch) % 16 != 0)
     throw Error("gemm_fpx: the scratch buffer must be 16-byte aligned");
   // The norm epilogues sit in the register kernel's one-chunk shape only (M <= kFpxMaxM).
@@ -296,21 +300,18 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
     throw Error("gemm_fpx: a fused RMSNorm at M = " + std::to_string(M) + " (expected 1.." +
                 std::to_string(kFpxMaxM) + ", one chunk of x rows per block)");
   if (use_tiled) {
-    // One block a SM (its shared memory), K split over a cluster: the wide shapes and their
-    // cluster size by fpx_wide_launch, the narrow one's by fpx_narrow_splits.
     if (config.splits > 0 && (config.splits > kFpxTiledMaxSplits || (config.splits & (config.splits - 1)) != 0))
       throw Error("gemm_fpx: splits = " + std::to_string(config.splits) + " for the tiled kernel (expected 1, 2, 4 or 8)");
-    FpxWideLaunch wide{FpxTiledShape::kNarrow, 0};
-    if (use_wide)
-      wide = fpx_wide_launch(w.row_blocks, w.k_tiles, M, wide_cluster_blocks(w.ebits, w.mbits, act == DType::BF16),
-                             config.tiled != 3, config.tiled != 2);
-    const FpxTiledShape shape = wide.shape;
-    const int rows_x = use_wide ? 128 : M <= 32 ? 32 : 64, warps = shape == FpxTiledShape::kWide ? 8 : 16;
+    const FpxTiledShapes allowed = config.tiled > 0
+                                       ? FpxTiledShapes{config.tiled == 1, config.tiled == 2, config.tiled == 3}
+                                       : FpxTiledShapes{M <= kFpxNarrowMaxM, true, true};
+    const FpxTiledLaunch launch = fpx_tiled_launch(
+        w.row_blocks, w.k_tiles, M, tiled_cluster_blocks(w.ebits, w.mbits, act == DType::BF16), allowed, config.splits);
+    const FpxTiledShape shape = launch.shape;
+    const int rows_x = fpx_tiled_rows_x(shape, M), warps = shape == FpxTiledShape::kWide ? 8 : 16;
     const int64_t m_chunks = (M + rows_x - 1) / rows_x;
     const int64_t groups = (w.row_blocks + warps - 1) / warps;
-    const int splits = config.splits > 0 ? config.splits
-                       : use_wide        ? wide.splits
-                                         : fpx_narrow_splits(groups, w.k_tiles, m_chunks, sms);
+    const int splits = launch.splits;
     p.splits = splits;
     p.tiles_per_split = int((w.k_tiles + splits - 1) / splits);
     // x into the scratch as the image of the kernel's stages, which the kernel reads as p.x.

@@ -24,23 +24,16 @@ namespace gemlite {
 // scratch buffer for x (gemm_fpx_scratch_bytes).
 constexpr int kFpxMaxM = 16;
 
-// Above this M the tiled kernel runs its wide shape (128 x rows and 128 rows of W a block;
-// 32 or 64 x rows and 256 rows of W below). Measured (H100, fp6 fp16; kernels/fpx/BENCH.md has the
-// tables): at M = 128 the wide shape took 24.2-49.0 us where the 64-row shape took 35.9-
-// 85.6 on 4096 x 4096, 8192 x 8192, 4096 x 11008 and 11008 x 4096 (best cluster split of
-// each, same run); at M = 64 it won on some shapes and lost on others, and llama2-7b fp6
-// prefill (same binary and machine, two rounds, tok/s) ran pp64 9517 / 9446 -> 8820 /
-// 8835 with it and pp128 11293 / 11344 -> 16360 / 16280: so from M = 65 on.
-constexpr int kFpxWideMinM = 64;
-
-// Above kFpxWideMinM the wide shape has two sizes: 128 or 256 rows of W a block (8 or 16
-// warps; each 32 KB tile of x copied into a block of 256 rows feeds twice the weights).
-// fpx_wide_launch (kernels/fpx/fpx_launch.cpp) picks the size and the cluster together
-// from the shape and M. The eighteenth session's sweep that introduced the 256-row shape
-// (one H200, fp6 fp16, cold L2, best cluster split of each; us 128 rows -> 256): M = 512
-// 8192 x 8192 156.1 -> 135.8, 4096 x 12288 136.0 -> 122.0, 4096 x 22016 263.3 -> 223.9,
-// 11008 x 4096 107.9 -> 94.4, 8192 x 10240 208.3 -> 203.6; at M = 256 it won on four of
-// those five shapes but lost 11008 x 4096 58.5 -> 86.2: neither size wins by M alone.
+// Above kFpxMaxM the tiled kernel has three shapes: narrow (32 or 64 x rows, 256 rows of W
+// a block), wide (128 x rows, 128 rows of W) and wide and tall (128 x rows, 256 rows of W);
+// fpx_tiled_launch (kernels/fpx/fpx_launch.cpp) picks the shape and the cluster size
+// together from the shape of W and M, by a cost fitted to sweeps of every shape at every
+// cluster size (the narrow shape only up to kFpxNarrowMaxM). History: the wide shape
+// first ran from M = 65 on (at M = 128 it took 24.2-49.0 us where the 64-row shape took
+// 35.9-85.6 on four Llama shapes, H100); the 256-row shape came with the eighteenth
+// session (M = 512 8192 x 8192 156.1 -> 135.8 us on one H200) and lost to the 128-row one
+// on 11008 x 4096 at M = 256 (58.5 -> 86.2): neither the size nor the shape follows from M
+// alone.
 
 // An fp6/fp5 weight in device memory, prepared for one activation type. Owns its buffers
 // (free with free_fpx_weight), including the split-K workspace, so one weight must not be
@@ -95,7 +88,7 @@ struct GemmFpxConfig : FpxLaunchOverrides {
   int tiled = -1;   // the tiled kernel (W and x staged in shared memory; needs the scratch): -1 automatic,
                     // 0 never, 1 its 32 / 64 x-row shape, 2 its wide shape (128 x rows, 128 rows of W),
                     // 3 the wide shape with 256 rows of W; each when possible (2 and 3 with
-                    // fpx_wide_launch's cluster size unless `splits` is set)
+                    // fpx_tiled_launch's cluster size unless `splits` is set)
 };
 
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias), on `stream`; x and y device pointers, rows

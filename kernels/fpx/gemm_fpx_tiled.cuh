@@ -17,10 +17,12 @@
 // scratch buffer as the image of the stages, and one thread copies a tile's x with one
 // bulk copy (TMA engine, kernels/bulk_copy.cuh) completing on the stage's mbarrier: no x
 // in registers, no per-thread copies. Three shapes:
-//  - M 17..32 and 33..64: 16 warps, 256 rows of W, 32 or 64 x rows;
-//  - wide (M > kFpxWideMinM): 8 warps, 128 rows of W, 128 x rows;
-//  - wide and tall (M > kFpxWideMinM where fpx_wide_launch picks it): 16 warps, 256 rows
-//    of W, 128 x rows (128 registers a thread, no spills; 224 KB of shared memory).
+//  - narrow: 16 warps, 256 rows of W, 32 or 64 x rows (M <= 32, M <= 64);
+//  - wide: 8 warps, 128 rows of W, 128 x rows;
+//  - wide and tall: 16 warps, 256 rows of W, 128 x rows (128 registers a thread, no
+//    spills; 224 KB of shared memory);
+//  fpx_tiled_launch (kernels/fpx/fpx_launch.cpp) picks one and the cluster size by M and
+//  the shape of W.
 //
 // Shapes with few blocks split K over a cluster of `splits` blocks (gridDim.z, at most
 // 8): each block leaves its fp32 partial sums in its own shared memory and, after a

@@ -250,7 +250,7 @@ TEST(GemmFpxEdges, TiledKernelSmall) {
 }
 
 // The tiled kernel's wide shapes (128 x rows a block, x permuted first; 128 or 256 rows of
-// W) as fpx_wide_launch picks them (automatic) and each forced at cluster sizes 1, 2, 4, 8:
+// W) as fpx_tiled_launch picks them (automatic) and each forced at cluster sizes 1, 2, 4, 8:
 // one, two and three chunks of x rows with rows past M, a partial last tile of K (split 8
 // ways: some blocks get no tile), a partial last group of 8 or 16 row blocks.
 TEST(GemmFpxEdges, WideKernel) {
@@ -262,7 +262,7 @@ TEST(GemmFpxEdges, WideKernel) {
     const PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse(name));
     for (DType act : {DType::F16, DType::BF16}) {
       FpxDeviceWeight dw = upload_fpx_weight(packed, act);
-      for (int64_t M : {int64_t(kFpxWideMinM) + 1, int64_t(256), int64_t(300)})
+      for (int64_t M : {int64_t(kFpxNarrowMaxM) + 1, int64_t(256), int64_t(300)})
         for (int kernel : {-1, 2, 3})
           for (int splits : {0, 1, 2, 4, 8}) {
             if ((kernel < 0) != (splits == 0)) continue;  // automatic: shape and splits both
