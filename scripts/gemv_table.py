@@ -29,7 +29,6 @@ def main() -> int:
     cublas = {}  # shape -> (us, pct)
     gemv = defaultdict(dict)  # shape -> format -> (us, pct, x)
     formats = []
-    in_gemv_section = False
     with open(args.log) as f:
         for line in f:
             m = LINE.match(line.strip())

@@ -219,7 +219,7 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
                 GemmFpxConfig tiled;
                 tiled.tiled = kernel;
                 tiled.splits = splits;
-                static const char* const kNames[] = {"", " tiled splits=", " wide splits=", " tall splits="};
+                static const char* const kNames[] = {"", " narrow splits=", " wide splits=", " tall splits="};
                 settings.push_back({kNames[kernel] + std::to_string(splits), tiled});
               }
           }

@@ -103,9 +103,16 @@ int fpx_tiled_rows_x(FpxTiledShape shape, int M) {
   return shape != FpxTiledShape::kNarrow ? 128 : M <= 32 ? 32 : 64;
 }
 
+int fpx_tiled_row_blocks(FpxTiledShape shape) { return shape == FpxTiledShape::kWide ? 8 : 16; }
+
+FpxAllowedShapes fpx_automatic_shapes(int M) { return {M <= kFpxNarrowMaxM, true, true}; }
+
 // The fewest waves x (tiles a block x a tile's cost + a block's start and end), in quarters
 // of a wide tile; a wave holds resident.of_size[z] blocks, so clusters of 4 and 8 get 120
-// of the 132 SMs. Ties go to the wide shape, then the tall one, then to fewer splits.
+// of the 132 SMs. Ties go to the wide shape, then the tall one, then to fewer splits --
+// which decides M <= 32, where the narrow shape (same costs, half the blocks) never costs
+// more than the wide one: the wide shape wins there on ties only, as the sweep has it
+// (8192 x 8192 at M = 32: wide at 2 splits; narrow first in this order fails the test).
 //   wide (128 x rows, 128 rows of W):        tile 4, block 32, at every M (rows past M
 //                                            cost as much as real ones);
 //   tall (128 x rows, 256 rows of W):        tile 7 (twice the weights for 1.75x the
@@ -123,7 +130,7 @@ int fpx_tiled_rows_x(FpxTiledShape shape, int M) {
 //  - M = 32, 48, 64 (2026-11-27, twentieth session), all three shapes, the same ten shapes: the pick
 //    is the best of the twelve settings on all 30 cases; the rule before (the narrow shape
 //    alone, the most splits that keep >= 8 tiles a block within 3 waves of 132) averaged
-//    9.8 % behind and lost up to 23 % (8192 x 8192 at M = 64: narrow 8 splits 46.2 us
+//    9.7 % behind and lost up to 22 % (8192 x 8192 at M = 64: narrow 8 splits 45.9 us
 //    against wide 2 splits 37.5). Fitted on nine shapes, the tenth's picks lose 0 % on
 //    eight, 2.1 % (at most 6.2 %) on 8192 x 8192 and 6.1 % (at most 9.4 %) on 28672 x 8192;
 //    any narrow block cost from 32 to 46 keeps every pick within 5 %.
@@ -131,23 +138,23 @@ int fpx_tiled_rows_x(FpxTiledShape shape, int M) {
 // older sweep of that case (M = 128 as two chunks, on the kernel of its day;
 // test_launch_rules.cpp) agrees with each pick.
 FpxTiledLaunch fpx_tiled_launch(int64_t row_blocks, int64_t k_tiles, int M, const FpxClusterBlocks& resident,
-                                FpxTiledShapes allowed, int splits) {
+                                FpxAllowedShapes allowed, int splits) {
   struct Cost {
     FpxTiledShape shape;
     bool allowed;
-    int64_t tile, block, row_blocks_a_block;
+    int64_t tile, block;
   };
   const int64_t narrow_tile = fpx_tiled_rows_x(FpxTiledShape::kNarrow, M) == 32 ? 4 : 5;
-  const Cost shapes[] = {{FpxTiledShape::kWide, allowed.wide, 4, 32, 8},
-                         {FpxTiledShape::kWideTall, allowed.tall, 7, 48, 16},
-                         {FpxTiledShape::kNarrow, allowed.narrow, narrow_tile, 32, 16}};
+  const Cost shapes[] = {{FpxTiledShape::kWide, allowed.wide, 4, 32},
+                         {FpxTiledShape::kWideTall, allowed.tall, 7, 48},
+                         {FpxTiledShape::kNarrow, allowed.narrow, narrow_tile, 32}};
   FpxTiledLaunch best{allowed.wide ? FpxTiledShape::kWide : allowed.tall ? FpxTiledShape::kWideTall : FpxTiledShape::kNarrow,
                       splits > 0 ? splits : 1};
   int64_t best_cost = -1;
   for (const Cost& c : shapes) {
     if (!c.allowed) continue;
     const int64_t m_chunks = (M + fpx_tiled_rows_x(c.shape, M) - 1) / fpx_tiled_rows_x(c.shape, M);
-    const int64_t groups = (row_blocks + c.row_blocks_a_block - 1) / c.row_blocks_a_block;
+    const int64_t groups = (row_blocks + fpx_tiled_row_blocks(c.shape) - 1) / fpx_tiled_row_blocks(c.shape);
     for (int i = 0, z = 1; z <= kFpxTiledMaxSplits; ++i, z *= 2) {
       if (splits > 0 && z != splits) continue;
       const int64_t cost = fpx_wave_cost(m_chunks * groups * z, std::max(1, resident.of_size[i]),

@@ -47,27 +47,33 @@ enum class FpxTiledShape { kNarrow, kWide, kWideTall };
 // Automatic launches consider the narrow shape up to this M (one chunk of x rows, where its
 // sweep measured it), the wide ones at every M.
 constexpr int kFpxNarrowMaxM = 64;
-// x rows a block of `shape` takes at M: the narrow shape 32 up to M = 32, else 64; the wide
-// ones 128.
+// x rows a block of `shape` takes at M: the narrow shape 32 up to M = 32, else 64 (in
+// chunks of 64 above M = 64, where only a forced narrow shape runs); the wide ones 128.
 int fpx_tiled_rows_x(FpxTiledShape shape, int M);
+// Row blocks of W (16 rows each) a block of `shape` takes: the wide shape 8, the others 16
+// (one a warp).
+int fpx_tiled_row_blocks(FpxTiledShape shape);
 // Blocks of the tiled kernel (one an SM) the device runs at once in clusters of 1, 2, 4
 // and 8 blocks (cudaOccupancyMaxActiveClusters times the cluster size): 132, 132, 120, 120
 // on the H100 SXM and the H200, whose GPCs leave SMs that no cluster of 4 fills.
 struct FpxClusterBlocks {
   int of_size[4];
 };
-// The shapes a launch may take: all three for an automatic one at M <= kFpxNarrowMaxM, the
-// wide ones above; the one asked for where a caller forces it (GemmFpxConfig::tiled).
-struct FpxTiledShapes {
+// The shapes a launch may choose from: fpx_automatic_shapes(M) for an automatic one, the
+// one asked for where a caller forces it (GemmFpxConfig::tiled).
+struct FpxAllowedShapes {
   bool narrow, wide, tall;
 };
+// All three at M <= kFpxNarrowMaxM, the wide ones above.
+FpxAllowedShapes fpx_automatic_shapes(int M);
 struct FpxTiledLaunch {
   FpxTiledShape shape;
   int splits;  // blocks of a cluster splitting K: 1, 2, 4 or 8
 };
 // The shape and the cluster size chosen together (fpx_launch.cpp has the cost and its
-// sweeps); row_blocks = ceil(N / 16), k_tiles = ceil(K / 128); `splits` > 0 keeps that
-// cluster size and chooses the shape for it. At least one shape allowed.
+// sweeps); row_blocks = ceil(N / 16), k_tiles = ceil(K / 128). PRECOND: at least one shape
+// allowed; `splits` 0 (chosen too) or 1, 2, 4 or 8, kept as it is, the shape chosen for it
+// (so a forced cluster size may change an automatic launch's shape).
 FpxTiledLaunch fpx_tiled_launch(int64_t row_blocks, int64_t k_tiles, int M, const FpxClusterBlocks& resident,
-                                FpxTiledShapes allowed, int splits = 0);
+                                FpxAllowedShapes allowed, int splits = 0);
 }  // namespace gemlite

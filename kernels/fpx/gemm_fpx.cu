@@ -72,11 +72,11 @@ TiledKernel pick_tiled_kernel(int ebits, int mbits, bool bf16, FpxTiledShape sha
     return bf16 ? tiled_kernel<E, B, true>(shape, rows_x) : tiled_kernel<E, B, false>(shape, rows_x);
   });
 }
-// Every tiled shape takes over half an SM's shared memory (one block an SM), so the blocks
-// a device runs at once in clusters of each size are the same for all: asked of the driver
-// once, for the tall kernel, for fpx_tiled_launch. (fp5's 32-row narrow shape, at 112 KB,
-// is the exception where its registers allow two blocks an SM: its waves then cost less
-// than fpx_tiled_launch counts, which errs toward the wide shapes.)
+// Every tiled shape runs one block an SM, so the blocks a device runs at once in clusters
+// of each size are the same for all: asked of the driver once, for the tall kernel, for
+// fpx_tiled_launch. Shared memory alone keeps every shape but fp5's 32-row narrow one
+// (112 KB) to one block an SM; that one's 512 threads at 82-84 registers (ptxas, sm_90a)
+// fill more than half of the 64K-register file.
 static_assert(2 * TiledLayout<3, 2, 16, 8>::kSmemBytes > (228 << 10) &&
                   2 * TiledLayout<2, 2, 16, 8>::kSmemBytes > (228 << 10) &&
                   2 * TiledLayout<3, 2, 4, 16>::kSmemBytes > (228 << 10) &&
@@ -302,13 +302,13 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   if (use_tiled) {
     if (config.splits > 0 && (config.splits > kFpxTiledMaxSplits || (config.splits & (config.splits - 1)) != 0))
       throw Error("gemm_fpx: splits = " + std::to_string(config.splits) + " for the tiled kernel (expected 1, 2, 4 or 8)");
-    const FpxTiledShapes allowed = config.tiled > 0
-                                       ? FpxTiledShapes{config.tiled == 1, config.tiled == 2, config.tiled == 3}
-                                       : FpxTiledShapes{M <= kFpxNarrowMaxM, true, true};
+    const FpxAllowedShapes allowed = config.tiled > 0
+                                         ? FpxAllowedShapes{config.tiled == 1, config.tiled == 2, config.tiled == 3}
+                                         : fpx_automatic_shapes(M);
     const FpxTiledLaunch launch = fpx_tiled_launch(
         w.row_blocks, w.k_tiles, M, tiled_cluster_blocks(w.ebits, w.mbits, act == DType::BF16), allowed, config.splits);
     const FpxTiledShape shape = launch.shape;
-    const int rows_x = fpx_tiled_rows_x(shape, M), warps = shape == FpxTiledShape::kWide ? 8 : 16;
+    const int rows_x = fpx_tiled_rows_x(shape, M), warps = fpx_tiled_row_blocks(shape);  // a warp a row block
     const int64_t m_chunks = (M + rows_x - 1) / rows_x;
     const int64_t groups = (w.row_blocks + warps - 1) / warps;
     const int splits = launch.splits;

@@ -86,9 +86,10 @@ int gemm_fpx_max_m(const FpxDeviceWeight& w);
 // which kernel runs. `splits` also sets the tiled kernel's cluster size (a power of two <= 8).
 struct GemmFpxConfig : FpxLaunchOverrides {
   int tiled = -1;   // the tiled kernel (W and x staged in shared memory; needs the scratch): -1 automatic,
-                    // 0 never, 1 its 32 / 64 x-row shape, 2 its wide shape (128 x rows, 128 rows of W),
-                    // 3 the wide shape with 256 rows of W; each when possible (2 and 3 with
-                    // fpx_tiled_launch's cluster size unless `splits` is set)
+                    // 0 never, 1 its narrow shape (32 / 64 x rows), 2 its wide shape (128 x rows, 128
+                    // rows of W), 3 the wide shape with 256 rows of W; each when possible, with
+                    // fpx_tiled_launch's cluster size unless `splits` is set (automatic with `splits`
+                    // set: the shape fpx_tiled_launch picks for that cluster size)
 };
 
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias), on `stream`; x and y device pointers, rows

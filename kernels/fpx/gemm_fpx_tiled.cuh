@@ -17,7 +17,7 @@
 // scratch buffer as the image of the stages, and one thread copies a tile's x with one
 // bulk copy (TMA engine, kernels/bulk_copy.cuh) completing on the stage's mbarrier: no x
 // in registers, no per-thread copies. Three shapes:
-//  - narrow: 16 warps, 256 rows of W, 32 or 64 x rows (M <= 32, M <= 64);
+//  - narrow: 16 warps, 256 rows of W, 32 x rows up to M = 32, else 64 (in chunks);
 //  - wide: 8 warps, 128 rows of W, 128 x rows;
 //  - wide and tall: 16 warps, 256 rows of W, 128 x rows (128 registers a thread, no
 //    spills; 224 KB of shared memory);
