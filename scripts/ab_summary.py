@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The A/B table of scripts/gpu-check.sh (GEMLITE_GPU_BASE_REV): for each kernel benchmark
-line and each model's tg128, the base build's and this build's mean over the rounds.
+line and each model test (tg128, and ppN with GEMLITE_GPU_AB_PROMPTS), the base build's
+and this build's mean over the rounds.
 
 usage: ab_summary.py OUT_DIR   (reads ab-kernels-{base,this}-N.log, ab-models-{base,this}-N.md)
 """
@@ -21,12 +22,12 @@ def kernel_lines(path):
                 yield m.group(1), (float(m.group(2)), float(m.group(3)))
 
 
-def tg_rows(path):
-    """llama-bench rows '| llama2-7b q4g64 | ... | tg128 | 450.5 ± 0.3 | ...' -> tok/s."""
+def test_rows(path):
+    """llama-bench rows '| llama2-7b q4g64 | ... | tg128 | 450.5 ± 0.3 | ...' (and ppN) -> tok/s."""
     with open(path) as f:
         for line in f:
             cells = [c.strip() for c in line.split("|")]
-            if len(cells) > 7 and cells[6].startswith("tg"):
+            if len(cells) > 7 and (cells[6].startswith("tg") or cells[6].startswith("pp")):
                 yield f"{cells[1]} {cells[6]}", float(cells[7].split()[0])
 
 
@@ -43,7 +44,7 @@ def main():
             for name, value in kernel_lines(path):
                 kernels[name][side].append(value)
         for path in sorted(glob.glob(os.path.join(out, f"ab-models-{side}-*.md"))):
-            for name, value in tg_rows(path):
+            for name, value in test_rows(path):
                 models[name][side].append(value)
     if kernels:
         print(f"{'kernel':48s} {'base us':>8s} {'this us':>8s} {'base %':>7s} {'this %':>7s}")

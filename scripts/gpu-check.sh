@@ -28,7 +28,10 @@
 # each, base first in round 1 and second in round 2; scripts/ab_summary.py prints the
 # table. H100 machines differ by ~5 %: only such an A/B measures a change;
 # GEMLITE_GPU_AB_REPS=2 times each model run with -r 2 instead of 3: a llama2-7b run of two
-# formats took ~70 s at -r 3, so four of them are half of a 10-minute device call),
+# formats took ~70 s at -r 3, so four of them are half of a 10-minute device call;
+# GEMLITE_GPU_AB_PROMPTS=32,64 adds those prompt lengths (llama-bench's -p) to each model
+# run, GEMLITE_GPU_AB_GENERATE=0 drops the tg128: a prefill A/B; a llama3-8b run of three
+# prompt lengths took ~100 s, most of it building the random weights),
 # GEMLITE_GPU_PROFILE="llama2-7b q4g64" (ncu time per kernel of a decode step and of a
 # 512-token prefill of that synthetic model and format, eager and at ncu's locked clock;
 # the whole-model bench's --trace lines, $out/trace.txt, show the step as the graph runs it),
@@ -169,7 +172,8 @@ run() {
           "$bin" --kernels ${GEMLITE_BENCH_ARGS:-} >"$out/ab-kernels-$side-$round.log" 2>&1 || status=1
         if [ -z "${GEMLITE_GPU_SKIP_MODEL_BENCH:-}" ]; then
           for model in ${GEMLITE_GPU_MODELS:-tinyllama-1.1b}; do
-            "$bin" --device cuda --synthetic "$model" -f "$formats" -p 0 -n 128 -r "${GEMLITE_GPU_AB_REPS:-3}" \
+            "$bin" --device cuda --synthetic "$model" -f "$formats" -p "${GEMLITE_GPU_AB_PROMPTS:-0}" \
+              -n "${GEMLITE_GPU_AB_GENERATE:-128}" -r "${GEMLITE_GPU_AB_REPS:-3}" \
               2>>"$out/model-bench.log" >>"$out/ab-models-$side-$round.md" || status=1
           done
         fi
