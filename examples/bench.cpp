@@ -67,12 +67,25 @@ std::vector<int> random_tokens(int n, int vocab, std::mt19937& rng) {
   return ids;
 }
 
-// Tokens per second of `run` over `repetitions` runs after one warm-up, each after an
+// Tokens per second of `run` over `repetitions` runs after warm-up runs, each after an
 // untimed `setup`: mean and std.
+//
+// The warm-up lasts at least kMinWarmUpSeconds (and one run). With one warm-up run, a short
+// test's first runs in a process could be slow: llama3-8b fp6 pp32 (~5 ms a run, the
+// first test after the weights are built) measured 4208 +- 719 tok/s in one process and
+// 6422 +- 28 in the next on the same H100 (5080 +- 496 against ~6000 the session before).
+// With 0.25 s, four processes on one H100 measured 6533 +- 13, 6519 +- 12 (this build) and
+// 5945 +- 46, 6079 +- 4 (the one before). nvidia-smi (100 ms samples) kept the SM clock at
+// 1980 MHz throughout, so the cause is not the reported clock; it is not identified.
+constexpr double kMinWarmUpSeconds = 0.25;
+
 template <typename Setup, typename Run>
 std::pair<double, double> tokens_per_second(int tokens, int repetitions, Setup setup, Run run) {
-  setup();
-  run();
+  const double warm_up_start = now_seconds();
+  do {
+    setup();
+    run();
+  } while (now_seconds() - warm_up_start < kMinWarmUpSeconds);
   std::vector<double> tps;
   for (int r = 0; r < repetitions; ++r) {
     setup();
