@@ -173,12 +173,20 @@ int main(int argc, char** argv) {
                                                           : source_path;
       // Fail now, not after the quantization; a built model's problems name its source.
       try {
-        check_tokenizer_fits(Tokenizer::load(source.tokenizer_path), source.config, named);
+        const Tokenizer tokenizer = Tokenizer::load(source.tokenizer_path);
+        check_tokenizer_fits(tokenizer, source.config, named);
+        // tokenizer.json may mark "rstrip" on tokens that are no markers of the written
+        // tokenizer (its </s>, a <pad> past the model's rows, or all of them when --tokenizer
+        // replaced it): kept, gemlite-chat refused the checkpoint.
+        std::vector<int>& rstrip = source.rstrip_token_ids;
+        rstrip.erase(std::remove_if(rstrip.begin(), rstrip.end(), [&](int id) { return !tokenizer.is_marker(id); }),
+                     rstrip.end());
       } catch (const Error& e) {
         if (!built) throw;
         fail(named, built_what + ": " + e.what());
       }
     } else {
+      source.rstrip_token_ids.clear();  // markers of no tokenizer
       std::fprintf(stderr, "warning: no tokenizer.model%s; pass --tokenizer so gemlite-chat can run it\n",
                    source.vocabulary_problem.empty() ? "" : (" (" + source_path + " " + source.vocabulary_problem + ")").c_str());
     }

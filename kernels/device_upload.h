@@ -19,7 +19,11 @@ namespace gemlite {
 // over weights + KV cache.
 inline void* device_weight_alloc(size_t bytes) {
   void* device = nullptr;
-  CUDA_CHECK(cudaMallocAsync(&device, bytes, cudaStreamLegacy));
+  const cudaError_t allocated = cudaMallocAsync(&device, bytes, cudaStreamLegacy);
+  if (allocated != cudaSuccess) {
+    cudaGetLastError();  // cleared: the next launch check would report it as its own
+    CUDA_CHECK(allocated);
+  }
   CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   return device;
 }

@@ -3,11 +3,11 @@
 // Q4_1, Q5_0, Q5_1, Q8_0: an fp16 scale, maybe an fp16 offset, then 4-, 5- or 8-bit codes)
 // and the K-quants (Q2_K .. Q6_K: super-blocks of 256 weights in sub-blocks of 16 or 32
 // with their own quantized scales, as llama.cpp's Q4_K_M and friends are made of). The
-// layouts are described beside each decoder in ggml_blocks.cpp. A quantized GGUF is
-// dequantized to F32 on import and, unless its codes can be packed as they are
-// (AffineGroups below, models/pack_ggml_codes.h), quantized again by gemlite-quantize,
-// which compounds two roundings: convert the f16 source where there is one. IQ types
-// (codebooks) are not read.
+// layouts are described beside each decoder in ggml_blocks.cpp. A quantized GGUF's blocks
+// stay in the mapped file (BlockSource) and are decoded to F32 one matrix at a time; unless
+// its codes can be packed as they are (AffineGroups below, models/pack_ggml_codes.h),
+// gemlite-quantize quantizes them again, which compounds two roundings: convert the f16
+// source where there is one. IQ types (codebooks) are not read.
 #include <cstdint>
 #include <string>
 

@@ -1,6 +1,7 @@
 #include "models/import_gguf.h"
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -296,6 +297,10 @@ void read_vocabulary(const Metadata& meta, int vocab_size, SourceModel* model) {
 }  // namespace
 
 bool is_gguf_file(const std::string& path) {
+  // Opening a FIFO blocks until a writer comes: only a regular file is looked into (the
+  // loader that takes the path next says what is wrong with anything else).
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) return false;
   std::ifstream in(path, std::ios::binary);
   uint32_t magic = 0;
   in.read(reinterpret_cast<char*>(&magic), sizeof magic);

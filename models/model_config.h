@@ -1,5 +1,5 @@
 #pragma once
-// The shape and hyper-parameters of a llama-family model (Llama 1-3, Mistral, Qwen2), read
+// The shape and hyper-parameters of a llama-family model (Llama 1-3, Mistral, Qwen2, Phi-3), read
 // from and written to a Hugging Face config.json. Every importer produces one and every
 // later stage trusts it, so validate() runs before a config leaves a parser.
 #include <nlohmann/json.hpp>
@@ -8,7 +8,7 @@
 namespace gemlite {
 
 struct ModelConfig {
-  std::string architecture = "llama";  // "llama", "mistral" or "qwen2"
+  std::string architecture = "llama";  // "llama", "mistral", "qwen2" or "phi3"
   int dim = 0;                         // hidden_size
   int hidden_dim = 0;                  // intermediate_size (the MLP's inner width)
   int n_layers = 0;

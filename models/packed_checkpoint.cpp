@@ -189,7 +189,12 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
     if (!modules.contains(module) || !modules[module].is_string())
       fail(config_path, "quantization_config.modules has no format for '" + module + "'");
     const std::string format_name = modules[module].get<std::string>();
-    if (format_name == kTiedModule) return tied_lm_head(ckpt.embedding);
+    if (format_name == kTiedModule) {
+      // Only the classifier shares the embedding's [vocab, dim]; another module marked
+      // "tied" would be run with that shape (a CPU run wrote past its output).
+      if (module != kLmHeadModule) fail(config_path, "module '" + module + "' is \"tied\"; only lm_head can be");
+      return tied_lm_head(ckpt.embedding);
+    }
     PackedWeight w;
     try {
       w.format = WeightFormat::parse(format_name);

@@ -1,5 +1,6 @@
 #pragma once
-// Source model (HF directory or llama2.c .bin, as float tensors) -> packed checkpoint.
+// Source model (HF directory, GGUF or llama2.c .bin: float tensors, or a GGUF's blocks) ->
+// packed checkpoint.
 #include <functional>
 #include <string>
 #include <utility>

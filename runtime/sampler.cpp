@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <unordered_set>
 
 namespace gemlite {
@@ -110,7 +112,10 @@ Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.see
 int Sampler::candidates_needed(const std::vector<int>& recent_tokens) const {
   const int k = params_.temperature <= 0.0f ? 1 : params_.top_k;
   if (k <= 0) return 0;
-  return k + int(penalized_ids(recent_tokens, params_).size());
+  const size_t penalized = penalized_ids(recent_tokens, params_).size();
+  // A penalty below 1 raises the logits of recent tokens: any of them may join the top k.
+  if (params_.repeat_penalty < 1.0f && penalized > 0) return 0;
+  return int(std::min<int64_t>(int64_t(k) + int64_t(penalized), std::numeric_limits<int>::max()));
 }
 
 int Sampler::sample_top(const int* ids, const float* logits, int count, const std::vector<int>& recent_tokens) {

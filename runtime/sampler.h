@@ -38,8 +38,9 @@ class Sampler {
 
   // How many of the largest logits decide the draw: top_k (1 when greedy) plus the distinct
   // recent tokens a repetition penalty may push out of them; 0 when all of them may matter
-  // (top_k <= 0 at a temperature). A penalty only lowers logits, so the k best after it
-  // are among the k + |penalized| best before it.
+  // (top_k <= 0 at a temperature, or a penalty below 1 on any recent token). A penalty
+  // above 1 only lowers logits, so the k best after it are among the k + |penalized| best
+  // before it.
   int candidates_needed(const std::vector<int>& recent_tokens) const;
   // sample() from only those: ids / logits [count] the count = min(candidates_needed, vocab)
   // largest logits, largest first and equal ones by lower id (Backend::top_k). The same

@@ -22,7 +22,7 @@ namespace gemlite {
 enum class ChatTemplate { Completion, Llama2, Zephyr, Mistral, ChatML, Phi3 };
 
 // Names: completion, llama2, zephyr (alias tinyllama), mistral, chatml, phi3.
-// Throws Error("--chat-template: ...") listing the valid names otherwise.
+// Throws Error("chat template '<name>': unknown; valid names are ...") otherwise.
 ChatTemplate parse_chat_template(const std::string& name);
 const char* chat_template_name(ChatTemplate chat_template);
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -224,6 +225,8 @@ std::vector<SpmPiece> read_llama2c_tokenizer(const std::string& path, int vocab_
 }
 
 bool is_llama2c_tokenizer(const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) return false;  // a FIFO would block the open
   std::ifstream in(path, std::ios::binary);
   unsigned char head[3] = {};
   in.read(reinterpret_cast<char*>(head), 3);

@@ -69,6 +69,10 @@ std::vector<int> Tokenizer::encode(const std::string& text, bool add_bos) const 
   return ids;
 }
 
+bool Tokenizer::is_marker(int id) const {
+  return std::any_of(markers_.begin(), markers_.end(), [&](const Marker& m) { return m.id == id; });
+}
+
 void Tokenizer::set_rstrip(const std::vector<int>& marker_ids) {
   for (const int id : marker_ids) {
     const auto marker = std::find_if(markers_.begin(), markers_.end(), [&](const Marker& m) { return m.id == id; });

@@ -43,6 +43,7 @@ class Tokenizer {
 
   // Markers after which encode() drops whitespace; Error for an id that is no marker.
   void set_rstrip(const std::vector<int>& marker_ids);
+  bool is_marker(int id) const;  // an added token matched in the text before sentencepiece
 
   // The vocabulary entry of `id` as stored ("▁the", "<0x0A>", "</s>"), for StreamDecoder.
   const std::string& piece(int id) const;

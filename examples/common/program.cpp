@@ -124,8 +124,8 @@ LoadedModel load_model(const std::string& dir, const std::string& device, int co
   loaded.model = std::make_unique<LlamaModel>(loaded.checkpoint, *loaded.backend, context);
   // A warm-up like llama.cpp's (a 2-token prompt, then one decode step) on the GPU: the
   // first real token then pays neither for lazy kernel loading nor for capturing the decode
-  // graph (a prompt of more than 8 tokens still makes the dense prefill copies of packed
-  // weights on first use). Positions 0..2 of the cache are overwritten by what is fed next.
+  // graph (a longer prompt still loads the prefill kernels on first use). Positions 0..2 of
+  // the cache are overwritten by what is fed next.
   // The CPU backend has nothing to warm up.
   if (loaded.backend->name() == "cuda" && loaded.model->context() >= 3) {
     std::vector<float> unused;

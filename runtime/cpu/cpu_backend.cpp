@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "runtime/error.h"
@@ -13,6 +14,10 @@ class CpuLinear final : public QuantLinear {
  public:
   explicit CpuLinear(const PackedWeight& weight) : QuantLinear(weight), weight_(weight) {}
   void forward(const Tensor& x, Tensor& y) const override {
+    if (x.cols != in_features() || y.cols != out_features() || y.rows != x.rows)
+      throw Error("CpuLinear: x [" + std::to_string(x.rows) + ", " + std::to_string(x.cols) + "] -> y [" +
+                  std::to_string(y.rows) + ", " + std::to_string(y.cols) + "] for a [" +
+                  std::to_string(out_features()) + ", " + std::to_string(in_features()) + "] weight");
     linear_reference(weight_, x.as<float>(), x.rows, y.as<float>());
   }
 

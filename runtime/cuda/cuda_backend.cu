@@ -15,7 +15,8 @@
 namespace gemlite {
 namespace {
 
-// Tokens one step takes: the model's chunks are at most 512 (LlamaModel::kDefaultMaxChunk).
+// Tokens one step takes: the model's chunks (512 by default, LlamaModel::kDefaultMaxChunk;
+// gemlite-bench -b sets up to this).
 constexpr int kMaxStepTokens = 8192;
 
 // GEMLITE_NO_ATTENTION_SPLITS=1: decode attention with one block per head whatever the

@@ -1,6 +1,7 @@
 #pragma once
-// The CUDA backend: fp16 or bf16 activations on one stream, qN GEMV for decode, cuBLAS for the
-// rest (see CudaLinear::forward in cuda_linear.cu for the dispatch rule). Checked against
+// The CUDA backend: fp16 or bf16 activations on one stream; each projection through the
+// project's kernels or cuBLAS by format and rows (CudaLinear::forward in cuda_linear.cu
+// has the dispatch rule). Checked against
 // the CPU backend by tests/gpu/test_cuda_backend.cu.
 #include <memory>
 #include <string>

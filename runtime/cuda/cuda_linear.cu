@@ -50,12 +50,11 @@ class CudaLinear final : public QuantLinear {
  public:
   // `weight` is what runs: `sources` stacked along N (concat_rows), or the one source.
   // The sources are views of the checkpoint's memory; `weight` may be a stacked host copy,
-  // used only here, so the lazy dense copy reads the sources. paired_half > 0: a qN SwiGLU
-  // pair [gate; up] (QnDeviceWeight::paired_half).
+  // so a dense weight's upload reads the sources. paired_half > 0: a qN SwiGLU pair
+  // [gate; up] (QnDeviceWeight::paired_half).
   CudaLinear(const PackedWeight& weight, const std::vector<const PackedWeight*>& sources,
              std::shared_ptr<CudaContext> ctx, DType act, int64_t paired_half = 0)
       : QuantLinear(weight), ctx_(std::move(ctx)), act_(act) {
-    for (const PackedWeight* source : sources) sources_.push_back(*source);
     if (act != DType::F16 && act != DType::BF16)
       throw Error(std::string("cuda backend: linear layers for activation type ") + dtype_name(act) +
                   " (expected F16 or BF16)");
@@ -65,16 +64,26 @@ class CudaLinear final : public QuantLinear {
                                                  ", " + std::to_string(weight.cols) + "]");
       qn_ = upload_qn_weight(weight, act, paired_half);  // s7 runs on the same kernel (kernels/s7/gemv_s7.h)
       bias_ = qn_.bias;                     // shared by the dense path of large M
-      if (paired_half == 0)  // here, not at the first forward_residual, which may be inside a graph capture
-        sum_squares_ = device_tensor(ctx_, DType::F32, kGemvMaxM, gemv_qn_blocks(qn_), "a projection's sum of squares");
+      try {  // here, not at the first forward_residual, which may be inside a graph capture
+        if (paired_half == 0)
+          sum_squares_ = device_tensor(ctx_, DType::F32, kGemvMaxM, gemv_qn_blocks(qn_), "a projection's sum of squares");
+      } catch (...) {  // no destructor runs for a constructor that throws
+        free_qn_weight(&qn_);
+        throw;
+      }
     } else if (is_fpx()) {
       require_device_memory(weight.nbytes(), "a " + format().name() + " weight [" + std::to_string(weight.rows) +
                                                  ", " + std::to_string(weight.cols) + "]");
       fpx_ = upload_fpx_weight(weight, act);
       bias_ = fpx_.bias;
-      sum_squares_ = device_tensor(ctx_, DType::F32, kFpxMaxM, gemm_fpx_norm_parts(fpx_), "a projection's sum of squares");
+      try {
+        sum_squares_ = device_tensor(ctx_, DType::F32, kFpxMaxM, gemm_fpx_norm_parts(fpx_), "a projection's sum of squares");
+      } catch (...) {
+        free_fpx_weight(&fpx_);
+        throw;
+      }
     } else {
-      upload_dense();  // the only path dense formats have
+      upload_dense(sources);  // the only path dense formats have
       sum_squares_ = device_tensor(ctx_, DType::F32, kGemvMaxM, gemv_dense_blocks(weight.rows),
                                    "a projection's sum of squares");
       const auto bias = weight.parts.find("bias");
@@ -140,8 +149,7 @@ class CudaLinear final : public QuantLinear {
       dequant_fpx(fpx_, scratch, ctx_->stream);
       dense = scratch;
     } else {
-      if (!dense_) upload_dense();
-      dense = dense_.get();
+      dense = dense_.get();  // uploaded at load
     }
     if (M <= kGemvMaxM) {
       launch_gemv_dense(dense, x.data, bias_, y.data, int(M), N, K, act_, ctx_->stream);
@@ -268,33 +276,34 @@ class CudaLinear final : public QuantLinear {
   }
 
   // The sources' tensors `part` one after another: the stacked tensor, in device memory.
-  void copy_rows_to_device(const std::string& part, void* device) const {
+  void copy_rows_to_device(const std::vector<const PackedWeight*>& sources, const std::string& part,
+                           void* device) const {
     size_t at = 0;
-    for (const PackedWeight& source : sources_) {
-      const HostTensor& t = source.part(part);
+    for (const PackedWeight* source : sources) {
+      const HostTensor& t = source->part(part);
       CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(device) + at, t.data, t.nbytes(), cudaMemcpyHostToDevice,
                                  ctx_->stream));
       at += t.nbytes();
     }
   }
 
-  // Other formats: W [N, K] -> dense_ [N, K] (act). A dense weight stored in the activation
-  // type is copied as it is; other rows are dequantized on the host with the CPU reference
-  // decoder (exact by construction; seconds for a 7B model, once, at the first prefill).
-  void upload_dense() const {
+  // A dense format's W [N, K] -> dense_ [N, K] (act). A dense weight stored in the activation
+  // type is copied as it is; other rows are decoded on the host with the CPU reference
+  // decoder (exact by construction; seconds for a 7B model, once, at load).
+  void upload_dense(const std::vector<const PackedWeight*>& sources) {
     const int64_t N = out_features(), K = in_features();
     dense_ = device_alloc(ctx_, dense_bytes(), dense_what());
     if (format().kind == FormatKind::Dense && format().dense_dtype == act_) {  // stored as computed: copy as is
-      copy_rows_to_device("weight", dense_.get());
+      copy_rows_to_device(sources, "weight", dense_.get());
       return;
     }
     std::vector<float> row(static_cast<size_t>(K));           // [K]
     std::vector<uint16_t> dense(static_cast<size_t>(N * K));  // [N, K] fp16 or bf16 bits
     const bool bf16 = act_ == DType::BF16;
     int64_t n = 0;
-    for (const PackedWeight& source : sources_) {
-      const RowDecoder decode = make_row_decoder(source);
-      for (int64_t i = 0; i < source.rows; ++i, ++n) {
+    for (const PackedWeight* source : sources) {
+      const RowDecoder decode = make_row_decoder(*source);
+      for (int64_t i = 0; i < source->rows; ++i, ++n) {
         decode(i, row.data());
         for (int64_t k = 0; k < K; ++k)
           dense[size_t(n * K + k)] = bf16 ? float_to_bf16(row[size_t(k)]) : float_to_half(row[size_t(k)]);
@@ -305,12 +314,11 @@ class CudaLinear final : public QuantLinear {
                                ctx_->stream));
   }
 
-  std::vector<PackedWeight> sources_;     // host views (the checkpoint's memory), for the lazy dense copy
   std::shared_ptr<CudaContext> ctx_;
   DType act_;
   QnDeviceWeight qn_;                     // qN / s7 only: the packed weight for gemv_qn
   FpxDeviceWeight fpx_;                   // fp6 / fp5 only: the packed weight for gemm_fpx
-  mutable std::shared_ptr<void> dense_;   // [N, K] act, or null until first needed
+  std::shared_ptr<void> dense_;           // [N, K] act: dense formats only
   std::shared_ptr<void> own_bias_;        // [N] F32 of non-qN formats
   const float* bias_ = nullptr;           // [N] F32 or null
   Tensor sum_squares_;                    // [kGemvMaxM (fp6/fp5: kFpxMaxM), blocks] F32 (not paired): forward_residual's output

@@ -1,6 +1,6 @@
 #pragma once
 // Launchers of the CUDA backend's kernels (ops.cu, attention.cu, argmax.cu, top_k.cu,
-// dequant_qn.cu, gemv_dense.cu).
+// gemv_dense.cu).
 // Pointers are device memory, rows contiguous; `act` is the activation type of x/y
 // pointers (F16 or BF16). Every launcher is asynchronous on `stream` and checks its
 // launch; none synchronizes, and none reads a per-step value (token ids, position) from

@@ -120,7 +120,7 @@ void check_no_overlap(const std::string& path, std::vector<TensorEntry> entries)
   }
 }
 
-// Writes <path>.tmp and renames it to <path> on commit(). Until then the destructor removes
+// Writes <path>.tmp-XXXXXX (mkstemp) and renames it to <path> on commit(). Until then the destructor removes
 // the temporary, so a failure leaves neither a partial file nor a changed <path>.
 class AtomicFile {
  public:

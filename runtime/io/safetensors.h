@@ -34,7 +34,7 @@ class SafetensorsWriter {
   // Keeps a reference to `tensor` (its owner keeps the bytes alive) until write().
   void add(const std::string& name, const HostTensor& tensor);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
-  // Writes <path>.tmp, then renames it to <path>; throws Error naming the path on failure
+  // Writes <path>.tmp-XXXXXX (mkstemp), then renames it to <path>; throws Error naming the path on failure
   // and leaves no partial file behind.
   void write(const std::string& path) const;
 

@@ -5,6 +5,7 @@
 // version, an IQ tensor, a K-quant tensor of rows shorter than its blocks, an unknown
 // architecture) are errors naming the file.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 
 #include "models/import_gguf.h"
 #include "models/import_llama2c.h"
+#include "tokenizer/spm_model.h"
 #include "runtime/error.h"
 #include "tests/cpu/io_test_helpers.h"
 #include "tests/cpu/program_runner.h"
@@ -25,6 +27,17 @@ namespace fs = std::filesystem;
 
 const std::string kGguf = shared_file("models/stories260K/stories260K.gguf");
 const std::string kBin = shared_file("models/stories260K/stories260K.bin");
+
+// The sniffers that pick an importer look only into regular files: opening a FIFO waits
+// for a writer, and gemlite-quantize given one as SOURCE hung there.
+TEST(ImportGguf, AFifoIsNeitherGgufNorLlama2cTokenizerAndIsNotWaitedOn) {
+  ScratchDir dir;
+  const std::string fifo = dir.file("pipe.gguf");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_FALSE(is_gguf_file(fifo));
+  EXPECT_FALSE(is_llama2c_tokenizer(fifo));
+  EXPECT_TRUE(is_gguf_file(kGguf));
+}
 
 TEST(ImportGguf, Stories260KEqualsItsLlama2cCheckpoint) {
   ASSERT_TRUE(is_gguf_file(kGguf));

@@ -124,6 +124,12 @@ TEST(PackedCheckpoint, ForeignOrFutureConfigIsRejected) {
   dir = save_stories("q8");
   edit_config(dir, [](json& c) { c["quantization_config"]["modules"]["lm_head"] = "q3g48"; });
   expect_load_error(dir, "lm_head", "q3g48");
+
+  // Only the classifier can share the embedding: an o_proj marked "tied" was run with the
+  // embedding's [vocab, dim] and wrote past its output on the CPU.
+  dir = save_stories("f32");
+  edit_config(dir, [](json& c) { c["quantization_config"]["modules"]["model.layers.0.self_attn.o_proj"] = "tied"; });
+  expect_load_error(dir, dir + "/config.json", "only lm_head");
 }
 
 TEST(PackedCheckpoint, TensorsThatDisagreeWithTheConfigAreNamed) {

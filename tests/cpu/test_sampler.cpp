@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -188,6 +189,24 @@ TEST(Sampler, SampleTopOfTheLargestLogitsEqualsSampleOverAll) {
   SamplerParams unlimited;
   unlimited.top_k = 0;  // every logit may matter at a temperature
   EXPECT_EQ(Sampler(unlimited).candidates_needed({}), 0);
+}
+
+// A penalty below 1 raises a recent token's positive logit (llama.cpp's rule: divided by
+// the penalty), so a token outside the k + |penalized| largest may win: every logit
+// matters then. Greedy, k = 1: token 9 ranks fourth (0.9), is recent, and becomes 3.6.
+TEST(Sampler, PenaltyBelowOneNeedsEveryLogit) {
+  SamplerParams params;
+  params.temperature = 0.0f;
+  params.repeat_penalty = 0.25f;
+  const std::vector<float> logits = {1.0f, 0.95f, 0.92f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.9f};
+  Sampler sampler(params);
+  EXPECT_EQ(sampler.candidates_needed({9}), 0);
+  EXPECT_EQ(sampler.sample(logits.data(), int(logits.size()), {9}), 9);
+  EXPECT_EQ(sampler.candidates_needed({}), 1);  // nothing recent: nothing raised
+  params.repeat_penalty = 1.3f;
+  params.temperature = 1.0f;
+  params.top_k = std::numeric_limits<int>::max();  // k + |penalized| saturates instead of wrapping
+  EXPECT_EQ(Sampler(params).candidates_needed({1, 2}), std::numeric_limits<int>::max());
 }
 
 }  // namespace
