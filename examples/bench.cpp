@@ -262,8 +262,9 @@ void print_markdown_row(const Result& r, double copy_gbps) {
 void print_structured(const std::vector<Result>& results, double copy_gbps, const std::string& format) {
   nlohmann::json rows = nlohmann::json::array();
   for (const Result& r : results)
-    rows.push_back({{"model", r.model}, {"size_bytes", r.weight_bytes}, {"params", r.params},
-                    {"backend", r.backend}, {"threads", r.threads}, {"test", r.test},
+    // llama-bench's key names where it has the field (model_size, model_n_params, n_threads).
+    rows.push_back({{"model", r.model}, {"model_size", r.weight_bytes}, {"model_n_params", r.params},
+                    {"backend", r.backend}, {"n_threads", r.threads}, {"test", r.test},
                     {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen}, {"n_depth", r.n_depth}, {"avg_ts", r.mean_tps},
                     {"stddev_ts", r.std_tps}, {"gbps", r.gbps},
                     {"copy_gbps", copy_gbps}});
@@ -271,7 +272,7 @@ void print_structured(const std::vector<Result>& results, double copy_gbps, cons
     std::printf("%s\n", rows.dump(2).c_str());
     return;
   }
-  std::printf("model,size_bytes,params,backend,threads,test,n_prompt,n_gen,n_depth,avg_ts,stddev_ts,gbps,copy_gbps\n");
+  std::printf("model,model_size,model_n_params,backend,n_threads,test,n_prompt,n_gen,n_depth,avg_ts,stddev_ts,gbps,copy_gbps\n");
   // RFC 4180: a quote inside a quoted field is doubled.
   const auto quoted = [](std::string text) {
     for (size_t at = 0; (at = text.find('"', at)) != std::string::npos; at += 2) text.insert(at, 1, '"');
@@ -279,9 +280,9 @@ void print_structured(const std::vector<Result>& results, double copy_gbps, cons
   };
   for (const auto& row : rows)
     std::printf("\"%s\",%zu,%lld,%s,%d,%s,%d,%d,%d,%.3f,%.3f,%.3f,%.3f\n",
-                quoted(row["model"].get<std::string>()).c_str(), row["size_bytes"].get<size_t>(),
-                (long long)row["params"].get<int64_t>(), row["backend"].get<std::string>().c_str(),
-                row["threads"].get<int>(), row["test"].get<std::string>().c_str(), row["n_prompt"].get<int>(),
+                quoted(row["model"].get<std::string>()).c_str(), row["model_size"].get<size_t>(),
+                (long long)row["model_n_params"].get<int64_t>(), row["backend"].get<std::string>().c_str(),
+                row["n_threads"].get<int>(), row["test"].get<std::string>().c_str(), row["n_prompt"].get<int>(),
                 row["n_gen"].get<int>(), row["n_depth"].get<int>(), row["avg_ts"].get<double>(), row["stddev_ts"].get<double>(),
                 row["gbps"].get<double>(), copy_gbps);
 }
@@ -320,7 +321,7 @@ int main(int argc, char** argv) {
          cxxopts::value<std::string>()->default_value("all"))
         ("trace", "After the tests, one decode step of each model kernel by kernel as the CUDA graph "
                   "runs it (CUPTI): start, duration and time added per kernel, on stderr ('trace' lines)");
-    const auto args = parse_args(options, argc, argv);
+    const auto args = parse_args(options, argc, argv, {{"-pg", "--pg"}});
     if (args.count("kernels")) {
 #ifdef GEMLITE_WITH_CUDA
       const std::string set = args["kernel-set"].as<std::string>();
@@ -369,6 +370,7 @@ int main(int argc, char** argv) {
       throw Error("nothing to benchmark: give -m DIR or --synthetic NAME (see --help)");
     const std::string device = args["device"].as<std::string>();
     const std::string backend_name = device.empty() ? default_backend_name() : device;
+    check_backend(backend_name);  // before the copy bandwidth and the table's header
     if (plan.trace && backend_name != "cuda")
       throw Error("--trace times kernels on the GPU: it needs the cuda device");
     const BackendOptions backend_options = {parse_activation_type(args["dtype"].as<std::string>())};

@@ -188,9 +188,12 @@ int chat(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer, C
   }
   std::string line;
   for (;;) {
-    if (terminal) std::fputs("\n> ", stdout), std::fflush(stdout);
-    if (!std::getline(std::cin, line)) break;  // EOF ends the chat
-    if (line.empty()) continue;
+    if (terminal) std::fputs("> ", stdout), std::fflush(stdout);
+    if (!std::getline(std::cin, line)) {  // EOF ends the chat
+      if (terminal) std::fputs("\n", stdout);  // the shell's prompt on a line of its own
+      break;
+    }
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // nothing said
 
     const UserTurn turn = render_user_turn(chat_template, system, line, first_turn);
     Exchange exchange;
@@ -203,13 +206,14 @@ int chat(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer, C
     try {
       make_room(generation, history, int(exchange.size()) + answer_room, tokenizer);
     } catch (const Error& e) {  // a message too long for the context: say so, keep chatting
-      std::fprintf(stderr, "error: %s\n", e.what());
+      std::fprintf(stderr, "gemlite-chat: error: %s\n", e.what());
       continue;
     }
 
     Speed speed;
     feed_timed(generation, exchange, speed);
     const Answer answer = generate_answer(generation, sampler, tokenizer, stop, n_predict, speed);
+    std::fputs("\n", stdout);  // each answer a line of its own (piped turns ran together)
     exchange.insert(exchange.end(), answer.ids.begin(), answer.ids.end());
     const AssistantEnd end = render_assistant_end(chat_template);
     std::vector<int> closing;
@@ -240,7 +244,8 @@ int main(int argc, char** argv) {
         ("f,file", "Complete the text of this file once, like -p", cxxopts::value<std::string>())
         ("n,n-predict", "Tokens to generate per answer (-1 = until EOS or a full context)",
          cxxopts::value<int>()->default_value("-1"))
-        ("c,ctx-size", "Context size in tokens (0 = the model's)", cxxopts::value<int>()->default_value("0"))
+        ("c,ctx-size", "Context size in tokens (0 = the model's; default: 4096, or the model's if shorter)",
+         cxxopts::value<int>())
         ("temp", "Temperature (0 = greedy)", cxxopts::value<float>()->default_value("0.8"))
         ("top-k", "Top-k sampling (0 = off)", cxxopts::value<int>()->default_value("40"))
         ("top-p", "Top-p sampling (1 = off)", cxxopts::value<float>()->default_value("0.95"))
@@ -249,7 +254,7 @@ int main(int argc, char** argv) {
         ("repeat-last-n", "Tokens the repeat penalty looks back over", cxxopts::value<int>()->default_value("64"))
         ("s,seed", "Random seed (-1 = random)", cxxopts::value<int64_t>()->default_value("-1"))
         ("system-prompt", "System prompt for chat (also -sys)", cxxopts::value<std::string>()->default_value(""))
-        ("chat-template", "completion, llama2, zephyr, mistral or chatml (default: from the model)",
+        ("chat-template", "completion, llama2, zephyr (tinyllama), mistral, chatml or phi3 (default: from the model)",
          cxxopts::value<std::string>());
     const auto args = parse_args(options, argc, argv, {{"-sys", "--system-prompt"}});
     if (!args.count("model")) throw Error("missing -m/--model DIR (see --help)");
@@ -271,23 +276,36 @@ int main(int argc, char** argv) {
     params.seed = seed < 0 ? uint64_t(now_seconds() * 1e6) : uint64_t(seed);
     Sampler sampler(params);
 
-    LoadedModel loaded = load_model(args["model"].as<std::string>(), args["device"].as<std::string>(),
-                                    args["ctx-size"].as<int>(), /*need_tokenizer=*/true, backend_options(args));
+    const int context = args.count("ctx-size") ? args["ctx-size"].as<int>() : kDefaultContext;
+    if (args.count("ctx-size") && context < 0) throw Error("--ctx-size must be >= 0 (0 = the model's)");
+    LoadedModel loaded = load_model(args["model"].as<std::string>(), args["device"].as<std::string>(), context,
+                                    /*need_tokenizer=*/true, backend_options(args));
+    const auto print_context = [&] {
+      std::fprintf(stderr, "context: %d positions (the model's: %d)\n", loaded.model->context(),
+                   loaded.checkpoint.config.max_seq_len);
+    };
     Generation generation(*loaded.model);
     std::signal(SIGINT, on_interrupt);
     const int n_predict = args["n-predict"].as<int>();
-    if (args.count("prompt") || args.count("file"))
+    const std::string system = args["system-prompt"].as<std::string>();
+    if (args.count("prompt") || args.count("file")) {
+      if (!system.empty()) std::fprintf(stderr, "warning: -sys/--system-prompt is not used with -p/-f (no chat template)\n");
+      print_context();
       return complete_once(generation, sampler, *loaded.tokenizer,
                            args.count("prompt") ? args["prompt"].as<std::string>() : file_prompt, n_predict,
                            loaded.checkpoint.config.eos_id);
+    }
 
     const ChatTemplate chat_template =
         args.count("chat-template") ? parse_chat_template(args["chat-template"].as<std::string>())
         : !loaded.checkpoint.chat_template.empty() ? recorded_chat_template(loaded.checkpoint.chat_template, args["model"].as<std::string>())
         : detect_chat_template("", loaded.checkpoint.config.architecture, *loaded.tokenizer);
+    print_context();
     std::fprintf(stderr, "chat template: %s; end with Ctrl-D (EOF), stop an answer with Ctrl-C\n",
                  chat_template_name(chat_template));
-    return chat(generation, sampler, *loaded.tokenizer, chat_template,
-                args["system-prompt"].as<std::string>(), n_predict, loaded.checkpoint.config.eos_id);
+    if (!system.empty() && chat_template == ChatTemplate::Completion)
+      std::fprintf(stderr, "warning: -sys/--system-prompt is not used: the completion template has no system turn\n");
+    return chat(generation, sampler, *loaded.tokenizer, chat_template, system, n_predict,
+                loaded.checkpoint.config.eos_id);
   });
 }

@@ -76,9 +76,6 @@ int main(int argc, char** argv) {
 
     LoadedModel loaded = load_model(model_dir, args["device"].as<std::string>(), n_ctx, /*need_tokenizer=*/!compare,
                                     backend_options(args));
-    if (n_ctx > loaded.checkpoint.config.max_seq_len)
-      std::fprintf(stderr, "warning: --ctx-size %d is beyond the model's training context of %d\n",
-                   n_ctx, loaded.checkpoint.config.max_seq_len);
     std::fprintf(stderr, "perplexity: calculating perplexity over %d chunks, n_ctx=%d, backend=%s\n",
                  n_chunks, n_ctx, loaded.backend->name().c_str());
 

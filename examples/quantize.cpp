@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
         ("tokenizer", "sentencepiece tokenizer.model or llama2.c tokenizer.bin (llama2.c sources need one; GGUF "
                       "sources use their own vocabulary when it is sentencepiece-style)",
          cxxopts::value<std::string>())
-        ("chat-template", "Record the chat template: completion, llama2, zephyr, mistral, chatml",
+        ("chat-template", "Record the chat template: completion, llama2, zephyr (tinyllama), mistral, chatml or phi3",
          cxxopts::value<std::string>());
     options.parse_positional({"source", "output", "format"});
     const auto args = parse_args(options, argc, argv);

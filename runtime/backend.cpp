@@ -55,16 +55,25 @@ void check_copy_columns_shapes(const Tensor& src, const Tensor& dst, int64_t col
                 std::to_string(col0));
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options) {
-  if (name == "cpu") return make_cpu_backend();
+void check_backend(const std::string& name) {
+  if (name == "cpu") return;
 #ifdef GEMLITE_WITH_CUDA
-  if (name == "cuda") return make_cuda_backend(options);  // throws Error naming why when no device
+  if (name == "cuda") return require_cuda_device();
 #else
-  (void)options;
   if (name == "cuda")
     throw Error("--device cuda: this build has no CUDA (configure with nvcc, -DGEMLITE_CUDA=ON); use --device cpu");
 #endif
   throw Error("--device '" + name + "': unknown backend (expected cpu or cuda)");
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options) {
+  check_backend(name);
+#ifdef GEMLITE_WITH_CUDA
+  if (name == "cuda") return make_cuda_backend(options);
+#else
+  (void)options;
+#endif
+  return make_cpu_backend();
 }
 
 std::string default_backend_name() {

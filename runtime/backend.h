@@ -129,7 +129,11 @@ void check_attention_shapes(const Tensor& qkv, const AttentionShape& shape, cons
 void check_silu_mul_shapes(const Tensor& gate_up, const Tensor& out);
 void check_copy_columns_shapes(const Tensor& src, const Tensor& dst, int64_t col0);
 
-// "cpu" or "cuda"; throws Error for unknown names or a build without CUDA.
+// Throws make_backend's Error for a name it would refuse (unknown; "cuda" in a build
+// without CUDA or with no usable device), without making a backend: a program checks its
+// --device before it prints or measures anything.
+void check_backend(const std::string& name);
+// "cpu" or "cuda"; throws check_backend's Error.
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options = {});
 // "cuda" when this build has CUDA and a GPU is present, else "cpu".
 std::string default_backend_name();

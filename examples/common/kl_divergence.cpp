@@ -46,6 +46,15 @@ int64_t KldBaseHeader::chunk_bytes() const {
 
 KldBaseWriter::KldBaseWriter(const std::string& path) : path_(path) {
   check_output_file(path_);  // before the run, not after it
+  // Only an earlier base is replaced: a forgotten --kl-divergence turned the compared
+  // run into one that overwrote its base, and `-f text --kl-divergence-base text` the text.
+  if (std::filesystem::exists(path_)) {
+    std::ifstream existing(path_, std::ios::binary);
+    char magic[sizeof kMagic] = {};
+    existing.read(magic, sizeof magic);
+    if (!existing || std::memcmp(magic, kMagic, sizeof kMagic) != 0)
+      fail(path_, "exists and is not a gemlite KL-divergence base: not replaced (remove it or name another file)");
+  }
   temporary_ = make_temp_file_beside(path_);
   out_.open(temporary_, std::ios::binary | std::ios::trunc);
   if (!out_) fail(temporary_, "cannot be written");

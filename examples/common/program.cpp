@@ -3,11 +3,15 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <typeinfo>
 #include <vector>
 
 #include "runtime/error.h"
@@ -37,6 +41,14 @@ cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv
   for (auto& word : words)
     for (const auto& [alias, long_name] : aliases)
       if (word == alias) word = long_name;
+  // cxxopts reads "-ngl" as -n with the value "gl" ("Argument 'gl' failed to parse"): a
+  // single dash before several letters is one of llama.cpp's flags this program lacks.
+  for (size_t i = 1; i < words.size(); ++i) {
+    const std::string& word = words[i];
+    if (word.size() > 2 && word[0] == '-' && word[1] != '-' && std::isalpha(static_cast<unsigned char>(word[1])) &&
+        std::isalpha(static_cast<unsigned char>(word[2])))
+      throw Error("unknown option '" + word + "' (see --help)");
+  }
   std::vector<char*> rewritten;
   for (auto& word : words) rewritten.push_back(word.data());
   cxxopts::ParseResult result;
@@ -68,6 +80,21 @@ cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv
   }
   if (!result.unmatched().empty())
     throw Error("unexpected argument '" + result.unmatched().front() + "' (see --help)");
+  // cxxopts reads a float with operator>>, which stops at the first character it cannot
+  // use: "--temp 0,7" was 0 (greedy), "--top-p 0.9.9" 0.9. Every float given must be a
+  // whole, finite number.
+  for (const cxxopts::KeyValue& given : result.arguments()) {
+    try {
+      (void)result[given.key()].as<float>();
+    } catch (const std::bad_cast&) {
+      continue;  // not a float option
+    }
+    const std::string& text = given.value();
+    char* end = nullptr;
+    const float value = std::strtof(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value))
+      throw Error("--" + given.key() + ": '" + text + "' is not a number (see --help)");
+  }
   return result;
 }
 
@@ -106,7 +133,7 @@ void check_tokenizer_fits(const Tokenizer& tokenizer, const ModelConfig& config,
 Tokenizer load_checkpoint_tokenizer(const PackedCheckpoint& ckpt, const std::string& dir) {
   if (ckpt.tokenizer_path.empty())
     fail((std::filesystem::path(dir) / "tokenizer.model").string(),
-         "missing (pass --tokenizer to gemlite-quantize when converting a llama2.c checkpoint)");
+         "missing (convert the model again with gemlite-quantize --tokenizer TOKENIZER)");
   Tokenizer tokenizer = Tokenizer::load(ckpt.tokenizer_path);
   check_tokenizer_fits(tokenizer, ckpt.config, ckpt.tokenizer_path);
   tokenizer.set_rstrip(ckpt.rstrip_token_ids);
@@ -119,7 +146,11 @@ LoadedModel load_model(const std::string& dir, const std::string& device, int co
   loaded.checkpoint = load_packed_checkpoint(dir);
   if (!loaded.checkpoint.tokenizer_path.empty() || need_tokenizer)
     loaded.tokenizer = std::make_unique<Tokenizer>(load_checkpoint_tokenizer(loaded.checkpoint, dir));
+  const int trained = loaded.checkpoint.config.max_seq_len;
+  if (context == kDefaultContext) context = std::min(kDefaultContextPositions, trained);
   if (context < 0) throw Error("--ctx-size must be >= 0");
+  if (context > trained)
+    std::fprintf(stderr, "warning: --ctx-size %d is beyond the model's training context of %d\n", context, trained);
   loaded.backend = make_backend(device.empty() ? default_backend_name() : device, options);
   loaded.model = std::make_unique<LlamaModel>(loaded.checkpoint, *loaded.backend, context);
   // A warm-up like llama.cpp's (a 2-token prompt, then one decode step) on the GPU: the

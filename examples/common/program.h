@@ -28,9 +28,16 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;  // null when the checkpoint has none
 };
 
+// load_model's context when -c/--ctx-size is not given: llama-cli's default of 4096
+// positions, or the model's own context where that is shorter. (The model's whole context
+// by default gave a Llama-3.1-shaped model, 131072 positions, a 16 GiB fp16 KV cache.)
+constexpr int kDefaultContext = -1;
+constexpr int kDefaultContextPositions = 4096;
+
 // Loads `dir` (Error naming the file on any problem) on `device` ("" = default backend)
-// with a KV cache of `context` positions (0 = the model's max_seq_len). With
-// need_tokenizer, a missing tokenizer.model is an error.
+// with a KV cache of `context` positions (0 = the model's max_seq_len; kDefaultContext;
+// beyond the model's, a warning). With need_tokenizer, a missing tokenizer.model is an
+// error.
 LoadedModel load_model(const std::string& dir, const std::string& device, int context,
                        bool need_tokenizer, const BackendOptions& options = {});
 

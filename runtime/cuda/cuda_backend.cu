@@ -323,9 +323,13 @@ std::string cuda_unavailable_reason() {
   return "";
 }
 
-std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+void require_cuda_device() {
   const std::string why = cuda_unavailable_reason();
   if (!why.empty()) throw Error("--device cuda: " + why + "; use --device cpu");
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+  require_cuda_device();
   BackendOptions chosen = options;
   if (const char* no_graph = std::getenv("GEMLITE_NO_GRAPH"); no_graph && std::string(no_graph) == "1")
     chosen.graphs = false;

@@ -12,6 +12,8 @@ namespace gemlite {
 
 // "" when a CUDA device can be used, else one line saying why not.
 std::string cuda_unavailable_reason();
+// Throws Error("--device cuda: <reason>; use --device cpu") when cuda_unavailable_reason says one.
+void require_cuda_device();
 
 // Throws Error when no device can be used, or for activations other than F16/BF16.
 // Graphs are off when options.graphs is false or the environment has GEMLITE_NO_GRAPH=1.

@@ -167,6 +167,19 @@ TEST(KlDivergenceProgram, BadBaseFilesAreOneLineErrorsNamingTheFile) {
   expect_error(model + " -f " + shared_file(kText) + " -c 128 --chunks 1 --kl-divergence-base " + dir +
                    "/no/such/dir/base.kld",
                dir + "/no/such/dir/base.kld.tmp");
+  // Only an earlier base is replaced: not the text being read, nor any other file.
+  const std::string text_copy = dir + "/text.txt";
+  std::filesystem::copy_file(shared_file(kText), text_copy);
+  expect_error(model + " -f " + text_copy + " -c 128 --chunks 1 --kl-divergence-base " + text_copy,
+               "is not a gemlite KL-divergence base: not replaced");
+  EXPECT_EQ(std::filesystem::file_size(text_copy), std::filesystem::file_size(shared_file(kText)));
+  const std::string earlier = dir + "/earlier.kld";
+  std::filesystem::copy_file(base_file(4), earlier);
+  const ProgramRun replaced = run_program_for_test(
+      "gemlite-perplexity", model + " -f " + shared_file(kText) + " -c 128 --chunks 1 --kl-divergence-base " + earlier,
+      true);
+  EXPECT_EQ(replaced.exit_code, 0) << replaced.output;
+  EXPECT_LT(std::filesystem::file_size(earlier), std::filesystem::file_size(base_file(4)));  // 1 chunk now, not 4
   // A base path that is a directory is refused before the run (it failed after all chunks).
   std::filesystem::create_directory(dir + "/a-folder");
   expect_error(model + " -f " + shared_file(kText) + " -c 128 --chunks 1 --kl-divergence-base " + dir + "/a-folder",

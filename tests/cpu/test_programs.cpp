@@ -152,6 +152,11 @@ TEST(Programs, BadFlagValuesAreOneLineErrors) {
   // The flag is named whichever way its value is given (cxxopts names only the value).
   expect_one_line_error("gemlite-bench", "--synthetic stories260k -t 2x", "-t: Argument");
   expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " --ctx-size=1e3", "--ctx-size: Argument");
+  // A float's trailing text is an error, not dropped: "--temp 0,7" ran greedy.
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --temp 0,7", "--temp: '0,7' is not a number");
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --top-p=0.9.9", "--top-p: '0.9.9'");
+  // llama.cpp's multi-letter flags this program lacks are named, not read as -n "gl".
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi -ngl 99", "unknown option '-ngl'");
 }
 
 TEST(Programs, NonsenseNumbersAreOneLineErrors) {
@@ -296,6 +301,35 @@ TEST(Programs, ChatReadsTurnsFromStdinAndEndsCleanlyOnEof) {
   for (size_t at = run.output.find("[ Prompt: "); at != std::string::npos; at = run.output.find("[ Prompt: ", at + 1))
     ++reports;
   EXPECT_EQ(reports, 3u) << run.output;  // one speed line per answer
+  // On stdout each answer is a line of its own (piped answers ran together); a line of
+  // blanks is no turn.
+  const ProgramRun answers = run_program_for_test(
+      "gemlite-chat", "-m " + stories_dir() + " -n 8 --temp 0 -c 64 --chat-template completion", false,
+      "Once upon a time\n  \nLily saw a cat\n");
+  EXPECT_EQ(answers.exit_code, 0);
+  EXPECT_EQ(std::count(answers.output.begin(), answers.output.end(), '\n'), 2) << answers.output;
+}
+
+// Without -c the context is llama-cli's 4096 positions, or the model's own when shorter
+// (the model's whole context gave a Llama-3.1-shaped model a 16 GiB KV cache); -c 0 is the
+// model's; beyond it, a warning.
+TEST(Programs, ChatContextDefaultsToLlamaClisAtMostTheModels) {
+  const auto context_line = [](const std::string& dir, const std::string& flags) {
+    const ProgramRun run = run_program_for_test("gemlite-chat", "-m " + dir + " -p Once -n 1 --temp 0 " + flags, true);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    return run.output;
+  };
+  EXPECT_NE(context_line(stories_dir(), "").find("context: 512 positions (the model's: 512)"), std::string::npos);
+  const std::string dir = make_temp_dir() + "/stories-long";
+  fs::copy(stories_dir(), dir, fs::copy_options::recursive);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  config["max_position_embeddings"] = 8192;
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  EXPECT_NE(context_line(dir, "").find("context: 4096 positions (the model's: 8192)"), std::string::npos);
+  EXPECT_NE(context_line(dir, "-c 0").find("context: 8192 positions"), std::string::npos);
+  const std::string beyond = context_line(stories_dir(), "-c 1024");
+  EXPECT_NE(beyond.find("context: 1024 positions"), std::string::npos) << beyond;
+  EXPECT_NE(beyond.find("beyond the model's training context of 512"), std::string::npos) << beyond;
 }
 
 TEST(Programs, FullContextNeverCrashes) {
@@ -325,6 +359,14 @@ TEST(Programs, BenchRunsLlamaBenchListsDepthsAndPromptGenPairs) {
                           ",pp6 @ d40,6,0,40,", ",tg3 @ d40,0,3,40,", ",pp4+tg2 @ d40,4,2,40,"})
     EXPECT_NE(run.output.find(row), std::string::npos) << "no row " << row << " in:\n" << run.output;
   EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 9) << run.output;  // header + 8 rows
+}
+
+// llama-bench spells the pair flag -pg.
+TEST(Programs, BenchTakesLlamaBenchsPgSpelling) {
+  const ProgramRun run =
+      run_program_for_test("gemlite-bench", "--device cpu --synthetic stories260k -f q8 -p 0 -n 0 -pg 4,2 -r 1 -o csv", false);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find(",pp4+tg2,4,2,0,"), std::string::npos) << run.output;
 }
 
 TEST(Programs, BenchListsAndPairsRejectBadValuesInOneLine) {
