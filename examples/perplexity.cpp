@@ -12,6 +12,7 @@
 #include "examples/common/kl_divergence.h"
 #include "examples/common/program.h"
 #include "runtime/error.h"
+#include "runtime/interrupt.h"
 
 using namespace gemlite;
 
@@ -81,7 +82,10 @@ int main(int argc, char** argv) {
 
     const int vocab = loaded.checkpoint.config.vocab_size;
     const int first_scored = n_ctx / 2;
-    if (writer) writer->begin(KldBaseHeader{n_ctx, vocab, n_chunks, first_scored});
+    if (writer) {
+      writer->begin(KldBaseHeader{n_ctx, vocab, n_chunks, first_scored});
+      install_interrupt_handlers();  // Ctrl-C leaves no partial base behind
+    }
     KldStatistics statistics;
     double nll_sum = 0, nll_squared_sum = 0;
     long scored = 0;
@@ -91,6 +95,7 @@ int main(int argc, char** argv) {
     std::vector<double> nll(size_t(n_ctx - 1 - first_scored));  // [n_ctx - 1 - first_scored]
     const double start = now_seconds();
     for (int chunk = 0; chunk < n_chunks; ++chunk) {
+      throw_if_interrupted("saving the kl-divergence base");  // only with the handlers installed
       if (compare) {
         base->read_chunk(chunk, &ids, &base_log_probs);
       } else {

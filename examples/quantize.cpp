@@ -16,6 +16,7 @@
 #include "models/pack_ggml_codes.h"
 #include "models/quantize_model.h"
 #include "runtime/error.h"
+#include "runtime/interrupt.h"
 #include "runtime/io/mapped_file.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/spm_model.h"
@@ -104,6 +105,7 @@ int main(int argc, char** argv) {
 
     const std::string output = args["output"].as<std::string>();
     check_can_save_packed_checkpoint(output);
+    install_interrupt_handlers();  // Ctrl-C leaves no temporary output behind
     // FORMAT gguf: each block-quantized tensor of a GGUF in the gemlite format nearest its
     // type (pack_ggml_codes.h), unquantized ones f16; --override still applies after it.
     // Any other name is checked before the source is read.
@@ -201,9 +203,12 @@ int main(int argc, char** argv) {
     try {
       packed = quantize_model(source, spec, [&](int done, int total, const std::string& module, PackedFrom how) {
         show_progress(done, total, module);
+        throw_if_interrupted("quantizing");
         from_codes += how == PackedFrom::SourceCodes;
         modules = total;
       });
+    } catch (const Interrupted&) {
+      throw;
     } catch (const Error& e) {
       fail(source_path, e.what());  // the tensor is named, the file too
     }

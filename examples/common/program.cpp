@@ -15,12 +15,16 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/interrupt.h"
 
 namespace gemlite {
 
 int run_program(const char* program, const std::function<int()>& body) {
   try {
     return body();
+  } catch (const Interrupted& e) {  // the writers removed their temporaries on the way out
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 130;
   } catch (const Error& e) {
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
   } catch (const cxxopts::exceptions::exception& e) {

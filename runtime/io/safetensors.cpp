@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.h"
+#include "runtime/interrupt.h"
 #include "runtime/io/mapped_file.h"
 #include "runtime/io/output_file.h"
 
@@ -245,7 +246,10 @@ void SafetensorsWriter::write(const std::string& path) const {
   AtomicFile out(path);
   out.write(length_field, sizeof(length_field));
   out.write(header_text.data(), header_text.size());
-  for (const auto& entry : tensors_) out.write(entry.second.data, entry.second.nbytes());
+  for (const auto& entry : tensors_) {
+    throw_if_interrupted("writing a safetensors file");  // the temporary goes with the unwinding
+    out.write(entry.second.data, entry.second.nbytes());
+  }
   out.commit();
 }
 

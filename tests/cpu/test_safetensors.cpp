@@ -1,9 +1,12 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
+#include "runtime/interrupt.h"
 #include "runtime/io/safetensors.h"
 #include "tests/cpu/io_test_helpers.h"
 
@@ -202,6 +205,29 @@ TEST(SafetensorsFile, AFifoIsRefusedNotWaitedOn) {
   const std::string fifo = dir.file("pipe.safetensors");
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   expect_error_mentions([&] { SafetensorsFile::open(fifo); }, {fifo, "not a regular file"});
+}
+
+// Ctrl-C while a file is written (runtime/interrupt.h): the writer stops before its next
+// tensor and its temporary goes with the unwinding. In a child process (the flag, once
+// set, stays set).
+TEST(SafetensorsWriter, AnInterruptLeavesNoFileBehind) {
+  ScratchDir dir;
+  const std::string path = dir.file("w.safetensors");
+  EXPECT_EXIT(
+      {
+        install_interrupt_handlers();
+        std::raise(SIGINT);
+        SafetensorsWriter writer;
+        writer.add("w", patterned(DType::F32, {2}, 1));
+        try {
+          writer.write(path);
+        } catch (const Interrupted& e) {
+          std::exit(fs::is_empty(dir.path()) && std::string(e.what()).find("interrupted") == 0 ? 7 : 1);
+        }
+        std::exit(2);  // written although interrupted
+      },
+      ::testing::ExitedWithCode(7), "");
+  EXPECT_TRUE(fs::is_empty(dir.path()));
 }
 
 // The temporary is a fresh "<path>.tmp-XXXXXX": a user's "<path>.tmp" is not touched.
