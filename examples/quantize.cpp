@@ -18,6 +18,7 @@
 #include "runtime/error.h"
 #include "runtime/interrupt.h"
 #include "runtime/io/mapped_file.h"
+#include "runtime/io/output_file.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/spm_model.h"
 
@@ -59,9 +60,7 @@ class BuiltTokenizer {
     path_ = name;
     // mkstemp makes it 0600 and copy_file keeps that: give it a plain file's mode, as the
     // checkpoint's other files have.
-    const mode_t mask = umask(0);
-    umask(mask);
-    fchmod(fd, 0666 & ~mask);
+    fchmod(fd, plain_mode(0666));
     const bool written = write(fd, proto.data(), proto.size()) == ssize_t(proto.size());
     close(fd);
     if (!written) fail(path_, "write failed");

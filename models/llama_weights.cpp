@@ -25,4 +25,8 @@ std::vector<std::string> linear_module_names(int n_layers) {
   return names;
 }
 
+std::string source_weight_name(const std::string& module, bool tied_embeddings) {
+  return tied_embeddings && module == kLmHeadModule ? kEmbeddingName : module + ".weight";
+}
+
 }  // namespace gemlite

@@ -21,4 +21,8 @@ inline const char* kLmHeadModule = "lm_head";
 // Every linear module of the model in checkpoint order, lm_head last.
 std::vector<std::string> linear_module_names(int n_layers);
 
+// The source tensor that holds `module`'s weight: "<module>.weight", or the embedding for
+// a tied lm_head.
+std::string source_weight_name(const std::string& module, bool tied_embeddings);
+
 }  // namespace gemlite

@@ -49,8 +49,7 @@ std::optional<PackedWeight> pack_qn_from_ggml_codes(const BlockSource& source, c
 std::vector<std::pair<std::string, WeightFormat>> formats_nearest_ggml_blocks(const SourceModel& source) {
   std::vector<std::pair<std::string, WeightFormat>> formats;
   for (const std::string& module : linear_module_names(source.config.n_layers)) {
-    const std::string name =
-        source.config.tied_embeddings && module == kLmHeadModule ? kEmbeddingName : module + ".weight";
+    const std::string name = source_weight_name(module, source.config.tied_embeddings);
     const auto blocks = source.block_sources.find(name);
     if (blocks == source.block_sources.end()) continue;
     const int bits = ggml_type(blocks->second.type_id)->code_bits;

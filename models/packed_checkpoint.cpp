@@ -13,6 +13,7 @@
 #include "models/llama_weights.h"
 #include "runtime/error.h"
 #include "runtime/io/json_file.h"
+#include "runtime/io/output_file.h"
 #include "runtime/io/safetensors.h"
 
 namespace gemlite {
@@ -80,9 +81,7 @@ fs::path normalized_directory(const std::string& dir) {
 fs::path make_unique_directory(const fs::path& parent, const std::string& stem) {
   std::string name = (parent / (stem + "-XXXXXX")).string();
   if (!mkdtemp(name.data())) fail(name, std::string("cannot create directory: ") + std::strerror(errno));
-  const mode_t mask = umask(0);
-  umask(mask);
-  fs::permissions(name, fs::perms(0777 & ~mask));
+  fs::permissions(name, fs::perms(plain_mode(0777)));
   return name;
 }
 

@@ -88,7 +88,7 @@ PackedCheckpoint quantize_model(const SourceModel& source, const QuantizeSpec& s
 
   int done = 0;
   auto quantize = [&](const std::string& module) {
-    const std::string name = c.tied_embeddings && module == kLmHeadModule ? kEmbeddingName : module + ".weight";
+    const std::string name = source_weight_name(module, c.tied_embeddings);
     const WeightFormat format = format_for_module(spec, module);
     // A GGUF's affine blocks become a qNg32 weight code for code (models/pack_ggml_codes.h).
     const auto blocks = source.block_sources.find(name);

@@ -34,8 +34,7 @@ inline uint16_t float_to_bf16(float f) {
   return uint16_t(bits >> 16);
 }
 
-// Rounds a float through fp16 / bf16 and back: what a value becomes once stored.
+// Rounds a float through fp16 and back: what a value becomes once stored.
 inline float round_to_half(float f) { return half_to_float(float_to_half(f)); }
-inline float round_to_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
 
 }  // namespace gemlite

@@ -24,11 +24,15 @@ std::string make_temp_file_beside(const std::string& path) {
   std::string name = path + ".tmp-XXXXXX";
   const int fd = mkstemp(name.data());
   if (fd < 0) fail(path, "cannot create " + name + ": " + std::strerror(errno));
-  const mode_t mask = umask(0);
-  umask(mask);
-  fchmod(fd, 0666 & ~mask);
+  fchmod(fd, plain_mode(0666));
   close(fd);
   return name;
+}
+
+unsigned plain_mode(unsigned requested) {
+  const mode_t mask = umask(0);  // reading the umask means setting it: set it back
+  umask(mask);
+  return requested & ~unsigned(mask);
 }
 
 }  // namespace gemlite

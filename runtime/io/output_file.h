@@ -14,4 +14,8 @@ void check_output_file(const std::string& path);
 // permissions) and returns its name. Error naming `path` when that is not possible.
 std::string make_temp_file_beside(const std::string& path);
 
+// The mode open() or mkdir() would give a new file (0666) or directory (0777) under this
+// process's umask: mkstemp / mkdtemp make theirs 0600 / 0700, which a rename would keep.
+unsigned plain_mode(unsigned requested);
+
 }  // namespace gemlite
