@@ -14,6 +14,7 @@
 #include "models/import_hf.h"
 #include "models/import_llama2c.h"
 #include "models/pack_ggml_codes.h"
+#include "models/packed_checkpoint.h"
 #include "models/quantize_model.h"
 #include "runtime/error.h"
 #include "runtime/interrupt.h"
@@ -28,6 +29,8 @@ namespace fs = std::filesystem;
 namespace {
 
 SourceModel load_source(const std::string& path) {
+  if (fs::is_directory(path) && is_packed_checkpoint(path))
+    fail(path, "is a gemlite packed checkpoint already; quantize the model it was made from");
   if (fs::is_directory(path)) return load_hf_directory(path);
   if (!fs::exists(path)) fail(path, "no such file or directory");
   if (is_gguf_file(path)) return load_gguf(path);

@@ -59,16 +59,6 @@ void expect_tensor(const HostTensor& t, const std::string& where, const std::str
     fail(where, "tensor '" + name + "' has shape " + t.shape_string() + ", expected " + shape_string(shape));
 }
 
-// A directory whose config.json says quant_method "gemlite".
-bool is_packed_checkpoint(const fs::path& dir) {
-  try {
-    const json config = read_json_file((dir / "config.json").string());
-    return config.value("quantization_config", json::object()).value("quant_method", "") == "gemlite";
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-
 // "out/" and "out" name the same directory.
 fs::path normalized_directory(const std::string& dir) {
   fs::path path = fs::path(dir).lexically_normal();
@@ -87,13 +77,22 @@ fs::path make_unique_directory(const fs::path& parent, const std::string& stem) 
 
 }  // namespace
 
+bool is_packed_checkpoint(const std::string& dir) {
+  try {
+    const json config = read_json_file((fs::path(dir) / "config.json").string());
+    return config.value("quantization_config", json::object()).value("quant_method", "") == "gemlite";
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 void check_can_save_packed_checkpoint(const std::string& dir) {
   // Replacing an earlier gemlite checkpoint is expected; replacing anything else (a source
   // model, a typo) would destroy data.
   const fs::path path = normalized_directory(dir);
   if (path.empty() || path == "." || path == ".." || path == path.root_path())
     fail("output directory '" + dir + "'", "not a name a checkpoint can be written under");
-  if (fs::exists(path) && !(fs::is_directory(path) && fs::is_empty(path)) && !is_packed_checkpoint(path))
+  if (fs::exists(path) && !(fs::is_directory(path) && fs::is_empty(path)) && !is_packed_checkpoint(path.string()))
     fail(dir, "exists and is not a gemlite packed checkpoint; refusing to replace it");
 }
 

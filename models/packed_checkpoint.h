@@ -67,6 +67,9 @@ void save_packed_checkpoint(const PackedCheckpoint& checkpoint, const std::strin
 // (save would refuse it): lets a program fail before hours of work, not after.
 void check_can_save_packed_checkpoint(const std::string& dir);
 
+// Whether `dir`'s config.json says quant_method "gemlite" (false for anything unreadable).
+bool is_packed_checkpoint(const std::string& dir);
+
 // The classifier of a tied model: a dense view of the embedding [vocab, dim], no copy.
 PackedWeight tied_lm_head(const HostTensor& embedding);
 

@@ -181,6 +181,9 @@ std::string read_text_file(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   if (text.str().empty()) fail(path, "is empty");
+  // A binary file read as text scored a perplexity in the billions, without a word.
+  const size_t nul = text.str().find('\0');
+  if (nul != std::string::npos) fail(path, "is not text (a NUL byte at offset " + std::to_string(nul) + ")");
   return text.str();
 }
 

@@ -113,6 +113,18 @@ TEST(Programs, SystemPromptAndOutputPathAreCheckedUpFront) {
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(std::ifstream(target).rdbuf()), {}), "keep");
 }
 
+// A packed checkpoint given as SOURCE is said to be one (it was "missing tensor
+// '...q_proj.weight'"); a binary file given as text is refused (it scored a perplexity in
+// the billions).
+TEST(Programs, WrongKindsOfInputAreNamed) {
+  expect_one_line_error("gemlite-quantize", stories_dir() + " " + make_temp_dir() + "/again q4g64",
+                        "is a gemlite packed checkpoint already");
+  const std::string binary = make_temp_dir() + "/binary.txt";
+  std::ofstream(binary, std::ios::binary) << std::string("Once upon a time\0\x01\x02", 19);
+  expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " -f " + binary, "is not text");
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -f " + binary, "is not text");
+}
+
 TEST(Programs, MissingTokenizerIsNamed) {
   const std::string dir = make_temp_dir() + "/no-tokenizer";
   fs::copy(stories_dir(), dir);
