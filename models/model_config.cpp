@@ -92,8 +92,9 @@ class KeyReader {
     return v;
   }
   int as_int(const char* key, const json& v) const {
-    if (!v.is_number_integer() || v.get<int64_t>() < INT_MIN || v.get<int64_t>() > INT_MAX)
-      bad(key, "must be an integer, got " + v.dump());
+    if (!v.is_number_integer()) bad(key, "must be an integer, got " + v.dump());
+    if (v.get<int64_t>() < INT_MIN || v.get<int64_t>() > INT_MAX)
+      bad(key, "is out of range (" + v.dump() + "; at most " + std::to_string(INT_MAX) + ")");
     return v.get<int>();
   }
 

@@ -49,6 +49,11 @@ void check_silu_mul_shapes(const Tensor& gate_up, const Tensor& out) {
                 " (expected [T, 2h] and [T, h])");
 }
 
+std::pair<int64_t, int64_t> upload_shape(const HostTensor& host) {
+  if (host.shape.size() > 2) throw Error("upload: a tensor " + host.shape_string() + " (expected 1 or 2 dimensions)");
+  return {host.shape.size() == 2 ? host.shape[0] : 1, host.shape.empty() ? 1 : host.shape.back()};
+}
+
 void check_copy_columns_shapes(const Tensor& src, const Tensor& dst, int64_t col0) {
   if (col0 < 0 || col0 + src.cols > dst.cols || src.rows != dst.rows || src.dtype != dst.dtype)
     throw Error("copy_columns: src " + shape_of(src) + " into dst " + shape_of(dst) + " at column " +

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/host_tensor.h"
@@ -123,6 +124,11 @@ class Backend {
   }
   virtual void synchronize() {}
 };
+
+// The [rows, cols] both backends give an upload of `host`: 2-D as it is, 1-D (or a
+// scalar) as one row; Error for more dimensions (the CUDA backend had copied all of such a
+// tensor's bytes into one row's allocation).
+std::pair<int64_t, int64_t> upload_shape(const HostTensor& host);
 
 // The shape checks both backends make before an op (Error naming the op and the shapes).
 void check_attention_shapes(const Tensor& qkv, const AttentionShape& shape, const Tensor& out);

@@ -44,34 +44,31 @@ int64_t KldBaseHeader::chunk_bytes() const {
   return int64_t(n_ctx) * 4 + scored_per_chunk() * n_vocab * 2;
 }
 
-KldBaseWriter::KldBaseWriter(const std::string& path) : path_(path) {
-  check_output_file(path_);  // before the run, not after it
-  // Only an earlier base is replaced: a forgotten --kl-divergence turned the compared
-  // run into one that overwrote its base, and `-f text --kl-divergence-base text` the text.
-  if (std::filesystem::exists(path_)) {
-    std::ifstream existing(path_, std::ios::binary);
+namespace {
+
+// `path`, once it is known not to hold anything but an earlier base: a forgotten
+// --kl-divergence turned the compared run into one that overwrote its base, and
+// `-f text --kl-divergence-base text` the text.
+const std::string& replaceable_base(const std::string& path) {
+  if (std::filesystem::is_regular_file(path)) {
+    std::ifstream existing(path, std::ios::binary);
     char magic[sizeof kMagic] = {};
     existing.read(magic, sizeof magic);
     if (!existing || std::memcmp(magic, kMagic, sizeof kMagic) != 0)
-      fail(path_, "exists and is not a gemlite KL-divergence base: not replaced (remove it or name another file)");
+      fail(path, "exists and is not a gemlite KL-divergence base: not replaced (remove it or name another file)");
   }
-  temporary_ = make_temp_file_beside(path_);
-  out_.open(temporary_, std::ios::binary | std::ios::trunc);
-  if (!out_) fail(temporary_, "cannot be written");
+  return path;
 }
 
-KldBaseWriter::~KldBaseWriter() {
-  if (finished_) return;
-  out_.close();
-  std::error_code ignored;
-  std::filesystem::remove(temporary_, ignored);
-}
+}  // namespace
+
+KldBaseWriter::KldBaseWriter(const std::string& path) : file_(replaceable_base(path)) {}
 
 void KldBaseWriter::begin(const KldBaseHeader& header) {
   header_ = header;
   const int32_t fields[4] = {header.n_ctx, header.n_vocab, header.n_chunks, header.first_scored};
-  out_.write(kMagic, sizeof kMagic);
-  out_.write(reinterpret_cast<const char*>(fields), sizeof fields);
+  file_.write(kMagic, sizeof kMagic);
+  file_.write(fields, sizeof fields);
 }
 
 void KldBaseWriter::add_chunk(const std::vector<int>& ids, const std::vector<float>& logits) {
@@ -79,27 +76,21 @@ void KldBaseWriter::add_chunk(const std::vector<int>& ids, const std::vector<flo
     throw Error("kl-divergence base: a chunk of " + std::to_string(ids.size()) + " ids and " +
                 std::to_string(logits.size()) + " logits");
   std::vector<int32_t> ids32(ids.begin(), ids.end());
-  out_.write(reinterpret_cast<const char*>(ids32.data()), std::streamsize(ids32.size() * 4));
+  file_.write(ids32.data(), ids32.size() * 4);
   std::vector<double> row;
   std::vector<uint16_t> halves(size_t(header_.n_vocab));
   for (int j = header_.first_scored; j < header_.n_ctx - 1; ++j) {
     log_softmax(&logits[size_t(j) * header_.n_vocab], header_.n_vocab, &row);
     for (size_t i = 0; i < halves.size(); ++i) halves[i] = float_to_half(float(row[i]));
-    out_.write(reinterpret_cast<const char*>(halves.data()), std::streamsize(halves.size() * 2));
+    file_.write(halves.data(), halves.size() * 2);
   }
-  if (!out_) fail(temporary_, "write failed (disk full?)");
   ++written_;
 }
 
 void KldBaseWriter::finish() {
   if (written_ != header_.n_chunks)
-    fail(temporary_, std::to_string(written_) + " of " + std::to_string(header_.n_chunks) + " chunks written");
-  out_.close();
-  if (!out_) fail(temporary_, "write failed (disk full?)");
-  std::error_code error;
-  std::filesystem::rename(temporary_, path_, error);
-  if (error) fail(path_, "cannot be replaced: " + error.message());
-  finished_ = true;
+    fail(file_.temp_path(), std::to_string(written_) + " of " + std::to_string(header_.n_chunks) + " chunks written");
+  file_.commit();
 }
 
 KldBaseReader::KldBaseReader(const std::string& path) : path_(path) {

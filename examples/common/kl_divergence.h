@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/io/output_file.h"
+
 namespace gemlite {
 
 // ln sum_i exp(logits[i]) over logits [n], in double so 32000-way sums keep their
@@ -30,14 +32,13 @@ struct KldBaseHeader {
   int64_t chunk_bytes() const;
 };
 
-// Writes to `path`.tmp and renames it to `path` in finish(); a writer destroyed before
-// that removes the temporary file, so a failed or interrupted run leaves nothing that
-// looks like a base. Opened first (before any slow work), so an unwritable path is the
-// run's first and only complaint.
+// Writes through an AtomicFile (runtime/io/output_file.h): renamed into place in finish(); a
+// writer destroyed before that removes the temporary, so a failed or interrupted run
+// leaves nothing that looks like a base. Opened first (before any slow work), so an
+// unwritable path is the run's first and only complaint. Replaces only an earlier base.
 class KldBaseWriter {
  public:
   explicit KldBaseWriter(const std::string& path);
-  ~KldBaseWriter();
   KldBaseWriter(const KldBaseWriter&) = delete;
   KldBaseWriter& operator=(const KldBaseWriter&) = delete;
 
@@ -47,11 +48,9 @@ class KldBaseWriter {
   void finish();  // Error naming the file when the chunks written are not n_chunks
 
  private:
-  std::string path_, temporary_;
   KldBaseHeader header_;
-  std::ofstream out_;
+  AtomicFile file_;
   int written_ = 0;
-  bool finished_ = false;
 };
 
 // Checks the header and the file's size against it (Error naming the file otherwise).

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "runtime/error.h"
@@ -58,8 +59,7 @@ class CpuBackend final : public Backend {
   Tensor upload(const HostTensor& host) override {
     Tensor t;
     t.dtype = host.dtype;
-    t.rows = host.shape.size() == 2 ? host.shape[0] : 1;
-    t.cols = host.shape.empty() ? 1 : host.shape.back();
+    std::tie(t.rows, t.cols) = upload_shape(host);
     t.data = const_cast<uint8_t*>(host.data);  // weights are read-only; the mapping is shared
     t.storage = std::const_pointer_cast<void>(host.owner);
     return t;

@@ -113,8 +113,7 @@ class CudaBackend final : public Backend {
   }
 
   Tensor upload(const HostTensor& host) override {
-    const int64_t rows = host.shape.size() == 2 ? host.shape[0] : 1;
-    const int64_t cols = host.shape.empty() ? 1 : host.shape.back();
+    const auto [rows, cols] = upload_shape(host);
     Tensor t = device_tensor(ctx_, host.dtype, rows, cols, "a weight " + host.shape_string());
     CUDA_CHECK(cudaMemcpyAsync(t.data, host.data, host.nbytes(), cudaMemcpyHostToDevice, ctx_->stream));
     return t;

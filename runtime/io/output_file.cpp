@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -33,6 +34,35 @@ unsigned plain_mode(unsigned requested) {
   const mode_t mask = umask(0);  // reading the umask means setting it: set it back
   umask(mask);
   return requested & ~unsigned(mask);
+}
+
+AtomicFile::AtomicFile(const std::string& path) : path_(path) {
+  check_output_file(path_);
+  temp_path_ = make_temp_file_beside(path_);
+  file_ = std::fopen(temp_path_.c_str(), "wb");
+  if (!file_) {
+    std::remove(temp_path_.c_str());
+    fail(path_, "cannot write " + temp_path_ + ": " + std::strerror(errno));
+  }
+}
+
+AtomicFile::~AtomicFile() {
+  if (file_) std::fclose(file_);
+  if (!committed_) std::remove(temp_path_.c_str());
+}
+
+void AtomicFile::write(const void* bytes, size_t size) {
+  if (size > 0 && std::fwrite(bytes, 1, size, file_) != size)
+    fail(path_, std::string("write failed: ") + std::strerror(errno));
+}
+
+void AtomicFile::commit() {
+  std::FILE* file = file_;
+  file_ = nullptr;
+  if (std::fclose(file) != 0) fail(path_, std::string("write failed: ") + std::strerror(errno));
+  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0)
+    fail(path_, "cannot rename " + temp_path_ + " into place: " + std::strerror(errno));
+  committed_ = true;
 }
 
 }  // namespace gemlite

@@ -2,6 +2,7 @@
 // What every file writer here does before it writes: refuse a target that is not a plain
 // file, and write a fresh temporary beside it that is renamed into place at the end (a
 // failed run leaves the old file, and never a half-written one).
+#include <cstdio>
 #include <string>
 
 namespace gemlite {
@@ -17,5 +18,26 @@ std::string make_temp_file_beside(const std::string& path);
 // The mode open() or mkdir() would give a new file (0666) or directory (0777) under this
 // process's umask: mkstemp / mkdtemp make theirs 0600 / 0700, which a rename would keep.
 unsigned plain_mode(unsigned requested);
+
+// Writes <path>.tmp-XXXXXX (make_temp_file_beside) and renames it to <path> on commit().
+// Until then the destructor removes the temporary, so a failure (an Error, an interrupt
+// unwinding the stack) leaves neither a partial file nor a changed <path>. Every write
+// fails at once, naming <path>, when the bytes do not go out (a full disk).
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::string& path);  // check_output_file(path) first
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* bytes, size_t size);
+  void commit();
+  const std::string& temp_path() const { return temp_path_; }
+
+ private:
+  std::string path_, temp_path_;
+  std::FILE* file_ = nullptr;
+  bool committed_ = false;
+};
 
 }  // namespace gemlite

@@ -121,45 +121,6 @@ void check_no_overlap(const std::string& path, std::vector<TensorEntry> entries)
   }
 }
 
-// Writes <path>.tmp-XXXXXX (mkstemp) and renames it to <path> on commit(). Until then the destructor removes
-// the temporary, so a failure leaves neither a partial file nor a changed <path>.
-class AtomicFile {
- public:
-  explicit AtomicFile(const std::string& path) : path_(path) {
-    check_output_file(path_);
-    temp_path_ = make_temp_file_beside(path_);
-    file_ = std::fopen(temp_path_.c_str(), "wb");
-    if (!file_) {
-      std::remove(temp_path_.c_str());
-      fail(path_, "cannot write " + temp_path_ + ": " + std::strerror(errno));
-    }
-  }
-  ~AtomicFile() {
-    if (file_) std::fclose(file_);
-    if (!committed_) std::remove(temp_path_.c_str());
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  void write(const void* bytes, size_t size) {
-    if (size > 0 && std::fwrite(bytes, 1, size, file_) != size)
-      fail(path_, std::string("write failed: ") + std::strerror(errno));
-  }
-
-  void commit() {
-    std::FILE* file = file_;
-    file_ = nullptr;
-    if (std::fclose(file) != 0) fail(path_, std::string("write failed: ") + std::strerror(errno));
-    if (std::rename(temp_path_.c_str(), path_.c_str()) != 0)
-      fail(path_, "cannot rename " + temp_path_ + " into place: " + std::strerror(errno));
-    committed_ = true;
-  }
-
- private:
-  std::string path_, temp_path_;
-  std::FILE* file_ = nullptr;
-  bool committed_ = false;
-};
 
 }  // namespace
 

@@ -241,5 +241,19 @@ TEST(BackendOps, ArgmaxSkipsNanAndTakesTheLowestIndexOfATie) {
   EXPECT_EQ(argmax_of({nan, nan}), 0);
 }
 
+// upload keeps a 2-D tensor's shape, makes a 1-D one a row, and refuses more dimensions
+// (the CUDA backend had allocated one row and copied the whole tensor into it).
+TEST(BackendOps, UploadTakesOneOrTwoDimensions) {
+  auto backend = make_cpu_backend();
+  const std::vector<float> values(12, 1.0f);
+  const Tensor matrix = backend->upload(HostTensor::copy_of(DType::F32, {3, 4}, values.data()));
+  EXPECT_EQ(matrix.rows, 3);
+  EXPECT_EQ(matrix.cols, 4);
+  const Tensor row = backend->upload(HostTensor::copy_of(DType::F32, {12}, values.data()));
+  EXPECT_EQ(row.rows, 1);
+  EXPECT_EQ(row.cols, 12);
+  EXPECT_THROW(backend->upload(HostTensor::copy_of(DType::F32, {2, 2, 3}, values.data())), Error);
+}
+
 }  // namespace
 }  // namespace gemlite

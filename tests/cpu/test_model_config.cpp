@@ -220,6 +220,9 @@ TEST(ModelConfig, RejectsMissingOrMistypedKeys) {
   config["num_hidden_layers"] = "32";
   expect_config_error(config, {"'num_hidden_layers' must be an integer"});
   config = llama31_transformers4();
+  config["max_position_embeddings"] = int64_t(100000000000);  // an integer, not an int
+  expect_config_error(config, {"'max_position_embeddings' is out of range (100000000000"});
+  config = llama31_transformers4();
   config["rope_scaling"].erase("factor");
   expect_config_error(config, {"missing 'rope_scaling.factor'"});
 }
