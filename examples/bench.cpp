@@ -259,32 +259,26 @@ void print_markdown_row(const Result& r, double copy_gbps) {
               tg ? (fixed(100.0 * r.gbps / copy_gbps, 1) + " %").c_str() : "-");
 }
 
-void print_structured(const std::vector<Result>& results, double copy_gbps, const std::string& format) {
-  nlohmann::json rows = nlohmann::json::array();
-  for (const Result& r : results)
-    // llama-bench's key names where it has the field (model_size, model_n_params, n_threads).
-    rows.push_back({{"model", r.model}, {"model_size", r.weight_bytes}, {"model_n_params", r.params},
-                    {"backend", r.backend}, {"n_threads", r.threads}, {"test", r.test},
-                    {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen}, {"n_depth", r.n_depth}, {"avg_ts", r.mean_tps},
-                    {"stddev_ts", r.std_tps}, {"gbps", r.gbps},
-                    {"copy_gbps", copy_gbps}});
-  if (format == "json") {
-    std::printf("%s\n", rows.dump(2).c_str());
-    return;
-  }
+// llama-bench's key names where it has the field (model_size, model_n_params, n_threads).
+nlohmann::json result_json(const Result& r, double copy_gbps) {
+  return {{"model", r.model},       {"model_size", r.weight_bytes}, {"model_n_params", r.params},
+          {"backend", r.backend},   {"n_threads", r.threads},       {"test", r.test},
+          {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen},             {"n_depth", r.n_depth},
+          {"avg_ts", r.mean_tps},   {"stddev_ts", r.std_tps},       {"gbps", r.gbps},
+          {"copy_gbps", copy_gbps}};
+}
+
+void print_csv_header() {
   std::printf("model,model_size,model_n_params,backend,n_threads,test,n_prompt,n_gen,n_depth,avg_ts,stddev_ts,gbps,copy_gbps\n");
+}
+
+void print_csv_row(const Result& r, double copy_gbps) {
   // RFC 4180: a quote inside a quoted field is doubled.
-  const auto quoted = [](std::string text) {
-    for (size_t at = 0; (at = text.find('"', at)) != std::string::npos; at += 2) text.insert(at, 1, '"');
-    return text;
-  };
-  for (const auto& row : rows)
-    std::printf("\"%s\",%zu,%lld,%s,%d,%s,%d,%d,%d,%.3f,%.3f,%.3f,%.3f\n",
-                quoted(row["model"].get<std::string>()).c_str(), row["model_size"].get<size_t>(),
-                (long long)row["model_n_params"].get<int64_t>(), row["backend"].get<std::string>().c_str(),
-                row["n_threads"].get<int>(), row["test"].get<std::string>().c_str(), row["n_prompt"].get<int>(),
-                row["n_gen"].get<int>(), row["n_depth"].get<int>(), row["avg_ts"].get<double>(), row["stddev_ts"].get<double>(),
-                row["gbps"].get<double>(), copy_gbps);
+  std::string model = r.model;
+  for (size_t at = 0; (at = model.find('"', at)) != std::string::npos; at += 2) model.insert(at, 1, '"');
+  std::printf("\"%s\",%zu,%lld,%s,%d,%s,%d,%d,%d,%.3f,%.3f,%.3f,%.3f\n", model.c_str(), r.weight_bytes,
+              (long long)r.params, r.backend.c_str(), r.threads, r.test.c_str(), r.n_prompt, r.n_gen, r.n_depth,
+              r.mean_tps, r.std_tps, r.gbps, copy_gbps);
 }
 
 }  // namespace
@@ -403,14 +397,19 @@ int main(int argc, char** argv) {
       copy_gbps = measure_copy_bandwidth() / 1e9;
       std::fprintf(stderr, "copy bandwidth: %.1f GB/s (host memcpy, measured now)\n", copy_gbps);
     }
-    // Markdown rows appear as each test finishes, like llama-bench's: a long run shows
-    // progress, and what finished survives an interrupted one.
-    std::vector<Result> results;
+    // Rows appear as each test finishes, like llama-bench's: a long run shows progress, and
+    // what finished survives an interrupted one (json: the objects of an array closed at
+    // the end).
     if (output == "md") print_markdown_header();
+    if (output == "csv") print_csv_header();
+    if (output == "json") std::printf("[\n");
+    std::fflush(stdout);
+    int reported = 0;
     const auto report = [&](const Result& r) {
-      results.push_back(r);
-      if (output != "md") return;
-      print_markdown_row(r, copy_gbps);
+      if (output == "md") print_markdown_row(r, copy_gbps);
+      if (output == "csv") print_csv_row(r, copy_gbps);
+      if (output == "json") std::printf("%s  %s", reported > 0 ? ",\n" : "", result_json(r, copy_gbps).dump().c_str());
+      ++reported;
       std::fflush(stdout);
     };
     for (const auto& [label, ckpt] : checkpoints)
@@ -420,7 +419,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "building %s with random weights ...\n", label.c_str());
       bench_model(label, make_synthetic_checkpoint(config, format), device, backend_options, plan, report);
     }
-    if (output != "md") print_structured(results, copy_gbps, output);
+    if (output == "json") std::printf("\n]\n");
     return 0;
   });
 }

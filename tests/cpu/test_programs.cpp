@@ -373,6 +373,21 @@ TEST(Programs, BenchRunsLlamaBenchListsDepthsAndPromptGenPairs) {
   EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 9) << run.output;  // header + 8 rows
 }
 
+// -o json: one array of the tests (written as each finishes, closed at the end) with
+// llama-bench's key names where it has the field.
+TEST(Programs, BenchJsonIsOneArrayWithLlamaBenchsKeys) {
+  const ProgramRun run =
+      run_program_for_test("gemlite-bench", "--device cpu --synthetic stories260k -f q8 -p 4 -n 2 -r 1 -o json", false);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json rows = nlohmann::json::parse(run.output);
+  ASSERT_EQ(rows.size(), 2u) << run.output;
+  EXPECT_EQ(rows[0]["test"], "pp4");
+  EXPECT_EQ(rows[1]["test"], "tg2");
+  for (const char* key : {"model_size", "model_n_params", "n_threads", "n_prompt", "n_gen", "avg_ts", "stddev_ts"})
+    EXPECT_TRUE(rows[1].contains(key)) << key;
+  EXPECT_GT(rows[1]["avg_ts"].get<double>(), 0.0);
+}
+
 // llama-bench spells the pair flag -pg.
 TEST(Programs, BenchTakesLlamaBenchsPgSpelling) {
   const ProgramRun run =
