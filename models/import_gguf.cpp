@@ -52,9 +52,9 @@ class Cursor {
 
  private:
   void need(uint64_t bytes, const char* what) const {
-    if (bytes > size_ - at_)
-      fail(path_, "truncated at byte " + std::to_string(at_) + " of " + std::to_string(size_) + " (reading " +
-                      what + ")");
+    if (bytes > size_ - at_)  // a cut file, or a corrupt length field asking for more than there is
+      fail(path_, "truncated or corrupt: " + std::string(what) + " at byte " + std::to_string(at_) + " needs " +
+                      std::to_string(bytes) + " bytes, " + std::to_string(size_ - at_) + " are left");
   }
   const uint8_t* data_;
   size_t size_;
