@@ -43,7 +43,10 @@ int main(int argc, char** argv) {
     // The text (or the base file) is read and checked before the model and its KV cache are
     // allocated; a base to be written is opened first of all.
     std::optional<KldBaseWriter> writer;
-    if (!compare && !base_path.empty()) writer.emplace(base_path);
+    if (!compare && !base_path.empty()) {
+      install_interrupt_handlers();  // from here Ctrl-C leaves no partial base behind
+      writer.emplace(base_path);
+    }
     const std::string model_dir = args["model"].as<std::string>();
     const PackedCheckpoint header = load_packed_checkpoint(model_dir);
     std::unique_ptr<KldBaseReader> base;
@@ -66,6 +69,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "perplexity: tokenizing the input ..\n");
       const double start = now_seconds();
       tokens = tokenizer.encode(text, /*add_bos=*/true);
+      throw_if_interrupted("tokenizing");
       std::fprintf(stderr, "perplexity: tokenization took %.1f ms, %zu tokens\n", (now_seconds() - start) * 1e3,
                    tokens.size());
       if (int64_t(tokens.size()) < 2 * int64_t(n_ctx))
@@ -77,15 +81,13 @@ int main(int argc, char** argv) {
 
     LoadedModel loaded = load_model(model_dir, args["device"].as<std::string>(), n_ctx, /*need_tokenizer=*/!compare,
                                     backend_options(args));
+    throw_if_interrupted("loading the model");
     std::fprintf(stderr, "perplexity: calculating perplexity over %d chunks, n_ctx=%d, backend=%s\n",
                  n_chunks, n_ctx, loaded.backend->name().c_str());
 
     const int vocab = loaded.checkpoint.config.vocab_size;
     const int first_scored = n_ctx / 2;
-    if (writer) {
-      writer->begin(KldBaseHeader{n_ctx, vocab, n_chunks, first_scored});
-      install_interrupt_handlers();  // Ctrl-C leaves no partial base behind
-    }
+    if (writer) writer->begin(KldBaseHeader{n_ctx, vocab, n_chunks, first_scored});
     KldStatistics statistics;
     double nll_sum = 0, nll_squared_sum = 0;
     long scored = 0;

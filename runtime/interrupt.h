@@ -11,12 +11,15 @@
 
 namespace gemlite {
 
-// Thrown where a loop found the flag set; programs exit with 130 (128 + SIGINT), as llama.cpp's do.
+// Thrown where a loop found the flag set; programs exit with `exit_code`, 128 + the signal
+// (130 for SIGINT, as llama.cpp's do; 143 for SIGTERM).
 struct Interrupted : Error {
-  using Error::Error;
+  Interrupted(const std::string& what, int exit_code) : Error(what), exit_code(exit_code) {}
+  int exit_code;
 };
 
-// Installs the handlers: the first signal sets the flag, a second one exits at once (130).
+// Installs the handlers (not over a signal the process was started ignoring): the first
+// signal sets the flag, a second one exits at once (128 + it).
 void install_interrupt_handlers();
 
 // Throws Interrupted("interrupted while <doing>") once a signal came (never before the

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -24,7 +23,7 @@ int run_program(const char* program, const std::function<int()>& body) {
     return body();
   } catch (const Interrupted& e) {  // the writers removed their temporaries on the way out
     std::fprintf(stderr, "%s: %s\n", program, e.what());
-    return 130;
+    return e.exit_code;
   } catch (const Error& e) {
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
   } catch (const cxxopts::exceptions::exception& e) {
@@ -45,14 +44,6 @@ cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv
   for (auto& word : words)
     for (const auto& [alias, long_name] : aliases)
       if (word == alias) word = long_name;
-  // cxxopts reads "-ngl" as -n with the value "gl" ("Argument 'gl' failed to parse"): a
-  // single dash before several letters is one of llama.cpp's flags this program lacks.
-  for (size_t i = 1; i < words.size(); ++i) {
-    const std::string& word = words[i];
-    if (word.size() > 2 && word[0] == '-' && word[1] != '-' && std::isalpha(static_cast<unsigned char>(word[1])) &&
-        std::isalpha(static_cast<unsigned char>(word[2])))
-      throw Error("unknown option '" + word + "' (see --help)");
-  }
   std::vector<char*> rewritten;
   for (auto& word : words) rewritten.push_back(word.data());
   cxxopts::ParseResult result;
@@ -66,6 +57,14 @@ cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv
       return message.find("'" + value + "'") != std::string::npos ||
              message.find("\u2018" + value + "\u2019") != std::string::npos;
     };
+    // cxxopts reads "-ngl 99" as -n with the value "gl": a value that is the rest of a
+    // single-dash word is one of llama.cpp's multi-letter flags this program lacks.
+    for (size_t i = 1; i < words.size(); ++i) {
+      const std::string& word = words[i];
+      if (word.size() > 2 && word[0] == '-' && std::isalpha(static_cast<unsigned char>(word[1])) &&
+          names(word.substr(2)))
+        throw Error("unknown option '" + word + "' (see --help)");
+    }
     std::string flag;
     for (size_t i = 1; i < words.size() && flag.empty(); ++i) {
       const std::string& word = words[i];
@@ -85,8 +84,8 @@ cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv
   if (!result.unmatched().empty())
     throw Error("unexpected argument '" + result.unmatched().front() + "' (see --help)");
   // cxxopts reads a float with operator>>, which stops at the first character it cannot
-  // use: "--temp 0,7" was 0 (greedy), "--top-p 0.9.9" 0.9. Every float given must be a
-  // whole, finite number.
+  // use: "--temp 0,7" was 0 (greedy), "--top-p 0.9.9" 0.9. Every float given must be read
+  // whole the same way (so "0x1p+1" is refused, not read as 0).
   for (const cxxopts::KeyValue& given : result.arguments()) {
     try {
       (void)result[given.key()].as<float>();
@@ -94,9 +93,10 @@ cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv
       continue;  // not a float option
     }
     const std::string& text = given.value();
-    char* end = nullptr;
-    const float value = std::strtof(text.c_str(), &end);
-    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value))
+    std::istringstream in(text);
+    float value = 0;
+    char extra = 0;
+    if (!(in >> value) || (in >> extra) || !std::isfinite(value))
       throw Error("--" + given.key() + ": '" + text + "' is not a number (see --help)");
   }
   return result;

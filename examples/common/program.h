@@ -13,7 +13,7 @@ namespace gemlite {
 
 // Runs body(); prints "<program>: error: <message>" and returns 1 on any Error, cxxopts
 // parse error or std::exception, so no bad input ends in a crash; on Interrupted
-// (runtime/interrupt.h) "<program>: interrupted while ..." and 130.
+// (runtime/interrupt.h) "<program>: interrupted while ..." and 128 + the signal.
 int run_program(const char* program, const std::function<int()>& body);
 
 // Parses argv, rewriting llama.cpp's multi-letter short flags (e.g. "-sys", "-ngl")

@@ -167,8 +167,13 @@ TEST(Programs, BadFlagValuesAreOneLineErrors) {
   // A float's trailing text is an error, not dropped: "--temp 0,7" ran greedy.
   expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --temp 0,7", "--temp: '0,7' is not a number");
   expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --top-p=0.9.9", "--top-p: '0.9.9'");
-  // llama.cpp's multi-letter flags this program lacks are named, not read as -n "gl".
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --temp 0x1p+1", "--temp: '0x1p+1'");
+  // llama.cpp's multi-letter flags this program lacks are named, not read as -n "gl"; a
+  // value that starts with a dash is still a value.
   expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi -ngl 99", "unknown option '-ngl'");
+  const ProgramRun dash = run_program_for_test("gemlite-chat", "-m " + stories_dir() + " -p '-Once upon' -n 2 --temp 0", false);
+  EXPECT_EQ(dash.exit_code, 0);
+  EXPECT_EQ(dash.output.rfind("-Once upon", 0), 0u) << dash.output;
 }
 
 TEST(Programs, NonsenseNumbersAreOneLineErrors) {
