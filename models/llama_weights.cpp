@@ -25,6 +25,18 @@ std::vector<std::string> linear_module_names(int n_layers) {
   return names;
 }
 
+std::pair<int64_t, int64_t> linear_shape(const ModelConfig& c, const std::string& module) {
+  const auto ends_with = [&](const std::string& suffix) {
+    return module.size() >= suffix.size() && module.compare(module.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends_with("q_proj")) return {c.q_dim(), c.dim};
+  if (ends_with("k_proj") || ends_with("v_proj")) return {c.kv_dim(), c.dim};
+  if (ends_with("o_proj")) return {c.dim, c.q_dim()};
+  if (ends_with("gate_proj") || ends_with("up_proj")) return {c.hidden_dim, c.dim};
+  if (ends_with("down_proj")) return {c.dim, c.hidden_dim};
+  return {c.vocab_size, c.dim};  // lm_head
+}
+
 std::string source_weight_name(const std::string& module, bool tied_embeddings) {
   return tied_embeddings && module == kLmHeadModule ? kEmbeddingName : module + ".weight";
 }

@@ -1,8 +1,12 @@
 #pragma once
 // The Hugging Face names of a llama-family model's tensors: the quantizer, the packed
 // checkpoint and the importers all speak them.
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "models/model_config.h"
 
 namespace gemlite {
 
@@ -20,6 +24,11 @@ inline const char* kLmHeadModule = "lm_head";
 
 // Every linear module of the model in checkpoint order, lm_head last.
 std::vector<std::string> linear_module_names(int n_layers);
+
+// [out, in] of linear module `module` (a name of linear_module_names) under config `c`:
+// the one place the projections' shapes come from (the packed checkpoint's loader and the
+// importers' required tensors both ask here).
+std::pair<int64_t, int64_t> linear_shape(const ModelConfig& c, const std::string& module);
 
 // The source tensor that holds `module`'s weight: "<module>.weight", or the embedding for
 // a tied lm_head.

@@ -24,21 +24,6 @@ namespace {
 
 const char* kTiedModule = "tied";
 
-// [out, in] of a linear module, from the config.
-std::pair<int64_t, int64_t> expected_linear_shape(const ModelConfig& c, const std::string& module) {
-  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
-  auto ends_with = [&](const char* suffix) {
-    const std::string s(suffix);
-    return module.size() >= s.size() && module.compare(module.size() - s.size(), s.size(), s) == 0;
-  };
-  if (ends_with("q_proj")) return {q_dim, c.dim};
-  if (ends_with("k_proj") || ends_with("v_proj")) return {kv_dim, c.dim};
-  if (ends_with("o_proj")) return {c.dim, q_dim};
-  if (ends_with("gate_proj") || ends_with("up_proj")) return {c.hidden_dim, c.dim};
-  if (ends_with("down_proj")) return {c.dim, c.hidden_dim};
-  return {c.vocab_size, c.dim};  // lm_head
-}
-
 }  // namespace
 
 PackedWeight tied_lm_head(const HostTensor& matrix) {
@@ -203,7 +188,7 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
       fail(config_path, "module '" + module + "' is " + format_name +
                             " in packed format version 1, whose fp6/fp5 layout this build no longer reads; "
                             "re-quantize it with gemlite-quantize");
-    std::tie(w.rows, w.cols) = expected_linear_shape(c, module);
+    std::tie(w.rows, w.cols) = linear_shape(c, module);
     const std::string prefix = module + ".";
     for (const std::string& name : file.names())
       if (name.compare(0, prefix.size(), prefix) == 0) w.parts[name.substr(prefix.size())] = file.get(name);

@@ -9,27 +9,31 @@
 namespace gemlite {
 
 std::vector<TensorSpec> required_source_tensors(const ModelConfig& c) {
-  const int64_t dim = c.dim, hidden = c.hidden_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
+  const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
   std::vector<TensorSpec> specs = {{kEmbeddingName, {c.vocab_size, dim}}};
+  const auto weight = [&](const std::string& module) {
+    const auto [out, in] = linear_shape(c, module);
+    specs.push_back({module + ".weight", {out, in}});
+  };
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerTensorNames layer = layer_tensor_names(i);
     specs.push_back({layer.attn_norm, {dim}});
-    specs.push_back({layer.q + ".weight", {q_dim, dim}});
-    specs.push_back({layer.k + ".weight", {kv_dim, dim}});
-    specs.push_back({layer.v + ".weight", {kv_dim, dim}});
+    weight(layer.q);
+    weight(layer.k);
+    weight(layer.v);
     if (c.qkv_bias) {
       specs.push_back({layer.q + ".bias", {q_dim}});
       specs.push_back({layer.k + ".bias", {kv_dim}});
       specs.push_back({layer.v + ".bias", {kv_dim}});
     }
-    specs.push_back({layer.o + ".weight", {dim, q_dim}});
+    weight(layer.o);
     specs.push_back({layer.ffn_norm, {dim}});
-    specs.push_back({layer.gate + ".weight", {hidden, dim}});
-    specs.push_back({layer.up + ".weight", {hidden, dim}});
-    specs.push_back({layer.down + ".weight", {dim, hidden}});
+    weight(layer.gate);
+    weight(layer.up);
+    weight(layer.down);
   }
   specs.push_back({kFinalNormName, {dim}});
-  if (!c.tied_embeddings) specs.push_back({std::string(kLmHeadModule) + ".weight", {c.vocab_size, dim}});
+  if (!c.tied_embeddings) weight(kLmHeadModule);
   return specs;
 }
 
