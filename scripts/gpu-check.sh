@@ -90,7 +90,7 @@ run() {
     echo "== GPU tests"
     "$tests" --gtest_filter="${GEMLITE_GPU_TEST_FILTER:-*}" --gtest_output="xml:$out/tests.xml" \
       >"$out/tests.log" 2>&1 || status=1
-    grep -E '^\[  (PASSED|FAILED) |^\[==========\]|FAILED|worst' "$out/tests.log" | tail -60 || true
+    grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED|worst' "$out/tests.log" | tail -60 || true
   fi
   if [ -z "${GEMLITE_GPU_SKIP_TESTS:-}" ] && [ -z "${GEMLITE_GPU_SKIP_SANITIZER:-}" ]; then
     echo "== compute-sanitizer (quick subset)"

@@ -63,14 +63,22 @@ struct CheckResult {
   std::string first_failure;
 };
 
-// Runs gemv_qn once on poisoned output and compares every element with the reference.
+// Runs gemv_qn once on poisoned output and compares every element with the reference;
+// x is N(0, 1), or uniform in [0.5, 1] with positive_x.
 CheckResult run_and_compare(const PackedWeight& packed, const QnDeviceWeight& dw, DType act, int64_t M,
                             std::mt19937_64& rng, cudaStream_t stream, int x_offset_elements = 0,
-                            const GemvQnConfig& config = {}) {
+                            const GemvQnConfig& config = {}, bool positive_x = false) {
   const int64_t N = packed.rows, K = packed.cols;
   std::vector<uint16_t> x_bits;
   std::vector<float> x;
   random_activations(M, K, act, rng, &x_bits, &x);
+  if (positive_x) {
+    std::uniform_real_distribution<float> positive(0.5f, 1.0f);
+    for (size_t i = 0; i < x.size(); ++i) {
+      x_bits[i] = act == DType::BF16 ? float_to_bf16(positive(rng)) : float_to_half(positive(rng));
+      x[i] = act == DType::BF16 ? bf16_to_float(x_bits[i]) : half_to_float(x_bits[i]);
+    }
+  }
   std::vector<float> ref(size_t(M * N));
   linear_reference(packed, x.data(), M, ref.data());
   const ErrorScales scales = error_scales(packed, x, M);
@@ -172,6 +180,36 @@ std::string param_name(const ::testing::TestParamInfo<std::tuple<int, int>>& inf
 INSTANTIATE_TEST_SUITE_P(AllFormats, GemvQnTest,
                          ::testing::Combine(::testing::Range(1, 9), ::testing::Values(32, 64, 128, 0)),
                          param_name);
+
+// The tolerance above grows with K (S2 sums over all of K) faster than the error of a
+// missing part of a random sum (~sqrt K): at K = 57344 a kernel that skipped k >= 49152
+// (whose scales lie past 48 KB, in the opt-in shared memory) passed it in 3 of 5 seeds, in
+// a CPU simulation of the bound. With x and W positive nothing cancels: S2 ~ 2 |y| here
+// (w in [0.5, 1]: |q s| + |z s| ~ |w|), so the bound is ~8u |y| (0.4 % in fp16, 1.6 % in
+// bf16), while k >= 49152 holds 1/7 of y and a wrong group's scale a share as large.
+TEST(GemvQnEdges, EveryPartOfALongKIsSummed) {
+  std::mt19937_64 rng(test_seed() + 29);
+  StreamGuard stream;
+  const int64_t K = 57344, N = 48;
+  std::uniform_real_distribution<float> positive(0.5f, 1.0f);
+  std::vector<float> w(size_t(N * K));  // [N, K]; |y| <= K = 57344 < fp16's 65504
+  for (float& v : w) v = positive(rng);
+  const size_t shared_per_block = device_shared_memory_per_block();
+  for (const WeightFormat& format : {qn_format(4, 64), qn_format(2, 32), qn_format(8, 0)}) {
+    const PackedWeight packed = quantize_weight(w.data(), N, K, format);
+    if (size_t(group_count(format.group, K)) * 64 + (10u << 10) > shared_per_block) continue;  // refused (tested above)
+    for (DType act : {DType::F16, DType::BF16}) {
+      QnDeviceWeight dw = upload_qn_weight(packed, act);
+      for (int64_t M : {1, 16}) {
+        SCOPED_TRACE(format.name() + " " + dtype_name(act) + " M=" + std::to_string(M) +
+                     " seed=" + std::to_string(test_seed()));
+        const CheckResult r = run_and_compare(packed, dw, act, M, rng, stream.stream, 0, {}, /*positive_x=*/true);
+        EXPECT_EQ(r.failures, 0) << r.first_failure;
+      }
+      free_qn_weight(&dw);
+    }
+  }
+}
 
 // Misaligned x (odd element offset) and K % 8 != 0 take the scalar activation path; a bias
 // is added after the reduction.
