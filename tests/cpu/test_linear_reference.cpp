@@ -208,8 +208,14 @@ TEST(QuantizeWeight, RejectsWeightsBeyondFp16InF16) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not fit fp16"), std::string::npos) << e.what();
   }
-  for (const char* format : {"bf16", "f32", "q8"})
-    EXPECT_NO_THROW(quantize_weight(w.data(), 2, 5, WeightFormat::parse(format))) << format;
+  // Held, and read back near 99840 (bf16 keeps 8 significant bits, q8 255 steps a row).
+  for (const auto& [format, tolerance] : {std::pair{"bf16", 99840.0f / 256}, std::pair{"f32", 0.0f},
+                                          std::pair{"q8", 99840.0f / 254}}) {
+    const PackedWeight packed = quantize_weight(w.data(), 2, 5, WeightFormat::parse(format));
+    std::vector<float> row(5);
+    dequantize_row(packed, 0, row.data());
+    EXPECT_NEAR(row[3], 99840.0f, tolerance) << format;
+  }
 }
 
 }  // namespace
