@@ -171,11 +171,24 @@ TEST_P(GemmFpxTest, MatchesCpuReferenceAtEveryBatchSize) {
 INSTANTIATE_TEST_SUITE_P(Formats, GemmFpxTest, ::testing::Values("fp6", "fp5"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
+// Off an H100 running the sm_90a build the tiled kernel does not run, and a launch forcing
+// it falls back to the register kernel: the tests of the tiled shapes skip there, visibly,
+// instead of passing on the other kernel.
+bool tiled_kernel_runs_here() {
+  const std::vector<float> w(16 * 128, 1.0f);
+  const PackedWeight packed = quantize_weight(w.data(), 16, 128, WeightFormat::parse("fp6"));
+  FpxDeviceWeight dw = upload_fpx_weight(packed, DType::F16);
+  const bool runs = gemm_fpx_max_m(dw) > kFpxMaxM;
+  free_fpx_weight(&dw);
+  return runs;
+}
+
 // Misaligned x (odd element offset: scalar loads), a bias added after the reduction, and
 // every split-K and n-tile setting of the register kernel, warps per block 1, 2, 3, 4, 5,
 // 6, 8 and 16 (every automatic choice and more), plus the tiled kernel at every cluster
 // size, on one shape.
 TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
+  const bool tiled_here = tiled_kernel_runs_here();
   std::mt19937_64 rng(test_seed() + 5);
   StreamGuard stream;
   const WeightFormat format = WeightFormat::parse("fp6");
@@ -212,6 +225,7 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
         }
       for (int splits : {1, 2, 4, 8})  // both tiled shapes at small M too, at every cluster size
         for (int kernel : {1, 2}) {
+          if (!tiled_here) break;  // forced, it would run the register kernel again
           GemmFpxConfig tiled;
           tiled.tiled = kernel;
           tiled.splits = splits;
@@ -222,18 +236,6 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
     }
     free_fpx_weight(&dw);
   }
-}
-
-// Off an H100 running the sm_90a build the tiled kernel does not run, and a launch forcing
-// it falls back to the register kernel: the tests of the tiled shapes skip there, visibly,
-// instead of passing on the other kernel.
-bool tiled_kernel_runs_here() {
-  const std::vector<float> w(16 * 128, 1.0f);
-  const PackedWeight packed = quantize_weight(w.data(), 16, 128, WeightFormat::parse("fp6"));
-  FpxDeviceWeight dw = upload_fpx_weight(packed, DType::F16);
-  const bool runs = gemm_fpx_max_m(dw) > kFpxMaxM;
-  free_fpx_weight(&dw);
-  return runs;
 }
 
 // A small case of the tiled kernel's shapes (two chunks of 64 x rows, or one of 128 with
