@@ -178,13 +178,14 @@ std::string read_text_file(const std::string& path) {
   if (!std::filesystem::is_regular_file(path)) fail(path, "not a readable file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().empty()) fail(path, "is empty");
+  std::ostringstream stream;
+  stream << in.rdbuf();
+  std::string text = stream.str();  // str() copies: taken once
+  if (text.empty()) fail(path, "is empty");
   // A binary file read as text scored a perplexity in the billions, without a word.
-  const size_t nul = text.str().find('\0');
+  const size_t nul = text.find('\0');
   if (nul != std::string::npos) fail(path, "is not text (a NUL byte at offset " + std::to_string(nul) + ")");
-  return text.str();
+  return text;
 }
 
 }  // namespace gemlite
