@@ -187,6 +187,7 @@ int chat(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer, C
                   "and its answer in the context of " + std::to_string(context) + " (raise -c/--ctx-size)");
   }
   std::string line;
+  int refused_turns = 0;  // piped turns that did not fit: the exit code says so at the end
   for (;;) {
     if (terminal) std::fputs("> ", stdout), std::fflush(stdout);
     if (!std::getline(std::cin, line)) {  // EOF ends the chat
@@ -207,6 +208,7 @@ int chat(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer, C
       make_room(generation, history, int(exchange.size()) + answer_room, tokenizer);
     } catch (const Error& e) {  // a message too long for the context: say so, keep chatting
       std::fprintf(stderr, "gemlite-chat: error: %s\n", e.what());
+      ++refused_turns;
       continue;
     }
 
@@ -227,6 +229,13 @@ int chat(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer, C
     history.push_back(std::move(exchange));
     first_turn = false;
     speed.print();
+  }
+  // At a terminal the user saw each refusal and went on; a script piping its turns learns
+  // from the exit code that some went unanswered.
+  if (!terminal && refused_turns > 0) {
+    std::fprintf(stderr, "gemlite-chat: error: %d turn%s from stdin not answered (above)\n", refused_turns,
+                 refused_turns == 1 ? "" : "s");
+    return 1;
   }
   return 0;
 }

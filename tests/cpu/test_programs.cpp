@@ -268,9 +268,11 @@ TEST(Programs, ChatMessageLongerThanTheContextIsReportedAndTheChatGoesOn) {
   const ProgramRun run = run_program_for_test(
       "gemlite-chat", "-m " + stories_dir() + " -n 4 --temp 0 -c 32 --chat-template completion", true,
       long_line + "\nLily saw a cat\n");
-  EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("do not fit"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("[ Prompt: "), std::string::npos) << run.output;  // the next turn ran
+  // Piped turns: the refused one makes the exit code 1 at the end, with a line that says why.
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("1 turn from stdin not answered"), std::string::npos) << run.output;
 }
 
 // -f FILE (llama-cli's): the file's text is the prompt, exactly like -p; a missing file is
