@@ -45,13 +45,16 @@ inline std::vector<float> random_weight(int64_t N, int64_t K, std::mt19937_64& r
 }
 
 // x [M, K] random, rounded to the activation type (F16 or BF16): the bits and their floats.
+// x [M, K] drawn from N(0, 1), or with `positive` uniform in [0.5, 1] (a sum of positive
+// products, whose error bound is a small share of it: the long-K tests).
 inline void random_activations(int64_t M, int64_t K, DType act, std::mt19937_64& rng, std::vector<uint16_t>* bits,
-                               std::vector<float>* values) {
+                               std::vector<float>* values, bool positive = false) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(0.5f, 1.0f);
   bits->resize(size_t(M * K));
   values->resize(size_t(M * K));
   for (size_t i = 0; i < bits->size(); ++i) {
-    const float v = normal(rng);
+    const float v = positive ? uniform(rng) : normal(rng);
     (*bits)[i] = act == DType::BF16 ? float_to_bf16(v) : float_to_half(v);
     (*values)[i] = act == DType::BF16 ? bf16_to_float((*bits)[i]) : half_to_float((*bits)[i]);
   }

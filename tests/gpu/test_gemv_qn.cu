@@ -71,14 +71,7 @@ CheckResult run_and_compare(const PackedWeight& packed, const QnDeviceWeight& dw
   const int64_t N = packed.rows, K = packed.cols;
   std::vector<uint16_t> x_bits;
   std::vector<float> x;
-  random_activations(M, K, act, rng, &x_bits, &x);
-  if (positive_x) {
-    std::uniform_real_distribution<float> positive(0.5f, 1.0f);
-    for (size_t i = 0; i < x.size(); ++i) {
-      x_bits[i] = act == DType::BF16 ? float_to_bf16(positive(rng)) : float_to_half(positive(rng));
-      x[i] = act == DType::BF16 ? bf16_to_float(x_bits[i]) : half_to_float(x_bits[i]);
-    }
-  }
+  random_activations(M, K, act, rng, &x_bits, &x, positive_x);
   std::vector<float> ref(size_t(M * N));
   linear_reference(packed, x.data(), M, ref.data());
   const ErrorScales scales = error_scales(packed, x, M);

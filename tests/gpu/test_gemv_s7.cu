@@ -50,14 +50,7 @@ double run_and_compare(const PackedWeight& packed, const S7DeviceWeight& dw, DTy
   const int64_t n_groups = group_count(packed.format.group, K);
   std::vector<uint16_t> x_bits;
   std::vector<float> x;
-  random_activations(M, K, act, rng, &x_bits, &x);
-  if (positive_x) {
-    std::uniform_real_distribution<float> positive(0.5f, 1.0f);
-    for (size_t i = 0; i < x.size(); ++i) {
-      x_bits[i] = act == DType::BF16 ? float_to_bf16(positive(rng)) : float_to_half(positive(rng));
-      x[i] = act == DType::BF16 ? bf16_to_float(x_bits[i]) : half_to_float(x_bits[i]);
-    }
-  }
+  random_activations(M, K, act, rng, &x_bits, &x, positive_x);
   std::vector<float> ref(size_t(M * N));
   linear_reference(packed, x.data(), M, ref.data());
 
