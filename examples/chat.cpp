@@ -263,6 +263,7 @@ int main(int argc, char** argv) {
         ("repeat-last-n", "Tokens the repeat penalty looks back over", cxxopts::value<int>()->default_value("64"))
         ("s,seed", "Random seed (-1 = random)", cxxopts::value<int64_t>()->default_value("-1"))
         ("system-prompt", "System prompt for chat (also -sys)", cxxopts::value<std::string>()->default_value(""))
+        ("no-escape", "Take -p and -sys as written (by default \\n, \\t, \\\\, \\xHH ... are read, as llama-cli does)")
         ("chat-template", "completion, llama2, zephyr (tinyllama), mistral, chatml or phi3 (default: from the model)",
          cxxopts::value<std::string>());
     const auto args = parse_args(options, argc, argv, {{"-sys", "--system-prompt"}});
@@ -296,12 +297,14 @@ int main(int argc, char** argv) {
     Generation generation(*loaded.model);
     std::signal(SIGINT, on_interrupt);
     const int n_predict = args["n-predict"].as<int>();
-    const std::string system = args["system-prompt"].as<std::string>();
+    // Escapes are read in the command line's texts, not in a file's (-f) or stdin's.
+    const auto typed = [&](const std::string& text) { return args.count("no-escape") ? text : process_escapes(text); };
+    const std::string system = typed(args["system-prompt"].as<std::string>());
     if (args.count("prompt") || args.count("file")) {
       if (!system.empty()) std::fprintf(stderr, "warning: -sys/--system-prompt is not used with -p/-f (no chat template)\n");
       print_context();
       return complete_once(generation, sampler, *loaded.tokenizer,
-                           args.count("prompt") ? args["prompt"].as<std::string>() : file_prompt, n_predict,
+                           args.count("prompt") ? typed(args["prompt"].as<std::string>()) : file_prompt, n_predict,
                            loaded.checkpoint.config.eos_id);
     }
 

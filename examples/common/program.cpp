@@ -188,4 +188,30 @@ std::string read_text_file(const std::string& path) {
   return text;
 }
 
+std::string process_escapes(const std::string& text) {
+  const auto hex_digit = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\' || i + 1 == text.size()) {
+      out += text[i];
+      continue;
+    }
+    const char c = text[i + 1];
+    const char simple = c == 'n' ? '\n' : c == 'r' ? '\r' : c == 't' ? '\t' : c == '\'' || c == '"' || c == '\\' ? c : 0;
+    if (simple) {
+      out += simple;
+      ++i;
+    } else if (c == 'x' && i + 3 < text.size() && hex_digit(text[i + 2]) >= 0 && hex_digit(text[i + 3]) >= 0) {
+      out += char(hex_digit(text[i + 2]) * 16 + hex_digit(text[i + 3]));
+      i += 3;
+    } else {
+      out += '\\';  // not an escape: kept, and the next character read as usual
+    }
+  }
+  return out;
+}
+
 }  // namespace gemlite

@@ -64,4 +64,8 @@ double now_seconds();  // monotonic clock
 // The whole file as bytes; Error naming `path` when it is missing, unreadable or empty.
 std::string read_text_file(const std::string& path);
 
+// A prompt typed on the command line with llama.cpp's escapes read (its -e, on unless
+// --no-escape): \n \r \t \' \" \\ and \xHH; any other backslash stays as written.
+std::string process_escapes(const std::string& text);
+
 }  // namespace gemlite

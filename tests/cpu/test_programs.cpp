@@ -296,6 +296,18 @@ TEST(Programs, OneShotGreedyCompletionIsTheReferenceStory) {
       << run.output;
 }
 
+// -p reads llama-cli's escapes (\n \t \\ \xHH; any other backslash kept) unless
+// --no-escape; the prompt is echoed as the model read it.
+TEST(Programs, PromptEscapesAreReadUnlessNoEscape) {
+  const std::string args = "-m " + stories_dir() + " -n 0 --temp 0 --device cpu -p 'Once\\nupon\\ta \\\\x\\x41\\q'";
+  const ProgramRun escaped = run_program_for_test("gemlite-chat", args, false);
+  EXPECT_EQ(escaped.exit_code, 0) << escaped.output;
+  EXPECT_EQ(escaped.output.rfind("Once\nupon\ta \\xA\\q\n", 0), 0u) << escaped.output;
+  const ProgramRun literal = run_program_for_test("gemlite-chat", args + " --no-escape", false);
+  EXPECT_EQ(literal.exit_code, 0) << literal.output;
+  EXPECT_EQ(literal.output.rfind("Once\\nupon\\ta \\\\x\\x41\\q\n", 0), 0u) << literal.output;
+}
+
 // Generation stops at the model config's end-of-sequence id as well as the tokenizer's
 // (they differ for Phi-3): with the config's eos made the "," that greedy decoding writes
 // right after "Once upon a time", the completion ends there.
