@@ -227,11 +227,11 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
             const std::string& setting = variant.first;
             const GemmFpxConfig& config = variant.second;
             const double us = time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
-              gemm_fpx(weights[size_t(i % copies)], x, y, M, act, stream, config, nullptr, scratch);
+              gemm_fpx(weights[size_t(i % copies)], x, y, M, act, stream, config, nullptr, scratch, scratch_bytes);
             });
             // The check reads the output of a fresh launch on copy 0.
             CUDA_CHECK(cudaMemsetAsync(y, 0xFF, size_t(M) * size_t(N) * 2, stream));
-            gemm_fpx(weights[0], x, y, M, act, stream, config, nullptr, scratch);
+            gemm_fpx(weights[0], x, y, M, act, stream, config, nullptr, scratch, scratch_bytes);
             const double ratio = worst_sample_ratio(weights[0], x, y, M, stream);
             const double total = double(weights[0].weight_bytes()) + io_bytes;
             std::fprintf(out,

@@ -239,6 +239,7 @@ namespace {
 struct Epilogue {
   const QnPendingNorm* norm = nullptr;
   void* scratch = nullptr;  // gemm_fpx_scratch_bytes: x permuted for the tiled kernel
+  size_t scratch_bytes = 0;
   void* residual = nullptr;
   const float* norm_weight = nullptr;
   float* sum_squares = nullptr;
@@ -311,6 +312,11 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
     const int rows_x = fpx_tiled_rows_x(shape, M), warps = fpx_tiled_row_blocks(shape);  // a warp a row block
     const int64_t m_chunks = (M + rows_x - 1) / rows_x;
     const int64_t groups = (w.row_blocks + warps - 1) / warps;
+    const size_t image_bytes = size_t(m_chunks * rows_x) * size_t(w.k_tiles) * kFpxTileK * 2;
+    if (epilogue.scratch_bytes < image_bytes)
+      throw Error("gemm_fpx: the scratch buffer holds " + std::to_string(epilogue.scratch_bytes) +
+                  " bytes; the tiled kernel's copy of x at M = " + std::to_string(M) + " takes " +
+                  std::to_string(image_bytes) + " (gemm_fpx_scratch_bytes)");
     const int splits = launch.splits;
     p.splits = splits;
     p.tiles_per_split = int((w.k_tiles + splits - 1) / splits);
@@ -337,10 +343,11 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
 }  // namespace
 
 void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
-              const GemmFpxConfig& config, const QnPendingNorm* norm, void* scratch) {
+              const GemmFpxConfig& config, const QnPendingNorm* norm, void* scratch, size_t scratch_bytes) {
   Epilogue epilogue;
   epilogue.norm = norm;
   epilogue.scratch = scratch;
+  epilogue.scratch_bytes = scratch_bytes;
   launch_gemm_fpx(w, x, y, M, act, stream, config, epilogue);
 }
 

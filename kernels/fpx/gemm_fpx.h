@@ -99,11 +99,13 @@ struct GemmFpxConfig : FpxLaunchOverrides {
 // M <= kFpxMaxM and a config that keeps the register kernel with one chunk of x rows --
 // the default does -- Error otherwise).
 //
-// `scratch` (gemm_fpx_scratch_bytes(w, M) bytes, 16-byte aligned) takes a permuted copy of
-// x for the tiled kernel, which runs by itself above kFpxMaxM on an H100; without it
-// (null) such M run the register kernel (slower).
+// `scratch` (scratch_bytes >= gemm_fpx_scratch_bytes(w, M), 16-byte aligned) takes a
+// permuted copy of x for the tiled kernel, which runs by itself above kFpxMaxM on an
+// H100; without it (null) such M run the register kernel (slower). A scratch smaller than
+// the launch's copy of x is an Error, not a write past its end.
 void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
-              const GemmFpxConfig& config = {}, const QnPendingNorm* norm = nullptr, void* scratch = nullptr);
+              const GemmFpxConfig& config = {}, const QnPendingNorm* norm = nullptr, void* scratch = nullptr,
+              size_t scratch_bytes = 0);
 size_t gemm_fpx_scratch_bytes(const FpxDeviceWeight& w, int M);  // ceil(M / 128) * 128 * ceil(K / 128) * 256 where the tiled kernel runs, else 0
 
 // The RMSNorm between blocks, fused as in gemv_qn_residual (kernels/qn/gemv_qn.h has the

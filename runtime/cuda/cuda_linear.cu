@@ -136,7 +136,7 @@ class CudaLinear final : public QuantLinear {
       // Above kFpxMaxM the tiled kernel permutes x into the scratch first.
       const size_t scratch_bytes = M > kFpxMaxM ? gemm_fpx_scratch_bytes(fpx_, int(M)) : 0;
       void* scratch = scratch_bytes ? ctx_->scratch(scratch_bytes, "activations permuted for gemm_fpx") : nullptr;
-      gemm_fpx(fpx_, x.data, y.data, int(M), act_, ctx_->stream, {}, nullptr, scratch);
+      gemm_fpx(fpx_, x.data, y.data, int(M), act_, ctx_->stream, {}, nullptr, scratch, scratch_bytes);
       return;
     }
     const void* dense = nullptr;

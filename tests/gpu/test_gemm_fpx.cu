@@ -56,7 +56,8 @@ std::vector<uint16_t> run_gemm(const FpxDeviceWeight& dw, const std::vector<uint
   const size_t scratch_bytes = gemm_fpx_scratch_bytes(dw, int(M));
   DeviceBuffer scratch(std::max<size_t>(scratch_bytes, 16));
   CUDA_CHECK(cudaMemsetAsync(scratch.ptr, 0xFF, std::max<size_t>(scratch_bytes, 16), stream));
-  gemm_fpx(dw, x_dev, dy.ptr, int(M), act, stream, config, nullptr, scratch_bytes ? scratch.ptr : nullptr);
+  gemm_fpx(dw, x_dev, dy.ptr, int(M), act, stream, config, nullptr, scratch_bytes ? scratch.ptr : nullptr,
+           scratch_bytes);
   std::vector<uint16_t> y(size_t(M * N));
   CUDA_CHECK(cudaMemcpyAsync(y.data(), dy.ptr, y.size() * 2, cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -471,6 +472,11 @@ TEST(GemmFpxEdges, RejectsWrongInputs) {
     GemmFpxConfig tiled;
     tiled.tiled = 1;
     EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 32, DType::F16, nullptr, tiled), Error);
+    // and one that holds the launch's copy of x: a byte short is refused before any launch
+    void* aligned = reinterpret_cast<void*>(256);
+    const size_t needed = gemm_fpx_scratch_bytes(dw, 32) / 4;  // 32 x rows of the 128 it allows for
+    EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 32, DType::F16, nullptr, tiled, nullptr, aligned, needed - 1), Error);
+    EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 32, DType::F16, nullptr, tiled, nullptr, aligned, 0), Error);
   }
   free_fpx_weight(&dw);
 }
