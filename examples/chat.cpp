@@ -273,6 +273,10 @@ int main(int argc, char** argv) {
     if (args.count("prompt") && args.count("file")) throw Error("-p and -f both give a prompt; use one");
     // Read before the model loads: a bad path costs nothing.
     const std::string file_prompt = args.count("file") ? read_text_file(args["file"].as<std::string>()) : "";
+    // Escapes are read in the command line's texts, not in a file's (-f) or stdin's.
+    const auto typed = [&](const std::string& text) { return args.count("no-escape") ? text : process_escapes(text); };
+    const std::string prompt = args.count("prompt") ? typed(args["prompt"].as<std::string>()) : file_prompt;
+    const std::string system = typed(args["system-prompt"].as<std::string>());
     apply_thread_option(args);
 
     SamplerParams params;
@@ -297,15 +301,10 @@ int main(int argc, char** argv) {
     Generation generation(*loaded.model);
     std::signal(SIGINT, on_interrupt);
     const int n_predict = args["n-predict"].as<int>();
-    // Escapes are read in the command line's texts, not in a file's (-f) or stdin's.
-    const auto typed = [&](const std::string& text) { return args.count("no-escape") ? text : process_escapes(text); };
-    const std::string system = typed(args["system-prompt"].as<std::string>());
     if (args.count("prompt") || args.count("file")) {
       if (!system.empty()) std::fprintf(stderr, "warning: -sys/--system-prompt is not used with -p/-f (no chat template)\n");
       print_context();
-      return complete_once(generation, sampler, *loaded.tokenizer,
-                           args.count("prompt") ? typed(args["prompt"].as<std::string>()) : file_prompt, n_predict,
-                           loaded.checkpoint.config.eos_id);
+      return complete_once(generation, sampler, *loaded.tokenizer, prompt, n_predict, loaded.checkpoint.config.eos_id);
     }
 
     const ChatTemplate chat_template =

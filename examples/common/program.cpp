@@ -205,7 +205,9 @@ std::string process_escapes(const std::string& text) {
       out += simple;
       ++i;
     } else if (c == 'x' && i + 3 < text.size() && hex_digit(text[i + 2]) >= 0 && hex_digit(text[i + 3]) >= 0) {
-      out += char(hex_digit(text[i + 2]) * 16 + hex_digit(text[i + 3]));
+      const int byte = hex_digit(text[i + 2]) * 16 + hex_digit(text[i + 3]);
+      if (byte == 0) throw Error("\\x00 in a prompt: a NUL byte is not text (--no-escape takes it as written)");
+      out += char(byte);
       i += 3;
     } else {
       out += '\\';  // not an escape: kept, and the next character read as usual

@@ -306,6 +306,7 @@ TEST(Programs, PromptEscapesAreReadUnlessNoEscape) {
   const ProgramRun literal = run_program_for_test("gemlite-chat", args + " --no-escape", false);
   EXPECT_EQ(literal.exit_code, 0) << literal.output;
   EXPECT_EQ(literal.output.rfind("Once\\nupon\\ta \\\\x\\x41\\q\n", 0), 0u) << literal.output;
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p 'a\\x00b' --device cpu", "NUL byte");
 }
 
 // Generation stops at the model config's end-of-sequence id as well as the tokenizer's
