@@ -150,7 +150,8 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
 
   // PDL (kernels/pdl.cuh): launched while the kernel before it runs, a warp loads its
   // first tiles of W (they do not depend on it) and only then waits for x; the next kernel
-  // may start as soon as all blocks run.
+  // may start as soon as all blocks run. Filling every slot before the wait (three tiles at
+  // M = 1) measured no faster in decode (kernels/qn/MEASURED.md, 2026-11-27).
   pdl_launch_dependents();
   float acc[MT][4] = {};
   if (rb < p.RB) {

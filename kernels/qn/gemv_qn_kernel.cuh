@@ -617,7 +617,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // DRAM latency no longer follows it (A/B on one machine, fp16 M = 1, two rounds:
   // q4g64 4096 x 4096 5.9 -> 5.7-5.8 us, 11008 x 4096 12.1 -> 11.8, q8 4096 x 4096 7.6 ->
   // 7.3, 4096 x 12288 20.2-20.5 -> 19.9, the long-K shapes unchanged; llama2-7b q4g64
-  // tg128 448.8 / 451.2 -> 452.3 / 452.3 tok/s).
+  // tg128 448.8 / 451.2 -> 452.3 / 452.3 tok/s). A warp's second tile before the wait as
+  // well measured no faster (kernels/qn/MEASURED.md, 2026-11-27).
   pdl_launch_dependents();
   if (warp < tiles) load_tile(block_words, warp, words_a);
   const uint4* block_pairs = reinterpret_cast<const uint4*>(p.scale_bias + row_base);  // + 2 stride g: group g
