@@ -67,7 +67,15 @@ __device__ __forceinline__ void unpack8(const uint4& packed, float (&out)[8]) {
 }
 
 // Positions one thread group takes per round, their key and value loads all in flight.
+// 8 (a round of 128 at head_dim 128: tg128's whole context loaded before the PDL wait;
+// 146 registers, so one block an SM and splits sized for one) measured llama2-7b q4g64
+// tg128 475.4 / 475.1 -> 478.1 / 479.5 tok/s but at depth 4096 335.8 / 335.4 -> 327.4 /
+// 326.1; 6 (117 registers) 469.6 / 473.8 and 335.9 / 336.2 (one H100, interleaved, two
+// rounds, 2026-11-27). Not kept.
 constexpr int kPositionsPerGroup = 4;
+// Blocks of attention_kernel an SM holds (its launch bounds cap the registers to fit them);
+// attention_splits_for sizes the splits to one wave of them.
+constexpr int kAttentionBlocksPerSm = 2;
 
 // grid.x = T * n_heads (block b: head b % n_heads of token b / n_heads; on x, whose limit
 // is 2^31 - 1, not on y with its 65535), grid.y = splits.count, blockDim.x = kAttentionThreads.
@@ -133,7 +141,7 @@ __device__ __forceinline__ void rope_piece(float (&x)[8], int piece, int pieces,
 }
 
 template <typename Act>
-__global__ void __launch_bounds__(kAttentionThreads)
+__global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
     attention_kernel(Act* key_cache, Act* value_cache, const Act* q, int64_t q_stride, const int* pos0,
                      int n_heads, int group, int head_dim, int kv_dim, float scale, AttentionSplits splits,
                      const float* rope_inv_freq, Act* out) {
@@ -355,8 +363,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 // count swept on another H200 (same run): 6 splits 357.4 (192 blocks: SMs left idle), 8
 // 372.8, 12 338.6 (384 blocks: a wave and a half).
 AttentionSplits attention_splits_for(int capacity, int n_heads, int sms) {
-  constexpr int kBlocksPerSm = 2;
-  const int count = std::min(std::clamp(kBlocksPerSm * sms / std::max(n_heads, 1), 1, kMaxAttentionSplits),
+  const int count = std::min(std::clamp(kAttentionBlocksPerSm * sms / std::max(n_heads, 1), 1, kMaxAttentionSplits),
                              std::max(1, capacity / kMinAttentionSpan));
   return attention_splits_of(capacity, count);
 }
@@ -364,7 +371,7 @@ AttentionSplits attention_splits_for(int capacity, int n_heads, int sms) {
 AttentionSplits attention_splits_of(int capacity, int count) {
   if (capacity < 1) return AttentionSplits{};
   count = std::clamp(count, 1, kMaxAttentionSplits);
-  constexpr int kRound = 64;  // positions a round of a block takes at head_dim 128
+  constexpr int kRound = kPositionsPerGroup * kAttentionThreads / 16;  // positions a round of a block takes at head_dim 128
   AttentionSplits splits;
   splits.span = ((capacity + count - 1) / count + kRound - 1) / kRound * kRound;
   splits.count = (capacity + splits.span - 1) / splits.span;
