@@ -54,6 +54,21 @@ std::pair<int64_t, int64_t> upload_shape(const HostTensor& host) {
   return {host.shape.size() == 2 ? host.shape[0] : 1, host.shape.empty() ? 1 : host.shape.back()};
 }
 
+void check_embed(const Tensor& table, const int* ids, int64_t n, const Tensor& out) {
+  if (out.rows != n || out.cols != table.cols)
+    throw Error("embed: " + std::to_string(n) + " ids into out " + shape_of(out) + " from a table " + shape_of(table));
+  for (int64_t t = 0; t < n; ++t)
+    if (ids[t] < 0 || ids[t] >= table.rows)
+      throw Error("embed: token id " + std::to_string(ids[t]) + " outside the table's " + std::to_string(table.rows) +
+                  " rows");
+}
+
+void check_cache_positions(const KVCache& cache, int pos0, int64_t T) {
+  if (pos0 < 0 || int64_t(pos0) + T > cache.capacity())
+    throw Error("attention: positions " + std::to_string(pos0) + ".." + std::to_string(int64_t(pos0) + T - 1) +
+                " outside a KV cache of " + std::to_string(cache.capacity()));
+}
+
 void check_copy_columns_shapes(const Tensor& src, const Tensor& dst, int64_t col0) {
   if (col0 < 0 || col0 + src.cols > dst.cols || src.rows != dst.rows || src.dtype != dst.dtype)
     throw Error("copy_columns: src " + shape_of(src) + " into dst " + shape_of(dst) + " at column " +

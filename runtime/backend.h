@@ -134,6 +134,11 @@ std::pair<int64_t, int64_t> upload_shape(const HostTensor& host);
 void check_attention_shapes(const Tensor& qkv, const AttentionShape& shape, const Tensor& out);
 void check_silu_mul_shapes(const Tensor& gate_up, const Tensor& out);
 void check_copy_columns_shapes(const Tensor& src, const Tensor& dst, int64_t col0);
+// The step's ids [n] inside the table's rows, out [n, table.cols]; the step's positions
+// [pos0, pos0 + T) inside the cache. LlamaModel checks ids and context before a step; these
+// keep a direct user of a backend from reading or writing past its memory.
+void check_embed(const Tensor& table, const int* ids, int64_t n, const Tensor& out);
+void check_cache_positions(const KVCache& cache, int pos0, int64_t T);
 
 // Throws make_backend's Error for a name it would refuse (unknown; "cuda" in a build
 // without CUDA or with no usable device), without making a backend: a program checks its

@@ -102,6 +102,7 @@ class CpuBackend final : public Backend {
   int max_step_tokens() const override { return 1 << 30; }
 
   void embed(const Tensor& table, Tensor& out) override {
+    check_embed(table, step_ids_.data(), int64_t(step_ids_.size()), out);
     for (size_t t = 0; t < step_ids_.size(); ++t)
       for (int64_t i = 0; i < table.cols; ++i)
         out.as<float>()[t * out.cols + i] = load_as_float(table, step_ids_[t] * table.cols + i);
@@ -128,6 +129,7 @@ class CpuBackend final : public Backend {
   void attention(KVCache& kv, int layer, Tensor& qkv, const Tensor& inv_freq, const AttentionShape& shape,
                  Tensor& out) override {
     check_attention_shapes(qkv, shape, out);
+    check_cache_positions(kv, step_pos0_, qkv.rows);
     rope(qkv, shape, inv_freq);
     attend(kv, layer, qkv, shape, out);
   }

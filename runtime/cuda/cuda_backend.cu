@@ -197,6 +197,7 @@ class CudaBackend final : public Backend {
   int max_step_tokens() const override { return kMaxStepTokens; }
 
   void embed(const Tensor& table, Tensor& out) override {
+    check_embed(table, step_host_.data + 1, step_tokens_, out);  // a graph checks the ids it was captured with
     launch_embed(table.data, table.dtype, step_ids(), step_tokens_, table.cols, out.data, out.dtype, ctx_->stream);
   }
 
@@ -218,6 +219,7 @@ class CudaBackend final : public Backend {
   void attention(KVCache& kv, int layer, Tensor& qkv, const Tensor& inv_freq, const AttentionShape& shape,
                  Tensor& out) override {
     check_attention_shapes(qkv, shape, out);
+    check_cache_positions(kv, step_pos0_host_, qkv.rows);  // as embed's check, at capture in a graph
     auto& cache = static_cast<CudaKVCache&>(kv);
     if (shape.n_heads != cache.shape.n_heads || shape.n_kv_heads != cache.shape.n_kv_heads ||
         shape.head_dim != cache.shape.head_dim)
