@@ -13,6 +13,7 @@
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
 #include "runtime/fused_linear.h"
+#include "tests/backend_bounds_checks.h"
 
 namespace gemlite {
 namespace {
@@ -208,34 +209,10 @@ TEST(BackendOps, FusedLayoutShapesAreChecked) {
   EXPECT_THROW(backend->attention(*cache, 0, qkv, backend->alloc(1, 2), AttentionShape{2, 1, 4}, attn), Error);
 }
 
-// A direct user of a backend (no LlamaModel checks before it): token ids outside the
-// embedding table and positions outside the KV cache are Errors, not reads or writes past
-// their memory; ids and positions inside them run.
+// A direct user of a backend (no LlamaModel checks before it): tests/backend_bounds_checks.h.
 TEST(BackendOps, EmbedIdsAndCachePositionsAreChecked) {
   std::unique_ptr<Backend> backend = make_cpu_backend();
-  const std::vector<float> rows = {1, 2, 3, 4, 5, 6};
-  const Tensor table = backend->upload(HostTensor::copy_of(DType::F32, {3, 2}, rows.data()));  // 3 ids x 2
-  Tensor x = backend->alloc(1, 2);
-  for (int bad : {3, -1}) {
-    backend->set_step({bad}, 0);
-    EXPECT_THROW(backend->embed(table, x), Error) << bad;
-  }
-  backend->set_step({2}, 0);
-  backend->embed(table, x);
-  std::vector<float> got(2);
-  backend->copy_to_host(x, got.data());
-  EXPECT_EQ(got, (std::vector<float>{5, 6}));
-  backend->set_step({0, 1}, 0);
-  EXPECT_THROW(backend->embed(table, x), Error);  // two ids, one row of out
-
-  const AttentionShape shape{2, 2, 4};
-  std::unique_ptr<KVCache> cache = backend->make_kv_cache(1, 4, shape);
-  Tensor qkv = backend->alloc(2, 8 + 2 * 8), out = backend->alloc(2, 8);  // 2 heads and 2 kv heads of 4
-  const Tensor inv_freq = backend->upload(HostTensor::copy_of(DType::F32, {2}, std::vector<float>{1, 0.5f}.data()));
-  backend->set_step({1, 1}, 3);  // positions 3 and 4 of 0..3
-  EXPECT_THROW(backend->attention(*cache, 0, qkv, inv_freq, shape, out), Error);
-  backend->set_step({1, 1}, 2);  // positions 2 and 3
-  EXPECT_NO_THROW(backend->attention(*cache, 0, qkv, inv_freq, shape, out));
+  expect_embed_and_cache_bounds_checked(*backend);
 }
 
 // top_k: the k largest, largest first, equal values by lower index; k out of range is an Error.

@@ -65,6 +65,7 @@
 #include "models/synthetic_model.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "kernels/cuda_check.h"
+#include "tests/backend_bounds_checks.h"
 #include "tests/gpu/gpu_test_helpers.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/ops.h"
@@ -402,35 +403,10 @@ TEST(CudaBackendShapes, HeadDimNotAMultipleOf8IsAnErrorAtLoad) {
   EXPECT_NO_THROW(backend->make_kv_cache(1, 16, AttentionShape{2, 2, 24}));
 }
 
-// As the CPU backend's BackendOps.EmbedIdsAndCachePositionsAreChecked: token ids outside
-// the embedding table and positions outside the KV cache are Errors before any launch;
-// ids and positions inside them run (the embedded row read back).
+// As the CPU backend's (tests/backend_bounds_checks.h), checked before any launch.
 TEST(CudaBackendShapes, EmbedIdsAndCachePositionsAreChecked) {
   std::unique_ptr<Backend> backend = make_backend("cuda");
-  const std::vector<float> rows = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
-                                   17, 18, 19, 20, 21, 22, 23, 24};
-  const Tensor table = backend->upload(HostTensor::copy_of(DType::F32, {3, 8}, rows.data()));  // 3 ids x 8
-  Tensor x = backend->alloc(1, 8);
-  for (int bad : {3, -1}) {
-    backend->set_step({bad}, 0);
-    EXPECT_THROW(backend->embed(table, x), Error) << bad;
-  }
-  backend->set_step({2}, 0);
-  backend->embed(table, x);
-  std::vector<float> got(8);
-  backend->copy_to_host(x, got.data());
-  EXPECT_EQ(got, (std::vector<float>{17, 18, 19, 20, 21, 22, 23, 24}));
-
-  const AttentionShape shape{2, 2, 16};
-  std::unique_ptr<KVCache> cache = backend->make_kv_cache(1, 4, shape);
-  Tensor qkv = backend->alloc(1, 32 + 2 * 32), out = backend->alloc(1, 32);
-  const std::vector<float> freq(8, 0.5f);
-  const Tensor inv_freq = backend->upload(HostTensor::copy_of(DType::F32, {8}, freq.data()));
-  backend->set_step({1}, 4);  // position 4 of 0..3
-  EXPECT_THROW(backend->attention(*cache, 0, qkv, inv_freq, shape, out), Error);
-  backend->set_step({1}, 3);
-  EXPECT_NO_THROW(backend->attention(*cache, 0, qkv, inv_freq, shape, out));
-  backend->synchronize();
+  expect_embed_and_cache_bounds_checked(*backend);
 }
 
 // gemv_dense against float64 on fresh random data, y poisoned (NaN) before the launch.
