@@ -5,6 +5,7 @@
 // are Errors, not reads or writes past their memory; ids and positions inside them run.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <vector>
 
 #include "runtime/backend.h"

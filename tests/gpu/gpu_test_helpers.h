@@ -44,9 +44,9 @@ inline std::vector<float> random_weight(int64_t N, int64_t K, std::mt19937_64& r
   return w;
 }
 
-// x [M, K] random, rounded to the activation type (F16 or BF16): the bits and their floats.
 // x [M, K] drawn from N(0, 1), or with `positive` uniform in [0.5, 1] (a sum of positive
-// products, whose error bound is a small share of it: the long-K tests).
+// products, whose error bound is a small share of it: the long-K tests), rounded to the
+// activation type (F16 or BF16): the bits and their floats.
 inline void random_activations(int64_t M, int64_t K, DType act, std::mt19937_64& rng, std::vector<uint16_t>* bits,
                                std::vector<float>* values, bool positive = false) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
