@@ -86,5 +86,25 @@ __device__ __forceinline__ float2 load_cluster_shared2(const float* local, unsig
 #endif
 }
 
+// Σ over the cluster's `splits` blocks (rank order: deterministic) of the two floats at
+// `local` in each one's shared memory, after a cluster_sync that published them. All ranks'
+// loads are in flight before the sum: one distributed shared memory round trip a pair, not
+// `splits`. PRECOND: splits <= MAX_SPLITS.
+template <int MAX_SPLITS>
+__device__ __forceinline__ float2 cluster_sum2(const float* local, int splits) {
+  if (splits == 1) return *reinterpret_cast<const float2*>(local);
+  float2 parts[MAX_SPLITS];
+#pragma unroll
+  for (int q = 0; q < MAX_SPLITS; ++q)
+    parts[q] = q < splits ? load_cluster_shared2(local, unsigned(q)) : make_float2(0.0f, 0.0f);
+  float2 sum = make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int q = 0; q < MAX_SPLITS; ++q) {
+    sum.x += parts[q].x;
+    sum.y += parts[q].y;
+  }
+  return sum;
+}
+
 }  // namespace
 }  // namespace gemlite

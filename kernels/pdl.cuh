@@ -104,6 +104,30 @@ void launch_pdl_clusters(const char* name, void (*kernel)(Params...), dim3 grid,
   check_last_launch(name, __FILE__, __LINE__);
 }
 
+// Blocks of `kernel` (`threads` a block, `smem` dynamic shared memory) the device runs at
+// once in clusters of 1, 2, 4 and 8 along z (cudaOccupancyMaxActiveClusters times the
+// cluster size): what a launch rule counts as a wave of a split-K kernel whose blocks
+// split K over a cluster (gemm_fpx's and gemm_qn's tiled kernels).
+template <typename... Params>
+void resident_blocks_in_clusters(void (*kernel)(Params...), int threads, size_t smem, int (&of_size)[4]) {
+  for (int i = 0, z = 1; i < 4; ++i, z *= 2) {
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = unsigned(z);
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(1, 1, unsigned(z));
+    config.blockDim = dim3(unsigned(threads));
+    config.dynamicSmemBytes = smem;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    int clusters = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    of_size[i] = clusters * z;
+  }
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization.
 template <typename... Params, typename... Args>
 void launch_pdl(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,

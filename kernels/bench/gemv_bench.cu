@@ -13,6 +13,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/device_upload.h"
 #include "kernels/qn/dequant_qn.h"
+#include "kernels/qn/gemm_qn.h"
 #include "kernels/qn/gemv_qn.h"
 #include "kernels/qn/qn_format.h"
 #include "kernels/s7/s7_format.h"
@@ -94,6 +95,50 @@ void dequant_line(FILE* out, const std::string& name, DType act, const std::vect
   std::fflush(out);
 }
 
+// Above kGemvQnMaxRows rows: gemm_qn (where it runs) and what QuantLinear runs otherwise,
+// the dense copy + cuBLAS (one dense buffer: its copy is rewritten every launch, as in a
+// prompt's layers).
+void gemm_lines(FILE* out, const std::string& name, DType act, const std::vector<QnDeviceWeight>& weights, int M,
+                const void* x, void* y, double dense_us, cublasHandle_t handle, const GemvBenchOptions& options,
+                double copy_gbs, cudaStream_t stream) {
+  const QnDeviceWeight& w = weights.front();
+  const int copies = int(weights.size());
+  const int64_t K = w.K, N = w.N;
+  const double total = double(w.weight_bytes()) + double(M) * double(K + N) * 2;
+  const auto line = [&](const char* what, double us) {
+    std::fprintf(out, "gemm %s %s K=%lld N=%lld M=%d%s: %.1f us, %.0f GB/s, %.1f %% of copy, %.2fx cuBLAS\n",
+                 name.c_str(), act_name(act), (long long)K, (long long)N, M, what, us, total / (us * 1e3),
+                 100.0 * total / (us * 1e3) / copy_gbs, dense_us / us);
+    std::fflush(out);
+  };
+  const size_t scratch_bytes = gemm_qn_scratch_bytes(w, M);
+  if (scratch_bytes) {
+    void* scratch = nullptr;
+    CUDA_CHECK(cudaMalloc(&scratch, scratch_bytes));
+    line("", time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
+           gemm_qn(weights[size_t(i % copies)], x, y, M, act, stream, scratch, scratch_bytes);
+         }));
+    CUDA_CHECK(cudaFree(scratch));
+  }
+  if (M <= 4 * kGemvQnMaxRows) {  // QuantLinear's slices of gemv_qn (gemv_sliced_max_m)
+    line(" via gemv slices", time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
+           for (int m0 = 0; m0 < M; m0 += kGemvQnMaxRows)
+             gemv_qn(weights[size_t(i % copies)], static_cast<const uint16_t*>(x) + int64_t(m0) * K,
+                     static_cast<uint16_t*>(y) + int64_t(m0) * N, std::min(kGemvQnMaxRows, M - m0), act, stream);
+         }));
+  }
+  void* dense = nullptr;
+  CUDA_CHECK(cudaMalloc(&dense, size_t(N * K) * 2));
+  const cudaDataType type = act == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  const float alpha = 1.0f, beta = 0.0f;
+  line(" via dequant+cublas", time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
+         dequant_qn(weights[size_t(i % copies)], dense, stream);
+         CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(N), M, int(K), &alpha, dense, type, int(K),
+                                   x, type, int(K), &beta, y, type, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+       }));
+  CUDA_CHECK(cudaFree(dense));
+}
+
 // GEMLITE_BENCH_{FORMATS,SHAPES,ACT,M,WARPS} narrow a run: "q4g64,q2g64",
 // "8192x8192,8192x57344", "fp16", "1,2,4,8", "4,8" (bench_util.h).
 GemvBenchOptions with_environment(GemvBenchOptions options) {
@@ -135,8 +180,10 @@ void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& given) {
         const int copies = copies_for(bytes, options.rotation_bytes);
         std::vector<QnDeviceWeight> weights = {probe};
         for (int c = 1; c < copies; ++c) weights.push_back(random_qn_weight(format, K, N, act, 11 + 31 * uint32_t(c), stream));
-        for (int warps : options.warps_per_block) {
-          {
+        if (M > kGemvQnMaxRows) {
+          gemm_lines(out, name, act, weights, M, x, y, dense_us, handle, options, copy_gbs, stream);
+        } else {
+          for (int warps : options.warps_per_block) {
             GemvQnConfig config;
             config.warps_per_block = warps;
             const double us = time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {

@@ -7,6 +7,11 @@
 //   cublas fp16 K=8192 N=8192 M=1: 76.9 us, 1745 GB/s, 59.2 % of copy
 //   gemv q4g64 fp16 K=8192 N=8192 M=1: 16.9 us, 2270 GB/s, 77.0 % of copy, 4.55x cuBLAS
 //   dequant q4g64 fp16 K=4096 N=22016: 86.9 us, 2661 GB/s, 88.8 % of copy
+// Above 16 rows (GEMLITE_BENCH_M=64,128) the prompt paths instead of gemv_qn: gemm_qn (on
+// an H100), gemv_qn over slices of 16 rows (up to 64 rows), the dense copy + cuBLAS:
+//   gemm q4g64 fp16 K=4096 N=11008 M=128: 30.0 us, 870 GB/s, 29.1 % of copy, 1.23x cuBLAS
+//   gemm q4g64 fp16 K=4096 N=11008 M=64 via gemv slices: ...
+//   gemm q4g64 fp16 K=4096 N=11008 M=128 via dequant+cublas: ...
 // GB/s counts packed weights + scales/zeros + x + y (dequant: packed weights + scales/zeros
 // + the dense copy written; once per format and shape, at the first M).
 #include <cstdint>

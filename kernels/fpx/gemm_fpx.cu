@@ -90,23 +90,9 @@ FpxClusterBlocks tiled_cluster_blocks(int ebits, int mbits, bool bf16) {
   const std::lock_guard<std::mutex> lock(mutex);
   const auto it = known.find(tiled.kernel);
   if (it != known.end()) return it->second;
+  static_assert(kFpxTiledMaxSplits == 8, "clusters of 1, 2, 4 and 8 blocks");
   FpxClusterBlocks resident{};
-  for (int i = 0, z = 1; z <= kFpxTiledMaxSplits; ++i, z *= 2) {
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 1;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = unsigned(z);
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(1, 1, unsigned(z));
-    config.blockDim = dim3(16 * 32);
-    config.dynamicSmemBytes = tiled.smem_bytes;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    int clusters = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, tiled.kernel, &config));
-    resident.of_size[i] = clusters * z;
-  }
+  resident_blocks_in_clusters(tiled.kernel, 16 * 32, tiled.smem_bytes, resident.of_size);
   known[tiled.kernel] = resident;
   return resident;
 }

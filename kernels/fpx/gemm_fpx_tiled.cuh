@@ -329,24 +329,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __g
     const int64_t n = int64_t(rb0) * kFpxTileRows + row;
     const int m = m0 + mc;
     if (n >= p.N || m >= p.M) continue;
-    const float* mine = part + mc * L::kPartStride + row;
-    float2 sum;
-    if (splits == 1) {
-      sum = *reinterpret_cast<const float2*>(mine);
-    } else {
-      // All ranks' loads in flight before the sum (in rank order): one distributed shared
-      // memory round trip a pair of outputs, not `splits`.
-      float2 parts[kFpxTiledMaxSplits];
-#pragma unroll
-      for (int q = 0; q < kFpxTiledMaxSplits; ++q)
-        parts[q] = q < splits ? load_cluster_shared2(mine, unsigned(q)) : make_float2(0.0f, 0.0f);
-      sum = make_float2(0.0f, 0.0f);
-#pragma unroll
-      for (int q = 0; q < kFpxTiledMaxSplits; ++q) {
-        sum.x += parts[q].x;
-        sum.y += parts[q].y;
-      }
-    }
+    const float2 sum = cluster_sum2<kFpxTiledMaxSplits>(part + mc * L::kPartStride + row, splits);
     const uint16_t y0 = to_activation<BF16>(sum.x * p.row_factor[n] + (p.bias ? p.bias[n] : 0.0f));
     uint16_t* y = p.y + int64_t(m) * p.N + n;
     if (n + 1 >= p.N) {

@@ -32,4 +32,24 @@ int qn_warps_per_block(int64_t blocks, int sms, const std::function<int(int warp
   return warps;
 }
 
+// The fewest waves x (tiles a block + a block's start and end), as fpx_tiled_launch costs
+// the FPx tiled kernel (kernels/fpx/fpx_launch.cpp): a block's start and end counted as
+// 1024 k of tiles, every split keeping >= 2 tiles; ties go to fewer splits.
+int qn_tiled_splits(int64_t blocks, int64_t tiles, int blocks_per_tile, const std::array<int, 4>& resident) {
+  const int64_t block_tiles = std::max<int64_t>(32 / blocks_per_tile, 1);
+  int best_splits = 1;
+  int64_t best = -1;
+  for (int i = 0, splits = 1; i < 4; ++i, splits *= 2) {
+    if (splits > 1 && tiles < 2 * splits) break;
+    const int64_t per_wave = std::max(resident[size_t(i)], 1);
+    const int64_t waves = (blocks * splits + per_wave - 1) / per_wave;
+    const int64_t cost = waves * ((tiles + splits - 1) / splits + block_tiles);
+    if (best < 0 || cost < best) {
+      best = cost;
+      best_splits = splits;
+    }
+  }
+  return best_splits;
+}
+
 }  // namespace gemlite

@@ -10,6 +10,7 @@
 #include "kernels/fpx/dequant_fpx.h"
 #include "kernels/fpx/gemm_fpx.h"
 #include "kernels/qn/dequant_qn.h"
+#include "kernels/qn/gemm_qn.h"
 #include "kernels/qn/gemv_qn.h"
 #include "runtime/cuda/ops.h"
 #include "runtime/error.h"
@@ -42,6 +43,26 @@ int64_t gemv_sliced_max_m() {
   static const int64_t max_m = [] {
     const char* v = std::getenv("GEMLITE_GEMV_SLICED_MAX_M");
     return std::max<int64_t>(kGemvMaxM, v ? std::atoll(v) : 48);
+  }();
+  return max_m;
+}
+
+// The rows gemm_qn (the tiled qN matmul, where gemm_qn_runs) takes: kGemvQnMaxRows + 1 up
+// to this; fewer run one gemv_qn pass, more the dense copy + cuBLAS. Measured (H100, fp16,
+// cold L2, 2026-11-27, gemlite-bench --kernels --kernel-set gemv GEMLITE_BENCH_M=17..512,
+// us, gemm_qn / gemv_qn over slices of 16 / the dense copy + cuBLAS):
+//   q4g64 4096 x 12288  M = 17  24.6 / 40.7 / 90.9   M = 64  25.6 / 104.8 / 87.9
+//                       M = 256 77.0 / - / 93.3      M = 512 149.8 / - / 126.6
+//   q4g64 11008 x 4096  M = 17  34.2 / 35.9 / 81.7   M = 256 67.0 / - / 95.5   M = 512 134.6 / - / 113.8
+//   q8    11008 x 4096  M = 17  51.8 / 43.5 / 84.0   M = 64  54.2 / 122.3 / 85.7   M = 512 116.7 / - / 116.5
+// so gemm_qn from 17 rows (but q8 with K = 11008 at 17..24 rows) to 256, and llama2-7b
+// q4g64 (gemlite-bench -p 64,128,256,512 -n 0, same machine, tok/s, dense path -> gemm_qn
+// up to 512): pp64 4963 -> 12139, pp128 9525 -> 16852, pp256 16834 -> 19773, pp512 24392 ->
+// 20852. GEMLITE_GEMM_QN_MAX_M overrides it (0 turns gemm_qn off), for A/B measurements.
+int64_t gemm_qn_max_m() {
+  static const int64_t max_m = [] {
+    const char* v = std::getenv("GEMLITE_GEMM_QN_MAX_M");
+    return v ? std::max<int64_t>(0, std::atoll(v)) : int64_t(256);
   }();
   return max_m;
 }
@@ -106,9 +127,13 @@ class CudaLinear final : public QuantLinear {
   // THE DISPATCH RULE (the measurements behind each switch sit beside its constant):
   //   qN / qNgG and s7, M <= kGemvMaxM (8) -> gemv_qn, the fused dequantize + GEMV that
   //     reads the packed weight once (it adds the bias itself); a gate/up pair stacked
-  //     for SwiGLU -> gemv_qn_swiglu through forward_swiglu (below); up to
-  //     gemv_sliced_max_m() rows -> gemv_qn over slices of kGemvQnMaxRows rows, each reading
-  //     the packed weight once, where that beats making the dense copy;
+  //     for SwiGLU -> gemv_qn_swiglu through forward_swiglu (below);
+  //   qN / qNgG (2..8 bits, K % 8 == 0) on an H100, kGemvQnMaxRows + 1 to gemm_qn_max_m()
+  //     rows -> gemm_qn, the tiled matmul that dequantizes the packed weight in registers
+  //     (bias too; x permuted into the context's scratch first);
+  //   other qN and s7 up to gemv_sliced_max_m() rows -> gemv_qn over slices of
+  //     kGemvQnMaxRows rows, each reading the packed weight once, where that beats making
+  //     the dense copy;
   //   fp6 / fp5, M <= gemm_fpx_max_m (kFpxTiledMaxM on an H100, else kFpxMaxM) -> gemm_fpx,
   //     the tensor-core FPx matmul (bias too; above kFpxMaxM with x permuted into the
   //     context's scratch first);
@@ -126,6 +151,12 @@ class CudaLinear final : public QuantLinear {
   void forward(const Tensor& x, Tensor& y) const override {
     const int64_t M = x.rows, N = out_features(), K = in_features();
     check_shapes(x, y, N);
+    if (gemm_qn_serves(x)) {
+      const size_t scratch_bytes = gemm_qn_scratch_bytes(qn_, int(M));
+      void* scratch = ctx_->scratch(scratch_bytes, "activations permuted for gemm_qn");
+      gemm_qn(qn_, x.data, y.data, int(M), act_, ctx_->stream, scratch, scratch_bytes);
+      return;
+    }
     if (qn_.qweight && M <= gemv_sliced_max_m()) {
       for_row_slices(x, y, [&](const Tensor& xs, Tensor& ys) {
         gemv_qn(qn_, xs.data, ys.data, int(xs.rows), act_, ctx_->stream);
@@ -169,7 +200,8 @@ class CudaLinear final : public QuantLinear {
   // GEMV's epilogue, one launch where the GEMV and silu_mul were two: 2.8 us of a Llama-2-7B
   // layer, ncu). A pending norm comes only at M <= kGemvMaxM (fuses_rmsnorm): one slice.
   bool forward_swiglu(const Tensor& x, Tensor& y, const PendingNorm* norm) const override {
-    if (qn_.paired_half == 0 || x.rows > gemv_sliced_max_m() || (norm && x.rows > kGemvMaxM)) return false;
+    if (qn_.paired_half == 0 || x.rows > gemv_sliced_max_m() || (norm && x.rows > kGemvMaxM) || gemm_qn_serves(x))
+      return false;
     check_shapes(x, y, qn_.paired_half);
     const QnPendingNorm pending = pending_norm(norm, x.rows);
     for_row_slices(x, y, [&](const Tensor& xs, Tensor& ys) {
@@ -239,6 +271,12 @@ class CudaLinear final : public QuantLinear {
   }
 
  private:
+  // Whether forward runs x on gemm_qn (see gemm_qn_max_m): qN rows past one gemv_qn pass.
+  bool gemm_qn_serves(const Tensor& x) const {
+    return qn_.qweight && x.rows > kGemvQnMaxRows && x.rows <= gemm_qn_max_m() && gemm_qn_runs(qn_) &&
+           reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+  }
+
   void check_shapes(const Tensor& x, const Tensor& y, int64_t y_cols) const {
     if (x.cols != in_features() || y.cols != y_cols || y.rows != x.rows || x.dtype != act_ || y.dtype != act_)
       throw Error("cuda linear " + format().name() + " [" + std::to_string(out_features()) + ", " +

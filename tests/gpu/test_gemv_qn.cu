@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <string>
@@ -39,10 +40,12 @@
 #include "kernels/packed_weight.h"
 #include "kernels/qn/qn_format.h"
 #include "kernels/qn/dequant_qn.h"
+#include "kernels/qn/gemm_qn.h"
 #include "kernels/qn/gemv_qn.h"
 #include "kernels/weight_format.h"
 #include "runtime/cuda/ops.h"
 #include "runtime/dtype.h"
+#include "tests/gpu/qn_check.h"
 #include "tests/gpu/qn_error_scales.h"
 
 namespace gemlite {
@@ -56,52 +59,14 @@ WeightFormat qn_format(int bits, int group) {
   return f;
 }
 
-struct CheckResult {
-  double worst_ratio = 0;        // max |y - ref| / S2, what the tolerance bounds
-  double worst_plain_ratio = 0;  // max |y - ref| / S, for the record
-  int64_t failures = 0;
-  std::string first_failure;
-};
-
-// Runs gemv_qn once on poisoned output and compares every element with the reference;
-// x is N(0, 1), or uniform in [0.5, 1] with positive_x.
+// gemv_qn on that launch.
 CheckResult run_and_compare(const PackedWeight& packed, const QnDeviceWeight& dw, DType act, int64_t M,
                             std::mt19937_64& rng, cudaStream_t stream, int x_offset_elements = 0,
                             const GemvQnConfig& config = {}, bool positive_x = false) {
-  const int64_t N = packed.rows, K = packed.cols;
-  std::vector<uint16_t> x_bits;
-  std::vector<float> x;
-  random_activations(M, K, act, rng, &x_bits, &x, positive_x);
-  std::vector<float> ref(size_t(M * N));
-  linear_reference(packed, x.data(), M, ref.data());
-  const ErrorScales scales = error_scales(packed, x, M);
-
-  DeviceBuffer dx((size_t(M * K) + size_t(x_offset_elements)) * 2), dy(size_t(M * N) * 2);
-  uint16_t* x_dev = static_cast<uint16_t*>(dx.ptr) + x_offset_elements;
-  CUDA_CHECK(cudaMemcpyAsync(x_dev, x_bits.data(), x_bits.size() * 2, cudaMemcpyHostToDevice, stream));
-  CUDA_CHECK(cudaMemsetAsync(dy.ptr, 0xFF, size_t(M * N) * 2, stream));
-  gemv_qn(dw, x_dev, dy.ptr, int(M), act, stream, config);
-  std::vector<uint16_t> y_bits(size_t(M * N));
-  CUDA_CHECK(cudaMemcpyAsync(y_bits.data(), dy.ptr, y_bits.size() * 2, cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-
-  const double tol = act == DType::BF16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -9);
-  CheckResult result;
-  for (int64_t i = 0; i < M * N; ++i) {
-    const float y = act == DType::BF16 ? bf16_to_float(y_bits[size_t(i)]) : half_to_float(y_bits[size_t(i)]);
-    const double err = std::abs(double(y) - double(ref[size_t(i)]));
-    const double s = std::max(double(scales.dequant[size_t(i)]), 1e-30);
-    const double ratio = std::isfinite(y) ? err / s : INFINITY;
-    result.worst_ratio = std::max(result.worst_ratio, ratio);
-    result.worst_plain_ratio = std::max(result.worst_plain_ratio, err / std::max(double(scales.plain[size_t(i)]), 1e-30));
-    if (!(ratio <= tol)) {
-      if (result.failures++ == 0)
-        result.first_failure = "y[" + std::to_string(i / N) + ", " + std::to_string(i % N) + "] = " +
-                               std::to_string(y) + ", reference " + std::to_string(ref[size_t(i)]) +
-                               ", |error| / S2 = " + std::to_string(ratio) + " > " + std::to_string(tol);
-    }
-  }
-  return result;
+  return launch_and_compare(
+      packed, act, M, rng, stream,
+      [&](const void* x, void* y) { gemv_qn(dw, x, y, int(M), act, stream, config); }, x_offset_elements,
+      positive_x);
 }
 
 struct Shape {

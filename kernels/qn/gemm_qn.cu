@@ -1,0 +1,151 @@
+// gemm_qn's host side: which weights the tiled kernel (gemm_qn_tiled.cuh) serves, the
+// permuted copy of x it reads, and its launch (cluster size from qn_tiled_splits,
+// kernels/qn/qn_launch.cpp). gemm_qn.h has the contract.
+#include "kernels/qn/gemm_qn.h"
+
+#include <array>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "kernels/cuda_check.h"
+#include "kernels/pdl.cuh"
+#include "kernels/qn/gemm_qn_tiled.cuh"
+#include "kernels/qn/qn_launch.h"
+#include "runtime/error.h"
+
+namespace gemlite {
+
+namespace {
+
+using KernelFn = void (*)(GemmQnParams);
+
+// The kernel of a width and activation type, its shared memory allowance raised once (it
+// needs more than the default 48 KB), with that many bytes.
+struct TiledKernel {
+  KernelFn kernel;
+  size_t smem_bytes;
+};
+template <int BITS, bool BF16>
+TiledKernel tiled_kernel() {
+  constexpr size_t kSmem = QnTiledLayout<BITS>::kSmemBytes;
+  static const KernelFn kernel = [] {
+    const KernelFn k = gemm_qn_tiled_kernel<BITS, BF16>;
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    return k;
+  }();
+  return {kernel, kSmem};
+}
+template <bool BF16>
+TiledKernel tiled_kernel(int bits) {
+  switch (bits) {
+    case 2: return tiled_kernel<2, BF16>();
+    case 3: return tiled_kernel<3, BF16>();
+    case 4: return tiled_kernel<4, BF16>();
+    case 5: return tiled_kernel<5, BF16>();
+    case 6: return tiled_kernel<6, BF16>();
+    case 7: return tiled_kernel<7, BF16>();
+    case 8: return tiled_kernel<8, BF16>();
+  }
+  throw Error("gemm_qn: " + std::to_string(bits) + "-bit codes are not served (2..8 are)");
+}
+TiledKernel tiled_kernel(const QnDeviceWeight& w) {
+  return w.act == DType::BF16 ? tiled_kernel<true>(w.bits) : tiled_kernel<false>(w.bits);
+}
+
+// A compute capability 9.0 device running the kernels' sm_90a code (not PTX of another
+// architecture compiled at load, where wgmma and the bulk copies are empty: kernels/wgmma.cuh).
+// Read once per process (one GPU).
+bool device_runs_tiled_kernel() {
+  static const bool runs = [] {
+    int device = 0, major = 0, minor = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    if (major != 9 || minor != 0) return false;
+    cudaFuncAttributes attributes{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attributes, gemm_qn_tiled_kernel<4, false>));
+    return attributes.ptxVersion >= 90;
+  }();
+  return runs;
+}
+
+int blocks_per_tile(const QnDeviceWeight& w) { return 32 / w.bits; }
+
+// Blocks the device runs at once in clusters of 1, 2, 4 and 8, per kernel, asked once.
+std::array<int, 4> resident_blocks(const TiledKernel& tiled) {
+  static std::mutex mutex;
+  static std::map<KernelFn, std::array<int, 4>> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto it = known.find(tiled.kernel);
+  if (it != known.end()) return it->second;
+  std::array<int, 4> of_size{};
+  int sizes[4];
+  resident_blocks_in_clusters(tiled.kernel, kQnTiledWarps * 32, tiled.smem_bytes, sizes);
+  for (int i = 0; i < 4; ++i) of_size[size_t(i)] = sizes[i];
+  return known[tiled.kernel] = of_size;
+}
+
+}  // namespace
+
+bool gemm_qn_runs(const QnDeviceWeight& w) {
+  return w.qweight && !w.sparse && w.bits >= 2 && w.bits <= 8 && w.K % 8 == 0 && device_runs_tiled_kernel();
+}
+
+size_t gemm_qn_scratch_bytes(const QnDeviceWeight& w, int M) {
+  if (!gemm_qn_runs(w)) return 0;
+  const int64_t rows_x = qn_tiled_rows_x(w.bits);
+  return size_t((M + rows_x - 1) / rows_x * rows_x) * size_t(w.Kw) * size_t(blocks_per_tile(w)) * 2;
+}
+
+void gemm_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream, void* scratch,
+             size_t scratch_bytes, const GemmQnConfig& config) {
+  if (!gemm_qn_runs(w))
+    throw Error("gemm_qn: not for this weight (" + std::to_string(w.bits) + "-bit" + (w.sparse ? " s7" : "") +
+                ", K = " + std::to_string(w.K) + ") or device (gemm_qn_runs)");
+  if (M < 1) throw Error("gemm_qn: M = " + std::to_string(M) + " (expected >= 1)");
+  if (act != w.act)
+    throw Error(std::string("gemm_qn: activations are ") + dtype_name(act) + " but the weight was uploaded for " +
+                dtype_name(w.act));
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0) throw Error("gemm_qn: x must be 16-byte aligned");
+  const size_t image_bytes = gemm_qn_scratch_bytes(w, M);
+  if (!scratch || reinterpret_cast<uintptr_t>(scratch) % 16 != 0 || scratch_bytes < image_bytes)
+    throw Error("gemm_qn: the scratch buffer (" + std::to_string(scratch_bytes) + " bytes) must be 16-byte aligned and hold " +
+                std::to_string(image_bytes) + " bytes at M = " + std::to_string(M) + " (gemm_qn_scratch_bytes)");
+  if (config.splits != 0 && (config.splits > kQnTiledMaxSplits || (config.splits & (config.splits - 1)) != 0))
+    throw Error("gemm_qn: splits = " + std::to_string(config.splits) + " (expected 0, 1, 2, 4 or 8)");
+
+  const TiledKernel tiled = tiled_kernel(w);
+  const int rows_x = qn_tiled_rows_x(w.bits), per_tile = blocks_per_tile(w);
+  const int tiles = int(w.Kw / 32);
+  const int64_t row_blocks = qn_padded_rows(w.N) / 16;
+  const int64_t m_chunks = (M + rows_x - 1) / rows_x;
+  const int64_t groups = (row_blocks + kQnTiledWarps - 1) / kQnTiledWarps;
+  const int splits = config.splits ? config.splits : qn_tiled_splits(m_chunks * groups, tiles, per_tile, resident_blocks(tiled));
+
+  GemmQnParams p;
+  p.qweight = w.qweight;
+  p.scale_bias = w.scale_bias;
+  p.bias = w.bias;
+  p.x = static_cast<const uint16_t*>(scratch);
+  p.y = static_cast<uint16_t*>(y);
+  p.N = w.N;
+  p.N16 = qn_padded_rows(w.N);
+  p.paired_half = w.paired_half;
+  p.M = M;
+  p.tiles = tiles;
+  p.RB = int(row_blocks);
+  p.n_groups = int(w.n_groups);
+  p.group_shift = w.group_shift;
+  p.tiles_per_split = (tiles + splits - 1) / splits;
+
+  uint16_t* image = static_cast<uint16_t*>(scratch);
+  const int64_t threads = m_chunks * rows_x * int64_t(tiles) * per_tile;  // one a 32-k block of a row
+  launch_pdl("permute_qn_x_kernel", permute_qn_x_kernel, dim3(unsigned((threads + 255) / 256)), dim3(256), 0, stream,
+             static_cast<const uint16_t*>(x), image, M, int(w.K), tiles, per_tile, rows_x);
+  const dim3 grid{unsigned(m_chunks), unsigned(groups), unsigned(splits)};
+  launch_pdl_clusters("gemm_qn_tiled_kernel", tiled.kernel, grid, dim3(1, 1, unsigned(splits)),
+                      dim3(kQnTiledWarps * 32), tiled.smem_bytes, stream, p);
+}
+
+}  // namespace gemlite

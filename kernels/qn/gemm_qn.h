@@ -1,0 +1,37 @@
+#pragma once
+// The qN matmul for prompt chunks on an H100: y [M, N] = x [M, K] · Wᵀ (+ bias) on tensor
+// cores (wgmma), reading the packed weight of gemv_qn (QnDeviceWeight, its 2 KB tiles and
+// scale/bias pairs) once per chunk of x rows and dequantizing it in registers, where the
+// fallback writes a dense fp16 copy of W for cuBLAS first (dequant_qn). The kernel is
+// kernels/qn/gemm_qn_tiled.cuh. Asynchronous on the caller's stream, graph-capturable.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/qn/gemv_qn.h"
+#include "runtime/dtype.h"
+
+namespace gemlite {
+
+// Whether gemm_qn serves this weight: 2..8-bit qN codes (not 1-bit, whose 1024-k tiles do
+// not fit its stages, nor s7), K % 8 == 0, on a device of compute capability 9.0 running
+// the kernel's sm_90a code. Elsewhere QuantLinear keeps the dense copy + cuBLAS.
+bool gemm_qn_runs(const QnDeviceWeight& w);
+
+// Bytes of the scratch gemm_qn needs at M: x permuted into the kernel's image (chunks of
+// its x rows, whole tiles of K). 0 where gemm_qn does not run.
+size_t gemm_qn_scratch_bytes(const QnDeviceWeight& w, int M);
+
+// splits: blocks of a cluster splitting K, 0 = automatic (qn_tiled_splits), else 1, 2, 4 or 8.
+struct GemmQnConfig {
+  int splits = 0;
+};
+
+// y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias), W in stored-row order (a SwiGLU pair's y
+// is [gate; up] as gemv_qn writes it). `scratch` (16-byte aligned, >= gemm_qn_scratch_bytes)
+// takes the permuted x. PRECOND (Error): gemm_qn_runs(w), M >= 1, act == w.act, x 16-byte
+// aligned, a large enough scratch.
+void gemm_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream, void* scratch,
+             size_t scratch_bytes, const GemmQnConfig& config = {});
+
+}  // namespace gemlite

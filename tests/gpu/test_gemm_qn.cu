@@ -1,0 +1,181 @@
+// gemm_qn (the tiled qN matmul of prompt chunks) against the CPU reference
+// (linear_reference) on fresh random inputs, with the GEMV's tolerance and for the same
+// reasons (tests/gpu/test_gemv_qn.cu: the kernel dequantizes each weight into the
+// activation type exactly as the GEMV does and sums in fp32 on the tensor cores): every
+// width it serves (2..8 bits) x group {32, 64, 128, per-channel} x {fp16, bf16}, at M that
+// fill no chunk of its x rows evenly (17, 100, 257), on shapes whose K ends inside a tile
+// and whose N leaves a block's row blocks partly empty; every cluster size; a SwiGLU pair's
+// layout; and the inputs it refuses. The kernel runs on a compute capability 9.0 device
+// with the sm_90a build only (wgmma, bulk copies): elsewhere these tests skip, saying so.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+#include "kernels/group_quant.h"
+#include "kernels/packed_weight.h"
+#include "kernels/qn/gemm_qn.h"
+#include "kernels/qn/gemv_qn.h"
+#include "kernels/weight_format.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "tests/gpu/gpu_test_helpers.h"
+#include "tests/gpu/qn_check.h"
+
+namespace gemlite {
+namespace {
+
+WeightFormat qn_format(int bits, int group) {
+  WeightFormat f;
+  f.kind = FormatKind::QN;
+  f.bits = bits;
+  f.group = group;
+  return f;
+}
+
+// gemm_qn on launch_and_compare's launch, with a scratch of exactly the bytes it asks for.
+CheckResult run_gemm_and_compare(const PackedWeight& packed, const QnDeviceWeight& dw, DType act, int64_t M,
+                                 std::mt19937_64& rng, cudaStream_t stream, const GemmQnConfig& config = {}) {
+  const size_t scratch_bytes = gemm_qn_scratch_bytes(dw, int(M));
+  DeviceBuffer scratch(scratch_bytes);
+  return launch_and_compare(packed, act, M, rng, stream, [&](const void* x, void* y) {
+    gemm_qn(dw, x, y, int(M), act, stream, scratch.ptr, scratch_bytes, config);
+  });
+}
+
+// Whether this device and build run gemm_qn (asked of a small q4g64 weight).
+bool gemm_qn_available() {
+  std::mt19937_64 rng(1);
+  const std::vector<float> w = random_weight(16, 64, rng);
+  QnDeviceWeight dw = upload_qn_weight(quantize_weight(w.data(), 16, 64, qn_format(4, 64)), DType::F16);
+  const bool runs = gemm_qn_runs(dw);
+  free_qn_weight(&dw);
+  return runs;
+}
+
+#define SKIP_UNLESS_GEMM_QN_RUNS()                                                                     \
+  if (!gemm_qn_available()) GTEST_SKIP() << "gemm_qn runs on a compute capability 9.0 device (sm_90a code)"
+
+class GemmQnTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(GemmQnTest, MatchesCpuReference) {
+  SKIP_UNLESS_GEMM_QN_RUNS();
+  const auto [bits, group] = GetParam();
+  const WeightFormat format = qn_format(bits, group);
+  std::mt19937_64 rng(test_seed() * 1000003 + uint64_t(bits * 1000 + group) + 7);
+  StreamGuard stream;
+  struct Shape {
+    int64_t K, N;
+  };
+  // K = 1032: past a whole number of tiles at every width; N = 200: 13 row blocks, a second
+  // block of 8 with 5; K = 2112 with N = 136 (9 row blocks, one past the first block).
+  std::vector<Shape> shapes = {{1032, 200}, {2112, 136}};
+  if (group == 64) shapes.push_back({4096, 256});  // many tiles a block, clusters of several blocks
+  double worst[2] = {0, 0};
+  for (const Shape& shape : shapes) {
+    const std::vector<float> w = random_weight(shape.N, shape.K, rng);
+    const PackedWeight packed = quantize_weight(w.data(), shape.N, shape.K, format);
+    for (DType act : {DType::F16, DType::BF16}) {
+      QnDeviceWeight dw = upload_qn_weight(packed, act);
+      ASSERT_TRUE(gemm_qn_runs(dw));
+      for (int64_t M : {17, 100, 257}) {
+        if (shape.K == 4096 && M != 100) continue;
+        SCOPED_TRACE(format.name() + " " + dtype_name(act) + " K=" + std::to_string(shape.K) +
+                     " N=" + std::to_string(shape.N) + " M=" + std::to_string(M) +
+                     " seed=" + std::to_string(test_seed()));
+        const CheckResult r = run_gemm_and_compare(packed, dw, act, M, rng, stream.stream);
+        EXPECT_EQ(r.failures, 0) << r.first_failure;
+        worst[act == DType::BF16] = std::max(worst[act == DType::BF16], r.worst_ratio);
+      }
+      free_qn_weight(&dw);
+    }
+  }
+  std::cout << "[gemm_qn] " << format.name() << ": worst |error| / S2 fp16 " << worst[0] << ", bf16 " << worst[1]
+            << "\n";
+}
+
+std::string param_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+  const auto [bits, group] = info.param;
+  return "Bits" + std::to_string(bits) + (group ? "Group" + std::to_string(group) : "PerChannel");
+}
+
+INSTANTIATE_TEST_SUITE_P(ServedWidths, GemmQnTest,
+                         ::testing::Combine(::testing::Range(2, 9), ::testing::Values(32, 64, 128, 0)), param_name);
+
+// Each cluster size sums its blocks' parts of K: a missing or doubled part would be an
+// error of order |y| / splits.
+TEST(GemmQnEdges, EveryClusterSize) {
+  SKIP_UNLESS_GEMM_QN_RUNS();
+  std::mt19937_64 rng(test_seed() + 11);
+  StreamGuard stream;
+  const int64_t K = 4096, N = 256;
+  const std::vector<float> w = random_weight(N, K, rng);
+  const PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(4, 64));
+  for (DType act : {DType::F16, DType::BF16}) {
+    QnDeviceWeight dw = upload_qn_weight(packed, act);
+    for (int splits : {1, 2, 4, 8}) {
+      SCOPED_TRACE(std::string(dtype_name(act)) + " splits=" + std::to_string(splits));
+      GemmQnConfig config;
+      config.splits = splits;
+      const CheckResult r = run_gemm_and_compare(packed, dw, act, 70, rng, stream.stream, config);
+      EXPECT_EQ(r.failures, 0) << r.first_failure;
+    }
+    free_qn_weight(&dw);
+  }
+}
+
+// A SwiGLU pair's weight lies in block-row order on the device (gate rows 8b.., then up
+// rows half + 8b..); gemm_qn writes y in stored order, [gate; up], as the reference has it.
+TEST(GemmQnEdges, SwigluPairWritesStoredOrder) {
+  SKIP_UNLESS_GEMM_QN_RUNS();
+  std::mt19937_64 rng(test_seed() + 13);
+  StreamGuard stream;
+  const int64_t K = 1032, half = 72;
+  const std::vector<float> w = random_weight(2 * half, K, rng);
+  const PackedWeight packed = quantize_weight(w.data(), 2 * half, K, qn_format(4, 64));
+  for (DType act : {DType::F16, DType::BF16}) {
+    QnDeviceWeight dw = upload_qn_weight(packed, act, half);
+    SCOPED_TRACE(dtype_name(act));
+    const CheckResult r = run_gemm_and_compare(packed, dw, act, 65, rng, stream.stream);
+    EXPECT_EQ(r.failures, 0) << r.first_failure;
+    free_qn_weight(&dw);
+  }
+}
+
+TEST(GemmQnEdges, RejectsWhatItCannotRun) {
+  SKIP_UNLESS_GEMM_QN_RUNS();
+  std::mt19937_64 rng(test_seed() + 17);
+  const std::vector<float> w = random_weight(32, 1024, rng);
+  // 1-bit codes (1024-k tiles) keep the dense path; so does a K that is not a multiple of 8.
+  QnDeviceWeight q1 = upload_qn_weight(quantize_weight(w.data(), 32, 1024, qn_format(1, 64)), DType::F16);
+  EXPECT_FALSE(gemm_qn_runs(q1));
+  EXPECT_EQ(gemm_qn_scratch_bytes(q1, 64), 0u);
+  free_qn_weight(&q1);
+  const std::vector<float> odd = random_weight(32, 1020, rng);
+  QnDeviceWeight k1020 = upload_qn_weight(quantize_weight(odd.data(), 32, 1020, qn_format(4, 0)), DType::F16);
+  EXPECT_FALSE(gemm_qn_runs(k1020));
+  free_qn_weight(&k1020);
+
+  QnDeviceWeight dw = upload_qn_weight(quantize_weight(w.data(), 32, 1024, qn_format(4, 64)), DType::F16);
+  const size_t need = gemm_qn_scratch_bytes(dw, 64);
+  EXPECT_EQ(need, size_t(64) * 1024 * 2);  // 64 x rows a chunk at 4 bits, K a whole number of tiles
+  DeviceBuffer x(64 * 1024 * 2 + 16), y(64 * 32 * 2), scratch(need);
+  EXPECT_THROW(gemm_qn(dw, x.ptr, y.ptr, 0, DType::F16, nullptr, scratch.ptr, need), Error);
+  EXPECT_THROW(gemm_qn(dw, x.ptr, y.ptr, 64, DType::BF16, nullptr, scratch.ptr, need), Error);
+  EXPECT_THROW(gemm_qn(dw, x.ptr, y.ptr, 64, DType::F16, nullptr, scratch.ptr, need - 16), Error);
+  EXPECT_THROW(gemm_qn(dw, x.ptr, y.ptr, 64, DType::F16, nullptr, nullptr, need), Error);
+  EXPECT_THROW(gemm_qn(dw, static_cast<char*>(x.ptr) + 2, y.ptr, 64, DType::F16, nullptr, scratch.ptr, need), Error);
+  GemmQnConfig three;
+  three.splits = 3;
+  EXPECT_THROW(gemm_qn(dw, x.ptr, y.ptr, 64, DType::F16, nullptr, scratch.ptr, need, three), Error);
+  free_qn_weight(&dw);
+}
+
+}  // namespace
+}  // namespace gemlite
