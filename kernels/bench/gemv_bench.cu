@@ -115,9 +115,18 @@ void gemm_lines(FILE* out, const std::string& name, DType act, const std::vector
   if (scratch_bytes) {
     void* scratch = nullptr;
     CUDA_CHECK(cudaMalloc(&scratch, scratch_bytes));
-    line("", time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
-           gemm_qn(weights[size_t(i % copies)], x, y, M, act, stream, scratch, scratch_bytes);
-         }));
+    for (int warps : options.gemm_warps)
+      for (int splits : options.gemm_splits) {
+        if (warps == 16 && w.bits < 3) continue;
+        GemmQnConfig config;
+        config.warps = warps;
+        config.splits = splits;
+        const std::string setting = (warps ? " warps=" + std::to_string(warps) : std::string()) +
+                                    (splits ? " splits=" + std::to_string(splits) : std::string());
+        line(setting.c_str(), time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
+               gemm_qn(weights[size_t(i % copies)], x, y, M, act, stream, scratch, scratch_bytes, config);
+             }));
+      }
     CUDA_CHECK(cudaFree(scratch));
   }
   if (M <= 4 * kGemvQnMaxRows) {  // QuantLinear's slices of gemv_qn (gemv_sliced_max_m)
@@ -147,6 +156,8 @@ GemvBenchOptions with_environment(GemvBenchOptions options) {
   env_activations("GEMLITE_BENCH_ACT", &options.activations);
   env_ints("GEMLITE_BENCH_M", &options.Ms);
   env_ints("GEMLITE_BENCH_WARPS", &options.warps_per_block);
+  env_ints("GEMLITE_BENCH_GEMM_WARPS", &options.gemm_warps);
+  env_ints("GEMLITE_BENCH_GEMM_SPLITS", &options.gemm_splits);
   return options;
 }
 

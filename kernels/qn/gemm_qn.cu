@@ -1,6 +1,6 @@
 // gemm_qn's host side: which weights the tiled kernel (gemm_qn_tiled.cuh) serves, the
-// permuted copy of x it reads, and its launch (cluster size from qn_tiled_splits,
-// kernels/qn/qn_launch.cpp). gemm_qn.h has the contract.
+// permuted copy of x it reads, and its launch (block shape and cluster size from
+// qn_tiled_launch, kernels/qn/qn_launch.cpp). gemm_qn.h has the contract.
 #include "kernels/qn/gemm_qn.h"
 
 #include <array>
@@ -26,31 +26,39 @@ struct TiledKernel {
   KernelFn kernel;
   size_t smem_bytes;
 };
-template <int BITS, bool BF16>
+template <int BITS, bool BF16, int WARPS>
 TiledKernel tiled_kernel() {
-  constexpr size_t kSmem = QnTiledLayout<BITS>::kSmemBytes;
+  constexpr size_t kSmem = QnTiledLayout<BITS, WARPS>::kSmemBytes;
   static const KernelFn kernel = [] {
-    const KernelFn k = gemm_qn_tiled_kernel<BITS, BF16>;
+    const KernelFn k = gemm_qn_tiled_kernel<BITS, BF16, WARPS>;
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
     return k;
   }();
   return {kernel, kSmem};
 }
+// 16 warps from 3 bits up: at 2 bits three stages of 16 row blocks (80 KB each) do not fit.
+template <int BITS, bool BF16>
+TiledKernel tiled_kernel(int warps) {
+  if constexpr (BITS >= 3) {
+    if (warps == 16) return tiled_kernel<BITS, BF16, 16>();
+  }
+  return tiled_kernel<BITS, BF16, 8>();
+}
 template <bool BF16>
-TiledKernel tiled_kernel(int bits) {
+TiledKernel tiled_kernel(int bits, int warps) {
   switch (bits) {
-    case 2: return tiled_kernel<2, BF16>();
-    case 3: return tiled_kernel<3, BF16>();
-    case 4: return tiled_kernel<4, BF16>();
-    case 5: return tiled_kernel<5, BF16>();
-    case 6: return tiled_kernel<6, BF16>();
-    case 7: return tiled_kernel<7, BF16>();
-    case 8: return tiled_kernel<8, BF16>();
+    case 2: return tiled_kernel<2, BF16>(warps);
+    case 3: return tiled_kernel<3, BF16>(warps);
+    case 4: return tiled_kernel<4, BF16>(warps);
+    case 5: return tiled_kernel<5, BF16>(warps);
+    case 6: return tiled_kernel<6, BF16>(warps);
+    case 7: return tiled_kernel<7, BF16>(warps);
+    case 8: return tiled_kernel<8, BF16>(warps);
   }
   throw Error("gemm_qn: " + std::to_string(bits) + "-bit codes are not served (2..8 are)");
 }
-TiledKernel tiled_kernel(const QnDeviceWeight& w) {
-  return w.act == DType::BF16 ? tiled_kernel<true>(w.bits) : tiled_kernel<false>(w.bits);
+TiledKernel tiled_kernel(const QnDeviceWeight& w, int warps) {
+  return w.act == DType::BF16 ? tiled_kernel<true>(w.bits, warps) : tiled_kernel<false>(w.bits, warps);
 }
 
 // A compute capability 9.0 device running the kernels' sm_90a code (not PTX of another
@@ -64,7 +72,7 @@ bool device_runs_tiled_kernel() {
     CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
     if (major != 9 || minor != 0) return false;
     cudaFuncAttributes attributes{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attributes, gemm_qn_tiled_kernel<4, false>));
+    CUDA_CHECK(cudaFuncGetAttributes(&attributes, gemm_qn_tiled_kernel<4, false, 8>));
     return attributes.ptxVersion >= 90;
   }();
   return runs;
@@ -73,7 +81,7 @@ bool device_runs_tiled_kernel() {
 int blocks_per_tile(const QnDeviceWeight& w) { return 32 / w.bits; }
 
 // Blocks the device runs at once in clusters of 1, 2, 4 and 8, per kernel, asked once.
-std::array<int, 4> resident_blocks(const TiledKernel& tiled) {
+std::array<int, 4> resident_blocks(const TiledKernel& tiled, int warps) {
   static std::mutex mutex;
   static std::map<KernelFn, std::array<int, 4>> known;
   const std::lock_guard<std::mutex> lock(mutex);
@@ -81,7 +89,7 @@ std::array<int, 4> resident_blocks(const TiledKernel& tiled) {
   if (it != known.end()) return it->second;
   std::array<int, 4> of_size{};
   int sizes[4];
-  resident_blocks_in_clusters(tiled.kernel, kQnTiledWarps * 32, tiled.smem_bytes, sizes);
+  resident_blocks_in_clusters(tiled.kernel, warps * 32, tiled.smem_bytes, sizes);
   for (int i = 0; i < 4; ++i) of_size[size_t(i)] = sizes[i];
   return known[tiled.kernel] = of_size;
 }
@@ -94,7 +102,7 @@ bool gemm_qn_runs(const QnDeviceWeight& w) {
 
 size_t gemm_qn_scratch_bytes(const QnDeviceWeight& w, int M) {
   if (!gemm_qn_runs(w)) return 0;
-  const int64_t rows_x = qn_tiled_rows_x(w.bits);
+  const int64_t rows_x = qn_tiled_rows_x(w.bits, 8);  // the most x rows a block of any shape takes
   return size_t((M + rows_x - 1) / rows_x * rows_x) * size_t(w.Kw) * size_t(blocks_per_tile(w)) * 2;
 }
 
@@ -114,14 +122,20 @@ void gemm_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, 
                 std::to_string(image_bytes) + " bytes at M = " + std::to_string(M) + " (gemm_qn_scratch_bytes)");
   if (config.splits != 0 && (config.splits > kQnTiledMaxSplits || (config.splits & (config.splits - 1)) != 0))
     throw Error("gemm_qn: splits = " + std::to_string(config.splits) + " (expected 0, 1, 2, 4 or 8)");
+  if (config.warps != 0 && config.warps != 8 && !(config.warps == 16 && w.bits >= 3))
+    throw Error("gemm_qn: warps = " + std::to_string(config.warps) + " (expected 0 or 8, or 16 from 3 bits up)");
 
-  const TiledKernel tiled = tiled_kernel(w);
-  const int rows_x = qn_tiled_rows_x(w.bits), per_tile = blocks_per_tile(w);
   const int tiles = int(w.Kw / 32);
   const int64_t row_blocks = qn_padded_rows(w.N) / 16;
+  QnTiledResident resident;
+  resident.of_8_warps = resident_blocks(tiled_kernel(w, 8), 8);
+  if (w.bits >= 3) resident.of_16_warps = resident_blocks(tiled_kernel(w, 16), 16);
+  const QnTiledLaunch launch = qn_tiled_launch(M, row_blocks, tiles, w.bits, resident, config.warps, config.splits);
+  const int warps = launch.warps, splits = launch.splits;
+  const TiledKernel tiled = tiled_kernel(w, warps);
+  const int rows_x = qn_tiled_rows_x(w.bits, warps), per_tile = blocks_per_tile(w);
   const int64_t m_chunks = (M + rows_x - 1) / rows_x;
-  const int64_t groups = (row_blocks + kQnTiledWarps - 1) / kQnTiledWarps;
-  const int splits = config.splits ? config.splits : qn_tiled_splits(m_chunks * groups, tiles, per_tile, resident_blocks(tiled));
+  const int64_t groups = (row_blocks + warps - 1) / warps;
 
   GemmQnParams p;
   p.qweight = w.qweight;
@@ -145,7 +159,7 @@ void gemm_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, 
              static_cast<const uint16_t*>(x), image, M, int(w.K), tiles, per_tile, rows_x);
   const dim3 grid{unsigned(m_chunks), unsigned(groups), unsigned(splits)};
   launch_pdl_clusters("gemm_qn_tiled_kernel", tiled.kernel, grid, dim3(1, 1, unsigned(splits)),
-                      dim3(kQnTiledWarps * 32), tiled.smem_bytes, stream, p);
+                      dim3(unsigned(warps * 32)), tiled.smem_bytes, stream, p);
 }
 
 }  // namespace gemlite

@@ -22,8 +22,10 @@ bool gemm_qn_runs(const QnDeviceWeight& w);
 // its x rows, whole tiles of K). 0 where gemm_qn does not run.
 size_t gemm_qn_scratch_bytes(const QnDeviceWeight& w, int M);
 
-// splits: blocks of a cluster splitting K, 0 = automatic (qn_tiled_splits), else 1, 2, 4 or 8.
+// Launch overrides, 0 = automatic: warps (row blocks of W a block, 8 or 16; 16 not at 2
+// bits) and splits (blocks of a cluster splitting K: 1, 2, 4 or 8).
 struct GemmQnConfig {
+  int warps = 0;
   int splits = 0;
 };
 

@@ -40,18 +40,14 @@
 #include "kernels/pdl.cuh"
 #include "kernels/qn/gemv_qn.h"
 #include "kernels/qn/qn_decode.cuh"
+#include "kernels/qn/qn_launch.h"
 #include "kernels/wgmma.cuh"
 
 namespace gemlite {
 namespace {
 
-constexpr int kQnTiledWarps = 8;    // row blocks of W a block: 128 rows
-constexpr int kQnTiledStages = 4;
-constexpr int kQnTiledAhead = 2;    // tiles copied ahead of the one computed
 constexpr int kQnTiledMaxSplits = 8;
 
-// x rows a block takes at BITS (the top of this file says why).
-__host__ __device__ constexpr int qn_tiled_rows_x(int bits) { return 32 / bits <= 4 ? 128 : 32 / bits <= 8 ? 64 : 32; }
 
 // k16 steps a wgmma group: the fewest >= 4 that divide the tile's steps into an even
 // number of groups, so that the two A register sets alternate the same way in every tile
@@ -62,24 +58,29 @@ __host__ __device__ constexpr int qn_steps_per_group(int steps) {
   return steps / 2;
 }
 
-template <int BITS>
+// A block of WARPS warps (one row block of W each: 8 or 16) at BITS.
+template <int BITS, int WARPS>
 struct QnTiledLayout {
   static constexpr int kBlocks = 32 / BITS;  // E: 32-k blocks a tile
   static constexpr int kSteps = 2 * kBlocks;
   static constexpr int kStepsPerGroup = qn_steps_per_group(kSteps);
   static constexpr int kGroups = kSteps / kStepsPerGroup;
-  static constexpr int kRowsX = qn_tiled_rows_x(BITS);
+  static constexpr int kRowsX = qn_tiled_rows_x(BITS, WARPS);
   static constexpr int kTileK = 32 * kBlocks;
-  static constexpr int kWBytes = kQnTiledWarps * 2048;             // [row block][2 KB tile]
-  static constexpr int kScaleBytes = kBlocks * kQnTiledWarps * 64;  // [block j][row block][8][2] pairs
-  static constexpr int kGroupBytes = kRowsX * 16;                   // one 8-k group of the x rows
-  static constexpr int kXBytes = 4 * kBlocks * kGroupBytes;         // [block j][group q][rows][8 k]
+  static constexpr int kWBytes = WARPS * 2048;             // [row block][2 KB tile]
+  static constexpr int kScaleBytes = kBlocks * WARPS * 64;  // [block j][row block][8][2] pairs
+  static constexpr int kGroupBytes = kRowsX * 16;           // one 8-k group of the x rows
+  static constexpr int kXBytes = 4 * kBlocks * kGroupBytes;  // [block j][group q][rows][8 k]
   static constexpr int kStageBytes = kWBytes + kScaleBytes + kXBytes;
-  static constexpr int kPartStride = kQnTiledWarps * 16 + 4;  // floats a partial-sum row: conflict-free stores
+  // 4 stages copied 2 tiles ahead where they fit the H100's 227 KB, else 3 stages 1 tile
+  // ahead: either way the stage a copy refills was last read by the wgmmas of two tiles
+  // back, which every warp has waited for by then (wgmma_wait<1> in the tile between).
+  static constexpr int kStages = 4 * kStageBytes + 32 <= 227 * 1024 ? 4 : 3;
+  static constexpr int kAhead = kStages - 2;
+  static constexpr int kPartStride = WARPS * 16 + 4;  // floats a partial-sum row: conflict-free stores
   static constexpr int kPartBytes = kRowsX * kPartStride * 4;
-  static constexpr int kStagesBytes =
-      kQnTiledStages * kStageBytes > kPartBytes ? kQnTiledStages * kStageBytes : kPartBytes;
-  static constexpr int kSmemBytes = kStagesBytes + kQnTiledStages * 8;  // + a stage's mbarrier
+  static constexpr int kStagesBytes = kStages * kStageBytes > kPartBytes ? kStages * kStageBytes : kPartBytes;
+  static constexpr int kSmemBytes = kStagesBytes + kStages * 8;  // + a stage's mbarrier
   static_assert(kSteps % kStepsPerGroup == 0 && kGroups % 2 == 0, "A register sets alternate per tile");
   static_assert(kSmemBytes <= 227 * 1024, "a block's shared memory on the H100");
 };
@@ -124,30 +125,30 @@ __global__ void permute_qn_x_kernel(const uint16_t* x, uint16_t* image, int M, i
     group0[q * rows_x] = make_uint4(pairs[0][q], pairs[1][q], pairs[2][q], pairs[3][q]);
 }
 
-// PRECOND: blockDim.x = 32 kQnTiledWarps, dynamic shared memory QnTiledLayout::kSmemBytes,
-// grid = (ceil(M / rows_x), ceil(RB / kQnTiledWarps), splits) in clusters of (1, 1,
-// splits), splits a power of two <= 8, tiles_per_split = ceil(tiles / splits), a device of
-// compute capability 9.0 running sm_90a code (wgmma, bulk copies, clusters); p.x is
+// PRECOND: blockDim.x = 32 WARPS, dynamic shared memory QnTiledLayout::kSmemBytes, grid =
+// (ceil(M / rows_x), ceil(RB / WARPS), splits) in clusters of (1, 1, splits), splits a
+// power of two <= 8, tiles_per_split = ceil(tiles / splits), a device of compute
+// capability 9.0 running sm_90a code (wgmma, bulk copies, clusters); p.x is
 // permute_qn_x_kernel's image for rows_x = QnTiledLayout::kRowsX.
-template <int BITS, bool BF16>
-__global__ void __launch_bounds__(kQnTiledWarps * 32, 1) gemm_qn_tiled_kernel(const __grid_constant__ GemmQnParams p) {
-  using L = QnTiledLayout<BITS>;
-  constexpr int kThreads = kQnTiledWarps * 32;
+template <int BITS, bool BF16, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32, 1) gemm_qn_tiled_kernel(const __grid_constant__ GemmQnParams p) {
+  using L = QnTiledLayout<BITS, WARPS>;
+  constexpr int kThreads = WARPS * 32;
   constexpr int E = L::kBlocks;
   extern __shared__ uint4 smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem_raw);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int gid = lane / 4, tig = lane % 4;
-  const int rb0 = blockIdx.y * kQnTiledWarps;  // the block's first row block
+  const int rb0 = blockIdx.y * WARPS;  // the block's first row block
   const int m0 = blockIdx.x * L::kRowsX;
   const int splits = int(gridDim.z), split = int(blockIdx.z);  // split = the block's rank in its cluster
   const int t_begin = min(split * p.tiles_per_split, p.tiles);  // a split past K gets no tile
   const int n_tiles = max(0, min(p.tiles, t_begin + p.tiles_per_split) - t_begin);
 
-  const auto stage_of = [&](int i) { return smem + (i % kQnTiledStages) * L::kStageBytes; };
-  // W of tile i: 8 row blocks x 128 pieces of 16 bytes, at the same places of every tile
-  // (addresses computed once; rows blocks past RB copy nothing).
-  constexpr int kWCopies = kQnTiledWarps * 128 / kThreads;
+  const auto stage_of = [&](int i) { return smem + (i % L::kStages) * L::kStageBytes; };
+  // W of tile i: WARPS row blocks x 128 pieces of 16 bytes, at the same places of every
+  // tile (addresses computed once; row blocks past RB copy nothing).
+  constexpr int kWCopies = WARPS * 128 / kThreads;
   const uint32_t* w_src[kWCopies];  // tile t_begin's piece
   uint32_t w_dst[kWCopies];         // offset in a stage; ~0u: nothing to copy
 #pragma unroll
@@ -158,8 +159,8 @@ __global__ void __launch_bounds__(kQnTiledWarps * 32, 1) gemm_qn_tiled_kernel(co
     w_src[q] = p.qweight + (int64_t(copies ? rb0 + r : 0) * p.tiles + t_begin) * 512 + piece * 4;
     w_dst[q] = copies ? uint32_t(r * 2048 + piece * 16) : ~0u;
   }
-  // The pairs of tile t: for each 32-k block j its group's 8 row blocks x 64 bytes.
-  constexpr int kScalePieces = E * kQnTiledWarps * 4;
+  // The pairs of tile t: for each 32-k block j its group's WARPS row blocks x 64 bytes.
+  constexpr int kScalePieces = E * WARPS * 4;
   const auto copy_w = [&](int i) {
     uint8_t* stage = stage_of(i);
 #pragma unroll
@@ -167,39 +168,39 @@ __global__ void __launch_bounds__(kQnTiledWarps * 32, 1) gemm_qn_tiled_kernel(co
       if (w_dst[q] != ~0u) cp_async16(stage + w_dst[q], w_src[q] + int64_t(i) * 512);
     const int t = t_begin + i;
     for (int c = int(threadIdx.x); c < kScalePieces; c += kThreads) {
-      const int j = c / (kQnTiledWarps * 4), r = c / 4 % kQnTiledWarps, part = c % 4;
+      const int j = c / (WARPS * 4), r = c / 4 % WARPS, part = c % 4;
       if (rb0 + r >= p.RB) continue;
       const int g = min((t * E + j) >> p.group_shift, p.n_groups - 1);
-      cp_async16(stage + L::kWBytes + (j * kQnTiledWarps + r) * 64 + part * 16,
+      cp_async16(stage + L::kWBytes + (j * WARPS + r) * 64 + part * 16,
                  p.scale_bias + int64_t(g) * p.N16 + int64_t(rb0 + r) * 16 + part * 4);
     }
   };
   uint64_t* x_landed = reinterpret_cast<uint64_t*>(smem + L::kStagesBytes);  // [stage]
   const auto copy_x = [&](int i) {
     if (threadIdx.x != 0) return;
-    uint64_t* landed = &x_landed[i % kQnTiledStages];
+    uint64_t* landed = &x_landed[i % L::kStages];
     mbarrier_arrive_expect(landed, L::kXBytes);
     bulk_copy(stage_of(i) + L::kWBytes + L::kScaleBytes,
               reinterpret_cast<const uint8_t*>(p.x) + (int64_t(blockIdx.x) * p.tiles + t_begin + i) * L::kXBytes,
               L::kXBytes, landed);
   };
 
-  // PDL: the first tiles of W (weights) before the wait for x. cp.async groups: W 0, W 1,
-  // then one a loop step, so "all but the newest one done" means W of tile i landed.
+  // PDL: the first tiles of W (weights) before the wait for x. cp.async groups: W 0 (, W
+  // 1), then one a loop step, so "all but the newest kAhead - 1 done" means W of tile i landed.
   if (threadIdx.x == 0) {
-    for (int stage = 0; stage < kQnTiledStages; ++stage) mbarrier_init(&x_landed[stage], 1);
+    for (int stage = 0; stage < L::kStages; ++stage) mbarrier_init(&x_landed[stage], 1);
     fence_mbarrier_init();
   }
   __syncthreads();  // the mbarriers ready before any thread waits on them
   pdl_launch_dependents();
 #pragma unroll
-  for (int i = 0; i < kQnTiledAhead; ++i) {
+  for (int i = 0; i < L::kAhead; ++i) {
     if (i < n_tiles) copy_w(i);
     cp_async_commit();
   }
   pdl_wait();
 #pragma unroll
-  for (int i = 0; i < kQnTiledAhead; ++i)
+  for (int i = 0; i < L::kAhead; ++i)
     if (i < n_tiles) copy_x(i);
 
   uint32_t magic;  // CodeLayout::magic(), opaque to the compiler so that it stays in one register
@@ -210,12 +211,12 @@ __global__ void __launch_bounds__(kQnTiledWarps * 32, 1) gemm_qn_tiled_kernel(co
   // Warps past RB still issue their warpgroup's wgmmas (they are collective), on rows that are never stored.
   const bool warp_active = rb0 + warp < p.RB;
   for (int i = 0; i < n_tiles; ++i) {
-    cp_async_wait<kQnTiledAhead - 1>();
-    mbarrier_wait(&x_landed[i % kQnTiledStages], uint32_t(i / kQnTiledStages) & 1);
+    cp_async_wait<L::kAhead - 1>();
+    mbarrier_wait(&x_landed[i % L::kStages], uint32_t(i / L::kStages) & 1);
     __syncthreads();  // tile i's W and x visible; every warp has waited for the wgmmas of tile i - 2
-    if (i + kQnTiledAhead < n_tiles) {
-      copy_w(i + kQnTiledAhead);
-      copy_x(i + kQnTiledAhead);
+    if (i + L::kAhead < n_tiles) {
+      copy_w(i + L::kAhead);
+      copy_x(i + L::kAhead);
     }
     cp_async_commit();
     const uint8_t* stage = stage_of(i);
@@ -244,7 +245,7 @@ __global__ void __launch_bounds__(kQnTiledWarps * 32, 1) gemm_qn_tiled_kernel(co
       if (warp_active) {
         static_for<0, kG>([&](auto step) {
           constexpr int S = G * kG + decltype(step)::value, J = S / 2, C = S % 2;
-          const uint2 sb = *reinterpret_cast<const uint2*>(scales + J * kQnTiledWarps * 64);  // rows gid, gid + 8
+          const uint2 sb = *reinterpret_cast<const uint2*>(scales + J * WARPS * 64);  // rows gid, gid + 8
           uint32_t(&f)[4] = a[S - G * kG];
           f[0] = weight_pair<BITS, BF16, J>(pairs[0][C][0], sb.x, magic);
           f[1] = weight_pair<BITS, BF16, J>(pairs[1][C][0], sb.y, magic);
@@ -294,7 +295,7 @@ __global__ void __launch_bounds__(kQnTiledWarps * 32, 1) gemm_qn_tiled_kernel(co
   // rows fastest (coalesced y), two neighbouring block rows a thread: stored rows n, n + 1
   // (a SwiGLU pair keeps runs of 8 block rows together, qn_stored_row), one 4-byte store
   // where N is even.
-  constexpr int kRows = kQnTiledWarps * 16;
+  constexpr int kRows = WARPS * 16;
   constexpr int kOutputs = L::kRowsX * kRows;
   const int per = kOutputs / splits;
   const bool paired_stores = p.N % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % 4 == 0;

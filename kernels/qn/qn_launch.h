@@ -14,9 +14,29 @@ namespace gemlite {
 // (on the H100 16 / warps: the kernel's 128 registers a thread, while the scale slab fits).
 int qn_warps_per_block(int64_t blocks, int sms, const std::function<int(int warps)>& resident_blocks);
 
-// Blocks of a cluster splitting K for gemm_qn's tiled kernel (1, 2, 4 or 8): `blocks` =
-// chunks of x rows x groups of 8 row blocks, `tiles` qN tiles of 32 * blocks_per_tile k a
-// row, resident[i] the blocks (one an SM) the device runs at once in clusters of 2^i.
-int qn_tiled_splits(int64_t blocks, int64_t tiles, int blocks_per_tile, const std::array<int, 4>& resident);
+// x rows a block of gemm_qn's tiled kernel takes at `bits` with `warps` warps (the top of
+// kernels/qn/gemm_qn_tiled.cuh says why); 16 warps (128 registers a thread) take at most 64.
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+constexpr int qn_tiled_rows_x(int bits, int warps) {
+  return 32 / bits <= 4 && warps <= 8 ? 128 : 32 / bits <= 8 ? 64 : 32;
+}
+
+// gemm_qn's tiled kernel (kernels/qn/gemm_qn_tiled.cuh): row blocks of W a block (8 or
+// 16, one a warp) and blocks of a cluster splitting K (1, 2, 4 or 8).
+struct QnTiledLaunch {
+  int warps;
+  int splits;
+};
+// The device's resident blocks (one an SM) in clusters of 1, 2, 4 and 8, for each block shape.
+struct QnTiledResident {
+  std::array<int, 4> of_8_warps, of_16_warps;
+};
+// For M x rows, ceil(N / 16) row blocks, `tiles` qN tiles of 32 * blocks_per_tile k a row,
+// at `bits` (16 warps from 3 bits up); x rows a block: qn_tiled_rows_x(bits, warps).
+// warps / splits > 0 are kept as given (the other chosen for them).
+QnTiledLaunch qn_tiled_launch(int M, int64_t row_blocks, int64_t tiles, int bits, const QnTiledResident& resident,
+                              int warps = 0, int splits = 0);
 
 }  // namespace gemlite

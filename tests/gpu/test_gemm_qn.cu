@@ -108,25 +108,33 @@ std::string param_name(const ::testing::TestParamInfo<std::tuple<int, int>>& inf
 INSTANTIATE_TEST_SUITE_P(ServedWidths, GemmQnTest,
                          ::testing::Combine(::testing::Range(2, 9), ::testing::Values(32, 64, 128, 0)), param_name);
 
-// Each cluster size sums its blocks' parts of K: a missing or doubled part would be an
-// error of order |y| / splits.
-TEST(GemmQnEdges, EveryClusterSize) {
+// Each block shape (8 and 16 row blocks) at each cluster size: a missing or doubled part
+// of K would be an error of order |y| / splits. 2 bits (8 warps only), 4 bits (64 x rows
+// a block) and 8 bits (128 x rows with 8 warps, 64 with 16).
+TEST(GemmQnEdges, EveryBlockShapeAndClusterSize) {
   SKIP_UNLESS_GEMM_QN_RUNS();
   std::mt19937_64 rng(test_seed() + 11);
   StreamGuard stream;
-  const int64_t K = 4096, N = 256;
+  const int64_t K = 4096, N = 272;  // 17 row blocks: a block of 16 and one of 1
   const std::vector<float> w = random_weight(N, K, rng);
-  const PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(4, 64));
-  for (DType act : {DType::F16, DType::BF16}) {
-    QnDeviceWeight dw = upload_qn_weight(packed, act);
-    for (int splits : {1, 2, 4, 8}) {
-      SCOPED_TRACE(std::string(dtype_name(act)) + " splits=" + std::to_string(splits));
-      GemmQnConfig config;
-      config.splits = splits;
-      const CheckResult r = run_gemm_and_compare(packed, dw, act, 70, rng, stream.stream, config);
-      EXPECT_EQ(r.failures, 0) << r.first_failure;
+  for (int bits : {2, 4, 8}) {
+    const PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(bits, 64));
+    for (DType act : {DType::F16, DType::BF16}) {
+      QnDeviceWeight dw = upload_qn_weight(packed, act);
+      for (int warps : {8, 16}) {
+        if (warps == 16 && bits < 3) continue;
+        for (int splits : {1, 2, 4, 8}) {
+          SCOPED_TRACE("q" + std::to_string(bits) + "g64 " + dtype_name(act) + " warps=" + std::to_string(warps) +
+                       " splits=" + std::to_string(splits));
+          GemmQnConfig config;
+          config.warps = warps;
+          config.splits = splits;
+          const CheckResult r = run_gemm_and_compare(packed, dw, act, 70, rng, stream.stream, config);
+          EXPECT_EQ(r.failures, 0) << r.first_failure;
+        }
+      }
+      free_qn_weight(&dw);
     }
-    free_qn_weight(&dw);
   }
 }
 
@@ -174,6 +182,9 @@ TEST(GemmQnEdges, RejectsWhatItCannotRun) {
   GemmQnConfig three;
   three.splits = 3;
   EXPECT_THROW(gemm_qn(dw, x.ptr, y.ptr, 64, DType::F16, nullptr, scratch.ptr, need, three), Error);
+  GemmQnConfig warps12;
+  warps12.warps = 12;
+  EXPECT_THROW(gemm_qn(dw, x.ptr, y.ptr, 64, DType::F16, nullptr, scratch.ptr, need, warps12), Error);
   free_qn_weight(&dw);
 }
 
