@@ -26,26 +26,27 @@ struct TiledKernel {
   KernelFn kernel;
   size_t smem_bytes;
 };
-template <int BITS, bool BF16, int WARPS>
+template <int BITS, bool BF16, int WARPS, bool SPARSE = false>
 TiledKernel tiled_kernel() {
-  constexpr size_t kSmem = QnTiledLayout<BITS, WARPS>::kSmemBytes;
+  constexpr size_t kSmem = QnTiledLayout<BITS, WARPS, SPARSE>::kSmemBytes;
   static const KernelFn kernel = [] {
-    const KernelFn k = gemm_qn_tiled_kernel<BITS, BF16, WARPS>;
+    const KernelFn k = gemm_qn_tiled_kernel<BITS, BF16, WARPS, SPARSE>;
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
     return k;
   }();
   return {kernel, kSmem};
 }
-// 16 warps from 3 bits up: at 2 bits three stages of 16 row blocks (80 KB each) do not fit.
-template <int BITS, bool BF16>
+// 16 warps where three stages of them fit (qn_tiled_16_warps_fit: not at 2 bits).
+template <int BITS, bool BF16, bool SPARSE = false>
 TiledKernel tiled_kernel(int warps) {
-  if constexpr (BITS >= 3) {
-    if (warps == 16) return tiled_kernel<BITS, BF16, 16>();
+  if constexpr (qn_tiled_16_warps_fit(QnTiledLayout<BITS, 8, SPARSE>::kBlocks)) {
+    if (warps == 16) return tiled_kernel<BITS, BF16, 16, SPARSE>();
   }
-  return tiled_kernel<BITS, BF16, 8>();
+  return tiled_kernel<BITS, BF16, 8, SPARSE>();
 }
 template <bool BF16>
-TiledKernel tiled_kernel(int bits, int warps) {
+TiledKernel tiled_kernel(int bits, bool sparse, int warps) {
+  if (sparse) return tiled_kernel<8, BF16, true>(warps);  // s7: pair bytes packed as 8-bit codes
   switch (bits) {
     case 2: return tiled_kernel<2, BF16>(warps);
     case 3: return tiled_kernel<3, BF16>(warps);
@@ -58,7 +59,8 @@ TiledKernel tiled_kernel(int bits, int warps) {
   throw Error("gemm_qn: " + std::to_string(bits) + "-bit codes are not served (2..8 are)");
 }
 TiledKernel tiled_kernel(const QnDeviceWeight& w, int warps) {
-  return w.act == DType::BF16 ? tiled_kernel<true>(w.bits, warps) : tiled_kernel<false>(w.bits, warps);
+  return w.act == DType::BF16 ? tiled_kernel<true>(w.bits, w.sparse, warps)
+                              : tiled_kernel<false>(w.bits, w.sparse, warps);
 }
 
 // A compute capability 9.0 device running the kernels' sm_90a code (not PTX of another
@@ -72,13 +74,14 @@ bool device_runs_tiled_kernel() {
     CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
     if (major != 9 || minor != 0) return false;
     cudaFuncAttributes attributes{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attributes, gemm_qn_tiled_kernel<4, false, 8>));
+    CUDA_CHECK(cudaFuncGetAttributes(&attributes, gemm_qn_tiled_kernel<4, false, 8, false>));
     return attributes.ptxVersion >= 90;
   }();
   return runs;
 }
 
-int blocks_per_tile(const QnDeviceWeight& w) { return 32 / w.bits; }
+// 32-k blocks a tile: a code a block, two for s7's pair bytes.
+int blocks_per_tile(const QnDeviceWeight& w) { return w.sparse ? 2 * (32 / w.bits) : 32 / w.bits; }
 
 // Blocks the device runs at once in clusters of 1, 2, 4 and 8, per kernel, asked once.
 std::array<int, 4> resident_blocks(const TiledKernel& tiled, int warps) {
@@ -97,12 +100,12 @@ std::array<int, 4> resident_blocks(const TiledKernel& tiled, int warps) {
 }  // namespace
 
 bool gemm_qn_runs(const QnDeviceWeight& w) {
-  return w.qweight && !w.sparse && w.bits >= 2 && w.bits <= 8 && w.K % 8 == 0 && device_runs_tiled_kernel();
+  return w.qweight && w.bits >= 2 && w.bits <= 8 && w.K % 8 == 0 && device_runs_tiled_kernel();
 }
 
 size_t gemm_qn_scratch_bytes(const QnDeviceWeight& w, int M) {
   if (!gemm_qn_runs(w)) return 0;
-  const int64_t rows_x = qn_tiled_rows_x(w.bits, 8);  // the most x rows a block of any shape takes
+  const int64_t rows_x = qn_tiled_rows_x(blocks_per_tile(w), 8);  // the most x rows a block of any shape takes
   return size_t((M + rows_x - 1) / rows_x * rows_x) * size_t(w.Kw) * size_t(blocks_per_tile(w)) * 2;
 }
 
@@ -122,18 +125,20 @@ void gemm_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, 
                 std::to_string(image_bytes) + " bytes at M = " + std::to_string(M) + " (gemm_qn_scratch_bytes)");
   if (config.splits != 0 && (config.splits > kQnTiledMaxSplits || (config.splits & (config.splits - 1)) != 0))
     throw Error("gemm_qn: splits = " + std::to_string(config.splits) + " (expected 0, 1, 2, 4 or 8)");
-  if (config.warps != 0 && config.warps != 8 && !(config.warps == 16 && w.bits >= 3))
+  const bool sixteen_fit = qn_tiled_16_warps_fit(blocks_per_tile(w));
+  if (config.warps != 0 && config.warps != 8 && !(config.warps == 16 && sixteen_fit))
     throw Error("gemm_qn: warps = " + std::to_string(config.warps) + " (expected 0 or 8, or 16 from 3 bits up)");
 
   const int tiles = int(w.Kw / 32);
   const int64_t row_blocks = qn_padded_rows(w.N) / 16;
   QnTiledResident resident;
   resident.of_8_warps = resident_blocks(tiled_kernel(w, 8), 8);
-  if (w.bits >= 3) resident.of_16_warps = resident_blocks(tiled_kernel(w, 16), 16);
-  const QnTiledLaunch launch = qn_tiled_launch(M, row_blocks, tiles, w.bits, resident, config.warps, config.splits);
+  if (sixteen_fit) resident.of_16_warps = resident_blocks(tiled_kernel(w, 16), 16);
+  const int per_tile = blocks_per_tile(w);
+  const QnTiledLaunch launch = qn_tiled_launch(M, row_blocks, tiles, per_tile, resident, config.warps, config.splits);
   const int warps = launch.warps, splits = launch.splits;
   const TiledKernel tiled = tiled_kernel(w, warps);
-  const int rows_x = qn_tiled_rows_x(w.bits, warps), per_tile = blocks_per_tile(w);
+  const int rows_x = qn_tiled_rows_x(per_tile, warps);
   const int64_t m_chunks = (M + rows_x - 1) / rows_x;
   const int64_t groups = (row_blocks + warps - 1) / warps;
 

@@ -13,9 +13,10 @@
 
 namespace gemlite {
 
-// Whether gemm_qn serves this weight: 2..8-bit qN codes (not 1-bit, whose 1024-k tiles do
-// not fit its stages, nor s7), K % 8 == 0, on a device of compute capability 9.0 running
-// the kernel's sm_90a code. Elsewhere QuantLinear keeps the dense copy + cuBLAS.
+// Whether gemm_qn serves this weight: 2..8-bit qN codes and s7 (not 1-bit, whose 1024-k
+// tiles do not fit its stages), K % 8 == 0, on a device of compute capability 9.0 running
+// the kernel's sm_90a code. Elsewhere QuantLinear keeps the GEMV slices or the dense copy +
+// cuBLAS.
 bool gemm_qn_runs(const QnDeviceWeight& w);
 
 // Bytes of the scratch gemm_qn needs at M: x permuted into the kernel's image (chunks of

@@ -7,11 +7,13 @@
 //
 // The design is that of the FPx tiled kernel (kernels/fpx/gemm_fpx_tiled.cuh, which has the
 // measurements behind it), with qN's decoding (kernels/qn/qn_decode.cuh):
-//  - a block owns 8 row blocks of W (128 rows, one a warp: two warpgroups) and ROWS_X x
-//    rows, and walks its share of K one qN tile (32 E k, E = 32 / BITS codes a word) at a
-//    time through 4 stages of shared memory, copied two tiles ahead: W (16 KB) and the
-//    tile's scale/bias pairs (one 512-byte slice a 32-k block) by cp.async, x by one bulk
-//    copy (TMA) of permute_qn_x_kernel's image completing on the stage's mbarrier;
+//  - a block owns WARPS row blocks of W (8 or 16: 128 or 256 rows, one a warp; two or
+//    four warpgroups) and ROWS_X x rows, and walks its share of K one qN tile (32 E k, E =
+//    32 / BITS codes a word; s7 E = 8, two blocks a pair byte) at a time through stages of
+//    shared memory: W (2 KB a row block) and the tile's scale/bias pairs (64 bytes a row
+//    block and 32-k block) by cp.async, x by one bulk copy (TMA) of permute_qn_x_kernel's
+//    image completing on the stage's mbarrier; 4 stages copied 2 tiles ahead where they
+//    fit, else 3 stages 1 tile ahead (16 row blocks);
 //  - each warp decodes its row block's tile from shared memory into mma A fragments
 //    exactly as the GEMV does (weight_pair: the same registers, the same k order), and its
 //    warpgroup multiplies them with wgmma m64 n=ROWS_X k16, x as B from shared memory, in
@@ -19,9 +21,14 @@
 //    group runs while the tensor cores multiply the other;
 //  - K is split over a cluster of `splits` blocks, summed through distributed shared
 //    memory in rank order (deterministic, no workspace, no second kernel).
-// ROWS_X keeps a stage's x at <= 32 KB: 128 x rows at 7-8 bits (tiles of 128 k), 64 at
-// 4-6 bits, 32 at 2-3 bits (320-512 k). 1-bit weights (1024 k a tile) and s7 are not
-// served (gemm_qn_runs): they keep the dense copy + cuBLAS.
+// qn_tiled_launch (kernels/qn/qn_launch.cpp) picks WARPS and the cluster size, with the
+// sweep behind it. ROWS_X (qn_tiled_rows_x) keeps a stage's x at <= 32 KB: 128 x rows at
+// 7-8 bits (tiles of 128 k) with 8 warps, 64 at 4-6 bits, s7 and with 16 warps (128
+// registers a thread), 32 at 2-3 bits (320-512 k). 1-bit weights (1024 k a tile) are not
+// served (gemm_qn_runs): they keep the GEMV slices or the dense copy + cuBLAS.
+// Measured against those (H100, fp16, cold L2, us, gemm_qn / the dense copy + cuBLAS):
+// q4g64 4096 x 22016 at M = 64 39.1 / 159.4, at M = 256 120.9 / 165.4, at M = 512 247.9 /
+// 225.0 (runtime/cuda/cuda_linear.cu has where QuantLinear switches, and why).
 //
 // The k order. The GEMV's A fragment of 32-k block j, chunk c (k16 step s = 2 j + c) holds
 // at mma-k 2 tig + u the real k 8 tig + 4 c + u and at mma-k 8 + 2 tig + u the real k 8 tig
@@ -58,14 +65,15 @@ __host__ __device__ constexpr int qn_steps_per_group(int steps) {
   return steps / 2;
 }
 
-// A block of WARPS warps (one row block of W each: 8 or 16) at BITS.
-template <int BITS, int WARPS>
+// A block of WARPS warps (one row block of W each: 8 or 16) at BITS (SPARSE: s7's pair
+// bytes, two 32-k blocks a code).
+template <int BITS, int WARPS, bool SPARSE>
 struct QnTiledLayout {
-  static constexpr int kBlocks = 32 / BITS;  // E: 32-k blocks a tile
+  static constexpr int kBlocks = SPARSE ? 2 * (32 / BITS) : 32 / BITS;  // E: 32-k blocks a tile
   static constexpr int kSteps = 2 * kBlocks;
   static constexpr int kStepsPerGroup = qn_steps_per_group(kSteps);
   static constexpr int kGroups = kSteps / kStepsPerGroup;
-  static constexpr int kRowsX = qn_tiled_rows_x(BITS, WARPS);
+  static constexpr int kRowsX = qn_tiled_rows_x(kBlocks, WARPS);
   static constexpr int kTileK = 32 * kBlocks;
   static constexpr int kWBytes = WARPS * 2048;             // [row block][2 KB tile]
   static constexpr int kScaleBytes = kBlocks * WARPS * 64;  // [block j][row block][8][2] pairs
@@ -130,9 +138,9 @@ __global__ void permute_qn_x_kernel(const uint16_t* x, uint16_t* image, int M, i
 // power of two <= 8, tiles_per_split = ceil(tiles / splits), a device of compute
 // capability 9.0 running sm_90a code (wgmma, bulk copies, clusters); p.x is
 // permute_qn_x_kernel's image for rows_x = QnTiledLayout::kRowsX.
-template <int BITS, bool BF16, int WARPS>
+template <int BITS, bool BF16, int WARPS, bool SPARSE>
 __global__ void __launch_bounds__(WARPS * 32, 1) gemm_qn_tiled_kernel(const __grid_constant__ GemmQnParams p) {
-  using L = QnTiledLayout<BITS, WARPS>;
+  using L = QnTiledLayout<BITS, WARPS, SPARSE>;
   constexpr int kThreads = WARPS * 32;
   constexpr int E = L::kBlocks;
   extern __shared__ uint4 smem_raw[];
@@ -244,13 +252,15 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_qn_tiled_kernel(const __gr
         for (int q = 0; q < 4; ++q) wgmma_keep(a[s][q]);
       if (warp_active) {
         static_for<0, kG>([&](auto step) {
-          constexpr int S = G * kG + decltype(step)::value, J = S / 2, C = S % 2;
-          const uint2 sb = *reinterpret_cast<const uint2*>(scales + J * WARPS * 64);  // rows gid, gid + 8
+          // Step S: 32-k block B, chunk C; B is code J of the words (s7: half H of pair byte J).
+          constexpr int S = G * kG + decltype(step)::value, B = S / 2, C = S % 2;
+          constexpr int J = SPARSE ? B / 2 : B, H = SPARSE ? B % 2 : 0;
+          const uint2 sb = *reinterpret_cast<const uint2*>(scales + B * WARPS * 64);  // rows gid, gid + 8
           uint32_t(&f)[4] = a[S - G * kG];
-          f[0] = weight_pair<BITS, BF16, J>(pairs[0][C][0], sb.x, magic);
-          f[1] = weight_pair<BITS, BF16, J>(pairs[1][C][0], sb.y, magic);
-          f[2] = weight_pair<BITS, BF16, J>(pairs[0][C][1], sb.x, magic);
-          f[3] = weight_pair<BITS, BF16, J>(pairs[1][C][1], sb.y, magic);
+          f[0] = weight_pair<BITS, BF16, J, SPARSE, H>(pairs[0][C][0], sb.x, magic);
+          f[1] = weight_pair<BITS, BF16, J, SPARSE, H>(pairs[1][C][0], sb.y, magic);
+          f[2] = weight_pair<BITS, BF16, J, SPARSE, H>(pairs[0][C][1], sb.x, magic);
+          f[3] = weight_pair<BITS, BF16, J, SPARSE, H>(pairs[1][C][1], sb.y, magic);
         });
       }
       wgmma_fence();

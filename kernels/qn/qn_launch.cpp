@@ -51,15 +51,15 @@ int qn_warps_per_block(int64_t blocks, int sms, const std::function<int(int warp
 // (q8's 8-warp blocks take 128 x rows, its 16-warp ones 64.) Above M = 64 the cost picks
 // the faster shape in 13 of these 14 cases; the miss is q4g64 4096 x 4096 at M = 256 (16
 // warps, 31.3 against 27.8 us). tests/cpu/test_launch_rules.cpp holds the table.
-QnTiledLaunch qn_tiled_launch(int M, int64_t row_blocks, int64_t tiles, int bits, const QnTiledResident& resident,
-                              int warps, int splits) {
-  const int blocks_per_tile = 32 / bits;
+QnTiledLaunch qn_tiled_launch(int M, int64_t row_blocks, int64_t tiles, int blocks_per_tile,
+                              const QnTiledResident& resident, int warps, int splits) {
+  const bool sixteen_fit = qn_tiled_16_warps_fit(blocks_per_tile);
   QnTiledLaunch best{8, 1};
   int64_t best_cost = -1;
   for (int w : {8, 16}) {
-    if ((warps > 0 && w != warps) || (w == 16 && bits < 3)) continue;
-    if (warps == 0 && bits >= 3 && M <= 64 && w == 8) continue;
-    const int64_t rows_x = qn_tiled_rows_x(bits, w);
+    if ((warps > 0 && w != warps) || (w == 16 && !sixteen_fit)) continue;
+    if (warps == 0 && sixteen_fit && M <= 64 && w == 8) continue;
+    const int64_t rows_x = qn_tiled_rows_x(blocks_per_tile, w);
     const int64_t blocks = (M + rows_x - 1) / rows_x * ((row_blocks + w - 1) / w);
     const int64_t tile_cost = w == 8 ? 4 * blocks_per_tile : 7 * blocks_per_tile;  // in quarters
     const std::array<int, 4>& of_size = w == 8 ? resident.of_8_warps : resident.of_16_warps;

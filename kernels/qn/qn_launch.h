@@ -14,14 +14,18 @@ namespace gemlite {
 // (on the H100 16 / warps: the kernel's 128 registers a thread, while the scale slab fits).
 int qn_warps_per_block(int64_t blocks, int sms, const std::function<int(int warps)>& resident_blocks);
 
-// x rows a block of gemm_qn's tiled kernel takes at `bits` with `warps` warps (the top of
-// kernels/qn/gemm_qn_tiled.cuh says why); 16 warps (128 registers a thread) take at most 64.
+// x rows a block of gemm_qn's tiled kernel takes with `warps` warps at tiles of
+// `blocks_per_tile` 32-k blocks (E: 32 / bits, s7 8; the top of kernels/qn/gemm_qn_tiled.cuh
+// says why); 16 warps (128 registers a thread) take at most 64.
 #ifdef __CUDACC__
 __host__ __device__
 #endif
-constexpr int qn_tiled_rows_x(int bits, int warps) {
-  return 32 / bits <= 4 && warps <= 8 ? 128 : 32 / bits <= 8 ? 64 : 32;
+constexpr int qn_tiled_rows_x(int blocks_per_tile, int warps) {
+  return blocks_per_tile <= 4 && warps <= 8 ? 128 : blocks_per_tile <= 8 ? 64 : 32;
 }
+// Whether blocks of 16 row blocks fit three stages (up to 10 blocks a tile, 3 bits; at 2
+// bits a stage of 16 row blocks takes 80 KB).
+constexpr bool qn_tiled_16_warps_fit(int blocks_per_tile) { return blocks_per_tile <= 10; }
 
 // gemm_qn's tiled kernel (kernels/qn/gemm_qn_tiled.cuh): row blocks of W a block (8 or
 // 16, one a warp) and blocks of a cluster splitting K (1, 2, 4 or 8).
@@ -33,10 +37,10 @@ struct QnTiledLaunch {
 struct QnTiledResident {
   std::array<int, 4> of_8_warps, of_16_warps;
 };
-// For M x rows, ceil(N / 16) row blocks, `tiles` qN tiles of 32 * blocks_per_tile k a row,
-// at `bits` (16 warps from 3 bits up); x rows a block: qn_tiled_rows_x(bits, warps).
-// warps / splits > 0 are kept as given (the other chosen for them).
-QnTiledLaunch qn_tiled_launch(int M, int64_t row_blocks, int64_t tiles, int bits, const QnTiledResident& resident,
-                              int warps = 0, int splits = 0);
+// For M x rows, ceil(N / 16) row blocks, `tiles` qN tiles of 32 * blocks_per_tile k a row
+// (16 warps where qn_tiled_16_warps_fit); x rows a block: qn_tiled_rows_x. warps / splits
+// > 0 are kept as given (the other chosen for them).
+QnTiledLaunch qn_tiled_launch(int M, int64_t row_blocks, int64_t tiles, int blocks_per_tile,
+                              const QnTiledResident& resident, int warps = 0, int splits = 0);
 
 }  // namespace gemlite

@@ -128,12 +128,12 @@ class CudaLinear final : public QuantLinear {
   //   qN / qNgG and s7, M <= kGemvMaxM (8) -> gemv_qn, the fused dequantize + GEMV that
   //     reads the packed weight once (it adds the bias itself); a gate/up pair stacked
   //     for SwiGLU -> gemv_qn_swiglu through forward_swiglu (below);
-  //   qN / qNgG (2..8 bits, K % 8 == 0) on an H100, kGemvQnMaxRows + 1 to gemm_qn_max_m()
-  //     rows -> gemm_qn, the tiled matmul that dequantizes the packed weight in registers
-  //     (bias too; x permuted into the context's scratch first);
-  //   other qN and s7 up to gemv_sliced_max_m() rows -> gemv_qn over slices of
-  //     kGemvQnMaxRows rows, each reading the packed weight once, where that beats making
-  //     the dense copy;
+  //   qN / qNgG (2..8 bits) and s7 with K % 8 == 0 on an H100, kGemvQnMaxRows + 1 to
+  //     gemm_qn_max_m() rows -> gemm_qn, the tiled matmul that dequantizes the packed
+  //     weight in registers (bias too; x permuted into the context's scratch first);
+  //   the other qN and s7 (1 bit, K % 8 != 0, another GPU) up to gemv_sliced_max_m() rows
+  //     -> gemv_qn over slices of kGemvQnMaxRows rows, each reading the packed weight
+  //     once, where that beats making the dense copy;
   //   fp6 / fp5, M <= gemm_fpx_max_m (kFpxTiledMaxM on an H100, else kFpxMaxM) -> gemm_fpx,
   //     the tensor-core FPx matmul (bias too; above kFpxMaxM with x permuted into the
   //     context's scratch first);
@@ -271,7 +271,7 @@ class CudaLinear final : public QuantLinear {
   }
 
  private:
-  // Whether forward runs x on gemm_qn (see gemm_qn_max_m): qN rows past one gemv_qn pass.
+  // Whether forward runs x on gemm_qn (see gemm_qn_max_m): qN / s7 rows past one gemv_qn pass.
   bool gemm_qn_serves(const Tensor& x) const {
     return qn_.qweight && x.rows > kGemvQnMaxRows && x.rows <= gemm_qn_max_m() && gemm_qn_runs(qn_) &&
            reinterpret_cast<uintptr_t>(x.data) % 16 == 0;

@@ -133,7 +133,7 @@ TEST(LaunchRules, GemmQnBlockShapeNearTheBestMeasured) {
   h100.of_8_warps = h100.of_16_warps = {132, 132, 120, 120};  // one block an SM, clusters of 4 and 8 leave 12
   for (const Case& c : cases) {
     const int64_t tiles = (c.K + 32 * (32 / c.bits) - 1) / (32 * (32 / c.bits));
-    const QnTiledLaunch launch = qn_tiled_launch(c.M, (c.N + 15) / 16, tiles, c.bits, h100);
+    const QnTiledLaunch launch = qn_tiled_launch(c.M, (c.N + 15) / 16, tiles, 32 / c.bits, h100);
     const std::string name = "q" + std::to_string(c.bits) + " " + std::to_string(c.K) + "x" + std::to_string(c.N) +
                              " M=" + std::to_string(c.M);
     const double bound = name == "q4 4096x4096 M=256" ? 1.13 : kNearBest;
@@ -141,14 +141,14 @@ TEST(LaunchRules, GemmQnBlockShapeNearTheBestMeasured) {
     EXPECT_LE((launch.warps == 8 ? c.us8 : c.us16) / std::min(c.us8, c.us16), bound) << name << ": " << launch.warps
                                                                                        << " warps";
   }
-  // 2 bits: 8 warps only; forced settings are kept.
-  EXPECT_EQ(qn_tiled_launch(64, 256, 8, 2, h100).warps, 8);
-  const QnTiledLaunch forced = qn_tiled_launch(64, 256, 16, 4, h100, 8, 4);
+  // 2 bits (16 blocks a tile): 8 warps only; forced settings are kept.
+  EXPECT_EQ(qn_tiled_launch(64, 256, 8, 16, h100).warps, 8);
+  const QnTiledLaunch forced = qn_tiled_launch(64, 256, 16, 8, h100, 8, 4);
   EXPECT_EQ(forced.warps, 8);
   EXPECT_EQ(forced.splits, 4);
   for (int M : {17, 64, 128, 256, 512})
     for (int64_t tiles : {1, 3, 16, 43}) {
-      const QnTiledLaunch l = qn_tiled_launch(M, 256, tiles, 4, h100);
+      const QnTiledLaunch l = qn_tiled_launch(M, 256, tiles, 8, h100);
       EXPECT_TRUE(l.splits == 1 || (l.splits <= 8 && tiles >= 2 * l.splits)) << M << " " << tiles;
     }
 }

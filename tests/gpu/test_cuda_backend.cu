@@ -32,11 +32,11 @@
 // The decode step runs as a replayed CUDA graph (the default). Graph decode must equal
 // eager decode (GEMLITE_NO_GRAPH's path) bitwise -- the same kernels on the same inputs --
 // ids and logits. A prompt run in chunks of 20 must match one 64-token chunk within
-// 1e-2 relative (different GEMM paths per chunk size: for q4g64 gemv_qn on the 16-row
-// kernel and the 8-row one (slices of 16 + 4 for chunks of 20, gemv_sliced_max_m) and
-// the 8-row one for the last 4, and the dense copy + cuBLAS at 64; for f16 cuBLAS at 20
-// and 64 and gemv_dense at 4; fp16 rounding between; same cache contents),
-// argmax >= 90%. SlicedPrefill covers s7, bf16, the paired SwiGLU and a partial slice.
+// 1e-2 relative (different GEMM paths per chunk size: for q4g64 on an H100 gemm_qn at 20
+// and 64 (elsewhere gemv_qn over slices of 16 + 4 at 20, gemv_sliced_max_m, and the dense
+// copy + cuBLAS at 64) and gemv_qn's 8-row kernel for the last 4; for f16 cuBLAS at 20
+// and 64 and gemv_dense at 4; fp16 rounding between; same cache contents), argmax >= 90%.
+// SlicedPrefill covers s7, bf16, the paired SwiGLU and a partial slice.
 //
 // The model file: $GEMLITE_STORIES260K_BIN, else models/stories260K.bin beside this test
 // binary (scripts/gpu-check.sh pack puts it there), else ../shared beside the source tree. A
@@ -254,12 +254,13 @@ TEST(CudaBackendVsCpuSynthetic, PairedSwigluAndHeadsOf48) {
   }
 }
 
-// The sliced GEMV of short prompt chunks (gemv_sliced_max_m, runtime/cuda/cuda_linear.cu)
-// against the CPU: the 64-token prompt in chunks of 12 (five of 12 and one of 4: one
-// slice each, 12 rows on the 16-row kernel, 4 on the 8-row one) and of 20 (slices of 16
-// and 4) on stories15m's shape, whose MLP halves of 384 rows take the paired layout
-// (gemv_qn_swiglu over slices), for q4g64 and s7, fp16 and bf16. Random weights: only the
-// logits' error is bounded.
+// Short prompt chunks against the CPU: the 64-token prompt in chunks of 12 (five of 12
+// and one of 4: one gemv_qn slice each, 12 rows on the 16-row kernel, 4 on the 8-row one)
+// and of 20 (on an H100 gemm_qn, elsewhere gemv_qn over slices of 16 and 4,
+// gemv_sliced_max_m in runtime/cuda/cuda_linear.cu) on stories15m's shape, whose MLP
+// halves of 384 rows take the paired layout (gemv_qn_swiglu at 12; at 20 gemm_qn writes
+// the pair in stored order, then silu_mul), for q4g64 and s7, fp16 and bf16. Random
+// weights: only the logits' error is bounded.
 TEST(CudaBackendVsCpuSynthetic, SlicedPrefill) {
   for (const std::string format : {"q4g64", "s7"}) {
     const PackedCheckpoint checkpoint =

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <string>
@@ -26,6 +27,7 @@
 #include "tests/gpu/gpu_test_helpers.h"
 #include "kernels/group_quant.h"
 #include "kernels/packed_weight.h"
+#include "kernels/qn/gemm_qn.h"
 #include "kernels/s7/gemv_s7.h"
 #include "kernels/weight_format.h"
 #include "runtime/dtype.h"
@@ -43,9 +45,10 @@ WeightFormat s7_format(int group) {
 
 // Returns the worst |y - ref| / S2 over all outputs (infinite for a non-finite y); x is
 // N(0, 1), or uniform in [0.5, 1] with positive_x.
+// launch(x, y): one kernel launch on the test's stream; by default gemv_s7.
 double run_and_compare(const PackedWeight& packed, const S7DeviceWeight& dw, DType act, int64_t M,
                        std::mt19937_64& rng, cudaStream_t stream, std::string* first_failure, int64_t* failures,
-                       bool positive_x = false) {
+                       bool positive_x = false, std::function<void(const void* x, void* y)> launch = nullptr) {
   const int64_t N = packed.rows, K = packed.cols, G = group_size(packed.format.group, K);
   const int64_t n_groups = group_count(packed.format.group, K);
   std::vector<uint16_t> x_bits;
@@ -75,7 +78,10 @@ double run_and_compare(const PackedWeight& packed, const S7DeviceWeight& dw, DTy
   DeviceBuffer dx(size_t(M * K) * 2), dy(size_t(M * N) * 2);
   CUDA_CHECK(cudaMemcpyAsync(dx.ptr, x_bits.data(), x_bits.size() * 2, cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaMemsetAsync(dy.ptr, 0xFF, size_t(M * N) * 2, stream));
-  gemv_s7(dw, dx.ptr, dy.ptr, int(M), act, stream);
+  if (launch)
+    launch(dx.ptr, dy.ptr);
+  else
+    gemv_s7(dw, dx.ptr, dy.ptr, int(M), act, stream);
   std::vector<uint16_t> y_bits(size_t(M * N));
   CUDA_CHECK(cudaMemcpyAsync(y_bits.data(), dy.ptr, y_bits.size() * 2, cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -131,6 +137,43 @@ TEST_P(GemvS7Test, MatchesCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(Groups, GemvS7Test, ::testing::Values(64, 128),
                          [](const ::testing::TestParamInfo<int>& info) { return "Group" + std::to_string(info.param); });
+
+// gemm_qn (prompt chunks of 17..256 rows on an H100) on s7 weights, both block shapes, at
+// the same tolerance: its decoding is the GEMV's (tests/gpu/test_gemm_qn.cu has the qN widths).
+TEST(GemmQnS7, MatchesCpuReference) {
+  std::mt19937_64 rng(test_seed() * 1000003 + 77);
+  StreamGuard stream;
+  for (int group : {64, 128}) {
+    const WeightFormat format = s7_format(group);
+    const int64_t K = 2112, N = 200;
+    const std::vector<float> w = random_weight(N, K, rng);
+    const PackedWeight packed = quantize_weight(w.data(), N, K, format);
+    for (DType act : {DType::F16, DType::BF16}) {
+      S7DeviceWeight dw = upload_s7_weight(packed, act);
+      if (!gemm_qn_runs(dw)) {
+        free_qn_weight(&dw);
+        GTEST_SKIP() << "gemm_qn runs on a compute capability 9.0 device (sm_90a code)";
+      }
+      for (int warps : {8, 16})
+        for (int64_t M : {17, 100}) {
+          SCOPED_TRACE(format.name() + " " + dtype_name(act) + " warps=" + std::to_string(warps) +
+                       " M=" + std::to_string(M) + " seed=" + std::to_string(test_seed()));
+          GemmQnConfig config;
+          config.warps = warps;
+          const size_t scratch_bytes = gemm_qn_scratch_bytes(dw, int(M));
+          DeviceBuffer scratch(scratch_bytes);
+          std::string first_failure;
+          int64_t failures = 0;
+          run_and_compare(packed, dw, act, M, rng, stream.stream, &first_failure, &failures, false,
+                          [&](const void* x, void* y) {
+                            gemm_qn(dw, x, y, int(M), act, stream.stream, scratch.ptr, scratch_bytes, config);
+                          });
+          EXPECT_EQ(failures, 0) << first_failure;
+        }
+      free_qn_weight(&dw);
+    }
+  }
+}
 
 // As GemvQnEdges.EveryPartOfALongKIsSummed: the bound grows with K, so at K = 57344 a
 // kernel skipping the last K/8 passed it on random signs (the suite's audit, in a CPU
