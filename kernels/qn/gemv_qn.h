@@ -16,9 +16,10 @@
 namespace gemlite {
 
 // The decode GEMVs' rows (the n = 8 of an m16n8k16 mma with the weights as A). QuantLinear
-// sends qN with M <= kGemvMaxM here, prompt chunks up to gemv_sliced_max_m() rows here in
-// slices of kGemvQnMaxRows (runtime/cuda/cuda_linear.cu: what that beats is the dense copy
-// + cuBLAS, not cuBLAS on a dense weight), and larger M to a dense fp16 copy + cuBLAS.
+// sends qN with M <= kGemvQnMaxRows here, prompt chunks of 17..256 rows to gemm_qn on an
+// H100 (kernels/qn/gemm_qn.h), elsewhere up to gemv_sliced_max_m() rows here in slices of
+// kGemvQnMaxRows (runtime/cuda/cuda_linear.cu: what that beats is the dense copy + cuBLAS,
+// not cuBLAS on a dense weight), and larger M to a dense fp16 copy + cuBLAS.
 // Measured rule (H100,
 // fp16, cold L2, 2026-11-22, gemv_qn vs cuBLAS fp16 GEMM at the same M, shapes 4096^2,
 // 8192^2, 8192 x 57344, formats q8 q6g64 q4g64 q3g64 q2g64): gemv_qn is faster at every
