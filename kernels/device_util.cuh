@@ -86,6 +86,17 @@ __device__ __forceinline__ float2 load_cluster_shared2(const float* local, unsig
 #endif
 }
 
+// Outputs y[0] = y0 and, where `both`, y[1] = y1 (neighbouring columns of a row): one
+// 4-byte store where `paired` (y 4-byte aligned), else two.
+__device__ __forceinline__ void store_output_pair(uint16_t* y, uint16_t y0, uint16_t y1, bool both, bool paired) {
+  if (both && paired) {
+    *reinterpret_cast<uint32_t*>(y) = uint32_t(y0) | uint32_t(y1) << 16;
+    return;
+  }
+  y[0] = y0;
+  if (both) y[1] = y1;
+}
+
 // Σ over the cluster's `splits` blocks (rank order: deterministic) of the two floats at
 // `local` in each one's shared memory, after a cluster_sync that published them. All ranks'
 // loads are in flight before the sum: one distributed shared memory round trip a pair, not

@@ -13,7 +13,11 @@
 // 90 into 90a); for other architectures the functions are empty (wgmma_rs traps) and
 // callers must not launch what uses them (gemm_fpx checks for a 9.0 device running PTX of
 // 9.0 or later, which the sm_90a image is).
+#include <cuda_runtime.h>
+
 #include <cstdint>
+
+#include "kernels/cuda_check.h"
 
 namespace gemlite {
 namespace {
@@ -21,6 +25,22 @@ namespace {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GEMLITE_WGMMA 1
 #endif
+
+// Whether `kernel` (one that uses wgmma) runs on the current device: compute capability 9.0
+// running its sm_90a code, not PTX of another architecture compiled at load, where the
+// wgmma (and bulk copy, cluster) helpers are empty. Host code; callers cache the answer
+// (one GPU a process).
+template <typename... Params>
+bool wgmma_kernel_runs(void (*kernel)(Params...)) {
+  int device = 0, major = 0, minor = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major != 9 || minor != 0) return false;
+  cudaFuncAttributes attributes{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  return attributes.ptxVersion >= 90;
+}
 
 // Shared-memory matrix descriptor, no swizzle: `k_stride` bytes between the core matrices
 // of neighbouring 8-k groups, `n_stride` bytes between those of neighbouring 8-n groups.

@@ -21,6 +21,7 @@
 #include "kernels/fpx/gemm_fpx_register.cuh"
 #include "kernels/fpx/gemm_fpx_tiled.cuh"
 #include "kernels/pdl.cuh"
+#include "kernels/wgmma.cuh"  // wgmma_kernel_runs
 #include "runtime/error.h"
 
 namespace gemlite {
@@ -133,16 +134,7 @@ int mt2_resident_warps(int ebits, int mbits, bool bf16) {
 // where the wgmma and cluster helpers are empty (kernels/wgmma.cuh) -- and K % 8 == 0
 // (16-byte copies of x and W). The device is read once per process (one GPU).
 bool tiled_kernel_runs(const FpxDeviceWeight& w) {
-  static const bool runs = [] {
-    int device = 0, major = 0, minor = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    if (major != 9 || minor != 0) return false;
-    cudaFuncAttributes attributes{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attributes, gemm_fpx_tiled_kernel<3, 2, false, 4, 16>));
-    return attributes.ptxVersion >= 90;
-  }();
+  static const bool runs = wgmma_kernel_runs(gemm_fpx_tiled_kernel<3, 2, false, 4, 16>);
   return runs && w.K % 8 == 0;
 }
 

@@ -330,19 +330,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_fpx_tiled_kernel(const __g
     const int m = m0 + mc;
     if (n >= p.N || m >= p.M) continue;
     const float2 sum = cluster_sum2<kFpxTiledMaxSplits>(part + mc * L::kPartStride + row, splits);
+    const bool both = n + 1 < p.N;
     const uint16_t y0 = to_activation<BF16>(sum.x * p.row_factor[n] + (p.bias ? p.bias[n] : 0.0f));
-    uint16_t* y = p.y + int64_t(m) * p.N + n;
-    if (n + 1 >= p.N) {
-      y[0] = y0;
-      continue;
-    }
-    const uint16_t y1 = to_activation<BF16>(sum.y * p.row_factor[n + 1] + (p.bias ? p.bias[n + 1] : 0.0f));
-    if (paired_stores) {
-      *reinterpret_cast<uint32_t*>(y) = uint32_t(y0) | uint32_t(y1) << 16;
-    } else {
-      y[0] = y0;
-      y[1] = y1;
-    }
+    const uint16_t y1 =
+        both ? to_activation<BF16>(sum.y * p.row_factor[n + 1] + (p.bias ? p.bias[n + 1] : 0.0f)) : 0;
+    store_output_pair(p.y + int64_t(m) * p.N + n, y0, y1, both, paired_stores);
   }
   if (splits > 1) cluster_sync();  // no block leaves while another may still read its partial sums
 }

@@ -12,6 +12,7 @@
 #include "kernels/pdl.cuh"
 #include "kernels/qn/gemm_qn_tiled.cuh"
 #include "kernels/qn/qn_launch.h"
+#include "kernels/wgmma.cuh"  // wgmma_kernel_runs
 #include "runtime/error.h"
 
 namespace gemlite {
@@ -63,20 +64,9 @@ TiledKernel tiled_kernel(const QnDeviceWeight& w, int warps) {
                               : tiled_kernel<false>(w.bits, w.sparse, warps);
 }
 
-// A compute capability 9.0 device running the kernels' sm_90a code (not PTX of another
-// architecture compiled at load, where wgmma and the bulk copies are empty: kernels/wgmma.cuh).
-// Read once per process (one GPU).
+// Whether this device runs the kernels (wgmma_kernel_runs), asked once per process.
 bool device_runs_tiled_kernel() {
-  static const bool runs = [] {
-    int device = 0, major = 0, minor = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    if (major != 9 || minor != 0) return false;
-    cudaFuncAttributes attributes{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attributes, gemm_qn_tiled_kernel<4, false, 8, false>));
-    return attributes.ptxVersion >= 90;
-  }();
+  static const bool runs = wgmma_kernel_runs(gemm_qn_tiled_kernel<4, false, 8, false>);
   return runs;
 }
 

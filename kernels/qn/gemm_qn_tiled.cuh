@@ -56,11 +56,13 @@ namespace {
 constexpr int kQnTiledMaxSplits = 8;
 
 
-// k16 steps a wgmma group: the fewest >= 4 that divide the tile's steps into an even
+// k16 steps a wgmma group: the fewest >= 3 that divide the tile's steps into an even
 // number of groups, so that the two A register sets alternate the same way in every tile
-// (wgmma_wait<1> before a set is refilled retires the group that last read it).
+// (wgmma_wait<1> before a set is refilled retires the group that last read it): 4 at 2, 4
+// and 8 bits, 5 at 3 and 6 bits, 3 at 5 bits (6 spilled 92 bytes at 16 warps' 128
+// registers; 6 bits' 5 spill 48).
 __host__ __device__ constexpr int qn_steps_per_group(int steps) {
-  for (int d = 4; d < steps; ++d)
+  for (int d = 3; d < steps; ++d)
     if (steps % d == 0 && (steps / d) % 2 == 0) return d;
   return steps / 2;
 }
@@ -316,19 +318,10 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_qn_tiled_kernel(const __gr
     if (v >= p.N || m >= p.M) continue;
     const int64_t n = qn_stored_row(v, p.paired_half);
     const float2 sum = cluster_sum2<kQnTiledMaxSplits>(part + mc * L::kPartStride + row, splits);
+    const bool both = v + 1 < p.N;
     const uint16_t y0 = to_activation<BF16>(sum.x + (p.bias ? p.bias[n] : 0.0f));
-    uint16_t* y = p.y + int64_t(m) * p.N + n;
-    if (v + 1 >= p.N) {
-      y[0] = y0;
-      continue;
-    }
-    const uint16_t y1 = to_activation<BF16>(sum.y + (p.bias ? p.bias[n + 1] : 0.0f));
-    if (paired_stores) {
-      *reinterpret_cast<uint32_t*>(y) = uint32_t(y0) | uint32_t(y1) << 16;
-    } else {
-      y[0] = y0;
-      y[1] = y1;
-    }
+    const uint16_t y1 = both ? to_activation<BF16>(sum.y + (p.bias ? p.bias[n + 1] : 0.0f)) : 0;
+    store_output_pair(p.y + int64_t(m) * p.N + n, y0, y1, both, paired_stores);
   }
   if (splits > 1) cluster_sync();  // no block leaves while another may still read its partial sums
 }

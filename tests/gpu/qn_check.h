@@ -10,9 +10,18 @@
 #include <string>
 
 #include "kernels/packed_weight.h"
+#include "kernels/weight_format.h"
 #include "runtime/dtype.h"
 
 namespace gemlite {
+
+inline WeightFormat qn_format(int bits, int group) {  // qN at `bits`, group 0 = per channel
+  WeightFormat f;
+  f.kind = FormatKind::QN;
+  f.bits = bits;
+  f.group = group;
+  return f;
+}
 
 struct CheckResult {
   double worst_ratio = 0;        // max |y - ref| / S2, what the tolerance bounds

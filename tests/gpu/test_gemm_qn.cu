@@ -31,14 +31,6 @@
 namespace gemlite {
 namespace {
 
-WeightFormat qn_format(int bits, int group) {
-  WeightFormat f;
-  f.kind = FormatKind::QN;
-  f.bits = bits;
-  f.group = group;
-  return f;
-}
-
 // gemm_qn on launch_and_compare's launch, with a scratch of exactly the bytes it asks for.
 CheckResult run_gemm_and_compare(const PackedWeight& packed, const QnDeviceWeight& dw, DType act, int64_t M,
                                  std::mt19937_64& rng, cudaStream_t stream, const GemmQnConfig& config = {}) {

@@ -51,14 +51,6 @@
 namespace gemlite {
 namespace {
 
-WeightFormat qn_format(int bits, int group) {
-  WeightFormat f;
-  f.kind = FormatKind::QN;
-  f.bits = bits;
-  f.group = group;
-  return f;
-}
-
 // gemv_qn on that launch.
 CheckResult run_and_compare(const PackedWeight& packed, const QnDeviceWeight& dw, DType act, int64_t M,
                             std::mt19937_64& rng, cudaStream_t stream, int x_offset_elements = 0,
