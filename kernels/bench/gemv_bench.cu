@@ -19,6 +19,7 @@
 #include "kernels/s7/s7_format.h"
 #include "kernels/group_quant.h"
 #include "kernels/weight_format.h"
+#include "runtime/error.h"
 
 namespace gemlite {
 
@@ -116,17 +117,24 @@ void gemm_lines(FILE* out, const std::string& name, DType act, const std::vector
     void* scratch = nullptr;
     CUDA_CHECK(cudaMalloc(&scratch, scratch_bytes));
     for (int warps : options.gemm_warps)
-      for (int splits : options.gemm_splits) {
-        if (warps == 16 && w.bits < 3) continue;
-        GemmQnConfig config;
-        config.warps = warps;
-        config.splits = splits;
-        const std::string setting = (warps ? " warps=" + std::to_string(warps) : std::string()) +
-                                    (splits ? " splits=" + std::to_string(splits) : std::string());
-        line(setting.c_str(), time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
-               gemm_qn(weights[size_t(i % copies)], x, y, M, act, stream, scratch, scratch_bytes, config);
-             }));
-      }
+      for (int rows : options.gemm_rows)
+        for (int splits : options.gemm_splits) {
+          GemmQnConfig config;
+          config.warps = warps;
+          config.rows_x = rows;
+          config.splits = splits;
+          try {  // a shape this width does not have: skipped
+            gemm_qn(w, x, y, M, act, stream, scratch, scratch_bytes, config);
+          } catch (const Error&) {
+            continue;
+          }
+          const std::string setting = (warps ? " warps=" + std::to_string(warps) : std::string()) +
+                                      (rows ? " rows_x=" + std::to_string(rows) : std::string()) +
+                                      (splits ? " splits=" + std::to_string(splits) : std::string());
+          line(setting.c_str(), time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
+                 gemm_qn(weights[size_t(i % copies)], x, y, M, act, stream, scratch, scratch_bytes, config);
+               }));
+        }
     CUDA_CHECK(cudaFree(scratch));
   }
   if (M <= 4 * kGemvQnMaxRows) {  // QuantLinear's slices of gemv_qn (gemv_sliced_max_m)
@@ -157,6 +165,7 @@ GemvBenchOptions with_environment(GemvBenchOptions options) {
   env_ints("GEMLITE_BENCH_M", &options.Ms);
   env_ints("GEMLITE_BENCH_WARPS", &options.warps_per_block);
   env_ints("GEMLITE_BENCH_GEMM_WARPS", &options.gemm_warps);
+  env_ints("GEMLITE_BENCH_GEMM_ROWS", &options.gemm_rows);
   env_ints("GEMLITE_BENCH_GEMM_SPLITS", &options.gemm_splits);
   return options;
 }

@@ -35,9 +35,10 @@ struct GemvBenchOptions {
   // gemv_qn warps per block to sweep; 0 = the kernel's automatic choice. With more than
   // one value each line names its setting ("warps=4").
   std::vector<int> warps_per_block = {0};
-  // Above 16 rows, gemm_qn's launch overrides to sweep (GemmQnConfig): warps (8, 16) and
-  // cluster sizes (1, 2, 4, 8); 0 = automatic. Lines name the settings they force.
-  std::vector<int> gemm_warps = {0}, gemm_splits = {0};
+  // Above 16 rows, gemm_qn's launch overrides to sweep (GemmQnConfig): warps (8, 16), x
+  // rows a block (32, 64, 128) and cluster sizes (1, 2, 4, 8); 0 = automatic. Lines name
+  // the settings they force; combinations a width does not have are skipped.
+  std::vector<int> gemm_warps = {0}, gemm_rows = {0}, gemm_splits = {0};
   size_t rotation_bytes = size_t(256) << 20;  // weight copies per measurement total at least this
   int replays = 20;                           // timed graph replays; the median is reported
 };
@@ -46,7 +47,7 @@ struct GemvBenchOptions {
 // environment narrows or widens `options` (see with_environment in gemv_bench.cu):
 // GEMLITE_BENCH_FORMATS=q4g64,q2g64 GEMLITE_BENCH_SHAPES=8192x8192 GEMLITE_BENCH_ACT=fp16
 // GEMLITE_BENCH_M=1,2,4,8 GEMLITE_BENCH_WARPS=4,8 GEMLITE_BENCH_GEMM_WARPS=8,16
-// GEMLITE_BENCH_GEMM_SPLITS=1,2,4,8.
+// GEMLITE_BENCH_GEMM_ROWS=64,128 GEMLITE_BENCH_GEMM_SPLITS=1,2,4,8.
 void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& options = {});
 
 }  // namespace gemlite

@@ -27,46 +27,53 @@ struct TiledKernel {
   KernelFn kernel;
   size_t smem_bytes;
 };
-template <int BITS, bool BF16, int WARPS, bool SPARSE = false>
+template <int BITS, bool BF16, int WARPS, bool SPARSE, int ROWS_X>
 TiledKernel tiled_kernel() {
-  constexpr size_t kSmem = QnTiledLayout<BITS, WARPS, SPARSE>::kSmemBytes;
+  constexpr size_t kSmem = QnTiledLayout<BITS, WARPS, SPARSE, ROWS_X>::kSmemBytes;
   static const KernelFn kernel = [] {
-    const KernelFn k = gemm_qn_tiled_kernel<BITS, BF16, WARPS, SPARSE>;
+    const KernelFn k = gemm_qn_tiled_kernel<BITS, BF16, WARPS, SPARSE, ROWS_X>;
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
     return k;
   }();
   return {kernel, kSmem};
 }
-// 16 warps where three stages of them fit (qn_tiled_16_warps_fit: not at 2 bits).
+// The shape (qn_launch.h) of a launch's warps and x rows, where it exists at this width.
 template <int BITS, bool BF16, bool SPARSE = false>
-TiledKernel tiled_kernel(int warps) {
-  if constexpr (qn_tiled_16_warps_fit(QnTiledLayout<BITS, 8, SPARSE>::kBlocks)) {
-    if (warps == 16) return tiled_kernel<BITS, BF16, 16, SPARSE>();
+TiledKernel tiled_kernel(int warps, int rows_x) {
+  constexpr int E = SPARSE ? 2 * (32 / BITS) : 32 / BITS;
+  if constexpr (qn_tiled_16_warps_fit(E)) {
+    if (warps == 16) return tiled_kernel<BITS, BF16, 16, SPARSE, qn_tiled_rows_x(E, 16)>();
   }
-  return tiled_kernel<BITS, BF16, 8, SPARSE>();
+  if constexpr (qn_tiled_wide_fits(E)) {
+    if (warps == 8 && rows_x == 128) return tiled_kernel<BITS, BF16, 8, SPARSE, 128>();
+  }
+  if (warps != 8 || rows_x != qn_tiled_rows_x(E, 8))
+    throw Error("gemm_qn: no block shape of " + std::to_string(warps) + " warps and " + std::to_string(rows_x) +
+                " x rows at " + std::to_string(E) + " blocks a tile");
+  return tiled_kernel<BITS, BF16, 8, SPARSE, qn_tiled_rows_x(E, 8)>();
 }
 template <bool BF16>
-TiledKernel tiled_kernel(int bits, bool sparse, int warps) {
-  if (sparse) return tiled_kernel<8, BF16, true>(warps);  // s7: pair bytes packed as 8-bit codes
+TiledKernel tiled_kernel(int bits, bool sparse, int warps, int rows_x) {
+  if (sparse) return tiled_kernel<8, BF16, true>(warps, rows_x);  // s7: pair bytes packed as 8-bit codes
   switch (bits) {
-    case 2: return tiled_kernel<2, BF16>(warps);
-    case 3: return tiled_kernel<3, BF16>(warps);
-    case 4: return tiled_kernel<4, BF16>(warps);
-    case 5: return tiled_kernel<5, BF16>(warps);
-    case 6: return tiled_kernel<6, BF16>(warps);
-    case 7: return tiled_kernel<7, BF16>(warps);
-    case 8: return tiled_kernel<8, BF16>(warps);
+    case 2: return tiled_kernel<2, BF16>(warps, rows_x);
+    case 3: return tiled_kernel<3, BF16>(warps, rows_x);
+    case 4: return tiled_kernel<4, BF16>(warps, rows_x);
+    case 5: return tiled_kernel<5, BF16>(warps, rows_x);
+    case 6: return tiled_kernel<6, BF16>(warps, rows_x);
+    case 7: return tiled_kernel<7, BF16>(warps, rows_x);
+    case 8: return tiled_kernel<8, BF16>(warps, rows_x);
   }
   throw Error("gemm_qn: " + std::to_string(bits) + "-bit codes are not served (2..8 are)");
 }
-TiledKernel tiled_kernel(const QnDeviceWeight& w, int warps) {
-  return w.act == DType::BF16 ? tiled_kernel<true>(w.bits, w.sparse, warps)
-                              : tiled_kernel<false>(w.bits, w.sparse, warps);
+TiledKernel tiled_kernel(const QnDeviceWeight& w, int warps, int rows_x) {
+  return w.act == DType::BF16 ? tiled_kernel<true>(w.bits, w.sparse, warps, rows_x)
+                              : tiled_kernel<false>(w.bits, w.sparse, warps, rows_x);
 }
 
 // Whether this device runs the kernels (wgmma_kernel_runs), asked once per process.
 bool device_runs_tiled_kernel() {
-  static const bool runs = wgmma_kernel_runs(gemm_qn_tiled_kernel<4, false, 8, false>);
+  static const bool runs = wgmma_kernel_runs(gemm_qn_tiled_kernel<4, false, 8, false, 64>);
   return runs;
 }
 
@@ -93,10 +100,21 @@ bool gemm_qn_runs(const QnDeviceWeight& w) {
   return w.qweight && w.bits >= 2 && w.bits <= 8 && w.K % 8 == 0 && device_runs_tiled_kernel();
 }
 
+// H100, fp16, cold L2, us at M = 384 / 512, gemm_qn's fastest block shape against the dense
+// copy + cuBLAS (gemlite-bench --kernels --kernel-set gemv, 2026-11-27):
+//   q4g64 4096 x 12288  113.6 / 105.9   126.1 / 136.1     4096 x 22016  153.2 / 195.5   223.1 / 230.6
+//         11008 x 4096   97.0 / 106.4   103.8 / 118.8     4096 x 4096    37.4 / 38.4     40.7 / 45.4
+//   q8    4096 x 12288  123.7 / 107.7   127.6 / 131.7     4096 x 22016  172.1 / 203.2   242.8 / 234.0
+//         11008 x 4096  106.1 / 108.7   117.5 / 117.3     4096 x 4096    42.7 / 38.5     45.6 / 42.8
+// and llama2-7b pp512 (gemlite-bench -p 512 -n 0 -r 2, one H100, gemm_qn up to 512 rows
+// against up to 256): q4g64 25978 against 24122 tok/s, q8 23126 against 23675.
+int gemm_qn_max_m(const QnDeviceWeight& w) { return qn_tiled_wide_fits(blocks_per_tile(w)) ? 512 : 256; }
+
 size_t gemm_qn_scratch_bytes(const QnDeviceWeight& w, int M) {
   if (!gemm_qn_runs(w)) return 0;
-  const int64_t rows_x = qn_tiled_rows_x(blocks_per_tile(w), 8);  // the most x rows a block of any shape takes
-  return size_t((M + rows_x - 1) / rows_x * rows_x) * size_t(w.Kw) * size_t(blocks_per_tile(w)) * 2;
+  const int E = blocks_per_tile(w);
+  const int64_t rows_x = qn_tiled_wide_fits(E) ? 128 : qn_tiled_rows_x(E, 8);  // the most x rows of any shape
+  return size_t((M + rows_x - 1) / rows_x * rows_x) * size_t(w.Kw) * size_t(E) * 2;
 }
 
 void gemm_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream, void* scratch,
@@ -115,20 +133,27 @@ void gemm_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, 
                 std::to_string(image_bytes) + " bytes at M = " + std::to_string(M) + " (gemm_qn_scratch_bytes)");
   if (config.splits != 0 && (config.splits > kQnTiledMaxSplits || (config.splits & (config.splits - 1)) != 0))
     throw Error("gemm_qn: splits = " + std::to_string(config.splits) + " (expected 0, 1, 2, 4 or 8)");
-  const bool sixteen_fit = qn_tiled_16_warps_fit(blocks_per_tile(w));
-  if (config.warps != 0 && config.warps != 8 && !(config.warps == 16 && sixteen_fit))
-    throw Error("gemm_qn: warps = " + std::to_string(config.warps) + " (expected 0 or 8, or 16 from 3 bits up)");
+  if (config.warps != 0 && config.warps != 8 && config.warps != 16)
+    throw Error("gemm_qn: warps = " + std::to_string(config.warps) + " (expected 0, 8 or 16)");
 
   const int tiles = int(w.Kw / 32);
   const int64_t row_blocks = qn_padded_rows(w.N) / 16;
-  QnTiledResident resident;
-  resident.of_8_warps = resident_blocks(tiled_kernel(w, 8), 8);
-  if (sixteen_fit) resident.of_16_warps = resident_blocks(tiled_kernel(w, 16), 16);
   const int per_tile = blocks_per_tile(w);
-  const QnTiledLaunch launch = qn_tiled_launch(M, row_blocks, tiles, per_tile, resident, config.warps, config.splits);
-  const int warps = launch.warps, splits = launch.splits;
-  const TiledKernel tiled = tiled_kernel(w, warps);
-  const int rows_x = qn_tiled_rows_x(per_tile, warps);
+  QnTiledResident resident{};
+  const int shape_warps[kQnTiledShapes] = {8, 16, 8};
+  const int shape_rows[kQnTiledShapes] = {qn_tiled_rows_x(per_tile, 8), qn_tiled_rows_x(per_tile, 16), 128};
+  const bool shape_exists[kQnTiledShapes] = {true, qn_tiled_16_warps_fit(per_tile), qn_tiled_wide_fits(per_tile)};
+  for (int s = 0; s < kQnTiledShapes; ++s)
+    if (shape_exists[s])
+      resident.of[s] = resident_blocks(tiled_kernel(w, shape_warps[s], shape_rows[s]), shape_warps[s]);
+  const QnTiledLaunch launch =
+      qn_tiled_launch(M, row_blocks, tiles, per_tile, resident, config.warps, config.rows_x, config.splits);
+  if (launch.warps == 0)
+    throw Error("gemm_qn: no block shape of " + std::to_string(config.warps) + " warps and " +
+                std::to_string(config.rows_x) + " x rows (0: any) at " + std::to_string(w.bits) + " bits" +
+                (w.sparse ? " (s7)" : ""));
+  const int warps = launch.warps, rows_x = launch.rows_x, splits = launch.splits;
+  const TiledKernel tiled = tiled_kernel(w, warps, rows_x);
   const int64_t m_chunks = (M + rows_x - 1) / rows_x;
   const int64_t groups = (row_blocks + warps - 1) / warps;
 

@@ -23,10 +23,18 @@ bool gemm_qn_runs(const QnDeviceWeight& w);
 // its x rows, whole tiles of K). 0 where gemm_qn does not run.
 size_t gemm_qn_scratch_bytes(const QnDeviceWeight& w, int M);
 
+// The most rows QuantLinear gives gemm_qn (above, the dense copy + cuBLAS): 512 -- every
+// prompt chunk -- where blocks of 8 warps may take 128 x rows (qn_tiled_wide_fits: 3..6
+// bits, s7), else 256 (kernels/qn/gemm_qn.cu has the measurements).
+int gemm_qn_max_m(const QnDeviceWeight& w);
+
 // Launch overrides, 0 = automatic: warps (row blocks of W a block, 8 or 16; 16 not at 2
-// bits) and splits (blocks of a cluster splitting K: 1, 2, 4 or 8).
+// bits), rows_x (x rows a block: qn_tiled_rows_x, or 128 with 8 warps at 3..6 bits and
+// s7; kernels/qn/qn_launch.h) and splits (blocks of a cluster splitting K: 1, 2, 4 or 8).
+// A shape that does not exist at the weight's width is an Error.
 struct GemmQnConfig {
   int warps = 0;
+  int rows_x = 0;
   int splits = 0;
 };
 

@@ -67,15 +67,15 @@ __host__ __device__ constexpr int qn_steps_per_group(int steps) {
   return steps / 2;
 }
 
-// A block of WARPS warps (one row block of W each: 8 or 16) at BITS (SPARSE: s7's pair
-// bytes, two 32-k blocks a code).
-template <int BITS, int WARPS, bool SPARSE>
+// A block of WARPS warps (one row block of W each: 8 or 16) and ROWS_X x rows at BITS
+// (SPARSE: s7's pair bytes, two 32-k blocks a code).
+template <int BITS, int WARPS, bool SPARSE, int ROWS_X>
 struct QnTiledLayout {
   static constexpr int kBlocks = SPARSE ? 2 * (32 / BITS) : 32 / BITS;  // E: 32-k blocks a tile
   static constexpr int kSteps = 2 * kBlocks;
   static constexpr int kStepsPerGroup = qn_steps_per_group(kSteps);
   static constexpr int kGroups = kSteps / kStepsPerGroup;
-  static constexpr int kRowsX = qn_tiled_rows_x(kBlocks, WARPS);
+  static constexpr int kRowsX = ROWS_X;
   static constexpr int kTileK = 32 * kBlocks;
   static constexpr int kWBytes = WARPS * 2048;             // [row block][2 KB tile]
   static constexpr int kScaleBytes = kBlocks * WARPS * 64;  // [block j][row block][8][2] pairs
@@ -85,8 +85,12 @@ struct QnTiledLayout {
   // 4 stages copied 2 tiles ahead where they fit the H100's 227 KB, else 3 stages 1 tile
   // ahead: either way the stage a copy refills was last read by the wgmmas of two tiles
   // back, which every warp has waited for by then (wgmma_wait<1> in the tile between).
-  static constexpr int kStages = 4 * kStageBytes + 32 <= 227 * 1024 ? 4 : 3;
-  static constexpr int kAhead = kStages - 2;
+  // Else (128 x rows at 4 bits and s7, 3 bits) 2 stages 1 tile ahead: the refilled stage
+  // was read by the tile before, so every warp retires all its wgmmas before the tile's
+  // barrier (kDrain).
+  static constexpr int kStages = 4 * kStageBytes + 32 <= 227 * 1024 ? 4 : 3 * kStageBytes + 24 <= 227 * 1024 ? 3 : 2;
+  static constexpr int kAhead = kStages > 2 ? kStages - 2 : 1;
+  static constexpr bool kDrain = kStages - kAhead < 2;
   static constexpr int kPartStride = WARPS * 16 + 4;  // floats a partial-sum row: conflict-free stores
   static constexpr int kPartBytes = kRowsX * kPartStride * 4;
   static constexpr int kStagesBytes = kStages * kStageBytes > kPartBytes ? kStages * kStageBytes : kPartBytes;
@@ -139,10 +143,10 @@ __global__ void permute_qn_x_kernel(const uint16_t* x, uint16_t* image, int M, i
 // (ceil(M / rows_x), ceil(RB / WARPS), splits) in clusters of (1, 1, splits), splits a
 // power of two <= 8, tiles_per_split = ceil(tiles / splits), a device of compute
 // capability 9.0 running sm_90a code (wgmma, bulk copies, clusters); p.x is
-// permute_qn_x_kernel's image for rows_x = QnTiledLayout::kRowsX.
-template <int BITS, bool BF16, int WARPS, bool SPARSE>
+// permute_qn_x_kernel's image for rows_x = ROWS_X.
+template <int BITS, bool BF16, int WARPS, bool SPARSE, int ROWS_X>
 __global__ void __launch_bounds__(WARPS * 32, 1) gemm_qn_tiled_kernel(const __grid_constant__ GemmQnParams p) {
-  using L = QnTiledLayout<BITS, WARPS, SPARSE>;
+  using L = QnTiledLayout<BITS, WARPS, SPARSE, ROWS_X>;
   constexpr int kThreads = WARPS * 32;
   constexpr int E = L::kBlocks;
   extern __shared__ uint4 smem_raw[];
@@ -223,7 +227,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1) gemm_qn_tiled_kernel(const __gr
   for (int i = 0; i < n_tiles; ++i) {
     cp_async_wait<L::kAhead - 1>();
     mbarrier_wait(&x_landed[i % L::kStages], uint32_t(i / L::kStages) & 1);
-    __syncthreads();  // tile i's W and x visible; every warp has waited for the wgmmas of tile i - 2
+    if constexpr (L::kDrain) wgmma_wait<0>();  // tile i - 1's stage is refilled next
+    __syncthreads();  // tile i's W and x visible; every warp has waited for the wgmmas of tile i - 2 (kDrain: i - 1)
     if (i + L::kAhead < n_tiles) {
       copy_w(i + L::kAhead);
       copy_x(i + L::kAhead);

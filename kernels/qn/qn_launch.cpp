@@ -32,45 +32,56 @@ int qn_warps_per_block(int64_t blocks, int sms, const std::function<int(int warp
   return warps;
 }
 
-// The 16-row-block shape at M <= 64 (where it won on all sixteen cases measured below),
-// otherwise the fewest waves x (tiles a block x a tile's cost + a block's start and end),
-// as fpx_tiled_launch costs the FPx tiled kernel (kernels/fpx/fpx_launch.cpp): a tile of
-// 8 row blocks costs its 32-k blocks, one of 16 row blocks 1.75 times that (the FPx
-// kernel's tall shape's ratio), a block's start and end 32 (1024 k of 8 row blocks); every
-// split keeps >= 2 tiles; ties go to 8 row blocks, then to fewer splits. Measured (H100,
-// fp16, cold L2, 2026-11-27, gemlite-bench --kernels --kernel-set gemv GEMLITE_BENCH_M=17,
-// 64,128,256,512 GEMLITE_BENCH_GEMM_WARPS=8,16, us at 8 / 16 warps, each at the cluster
-// size qn_tiled_splits chose before this rule, which is the cost below at 8 warps):
-//   q4g64 4096 x 4096   M = 17 15.9 / 14.7   64 16.7 / 15.3  128 19.4 / 23.9  256 27.8 / 31.3
-//   q4g64 4096 x 12288  M = 17 24.6 / 23.3   64 25.5 / 24.5  128 50.3 / 40.0  256 76.5 / 76.3
-//   q4g64 4096 x 22016  M = 17 45.0 / 37.6   64 47.7 / 39.1  128 74.6 / 72.3  256 151.4 / 120.9
-//   q4g64 11008 x 4096  M = 17 34.3 / 30.1   64 35.2 / 30.5  128 39.5 / 56.2  256 67.1 / 65.3
-//   q8    4096 x 4096   M = 17 22.5 / 16.2   64 24.6 / 17.0  128 24.9 / 27.2  256 27.8 / 37.2
-//   q8    4096 x 22016  M = 17 64.4 / 46.5   64 71.4 / 46.6  128 76.5 / 83.7  256 122.8 / 143.0
-//   q8    11008 x 4096  M = 17 51.9 / 34.5   64 54.0 / 35.6  128 56.3 / 63.4  256 64.9 / 74.8
-// (q8's 8-warp blocks take 128 x rows, its 16-warp ones 64.) Above M = 64 the cost picks
-// the faster shape in 13 of these 14 cases; the miss is q4g64 4096 x 4096 at M = 256 (16
-// warps, 31.3 against 27.8 us). tests/cpu/test_launch_rules.cpp holds the table.
+// The 16-row-block shape at M <= 64 (where it won on all sixteen cases of the first sweep
+// below), otherwise the fewest waves x (tiles a block x a tile's cost + a block's start and
+// end), as fpx_tiled_launch costs the FPx tiled kernel (kernels/fpx/fpx_launch.cpp): a
+// tile of 8 row blocks costs 4 E (quarters of a 32-k block), one of 16 row blocks 7 E (the
+// FPx kernel's tall shape's ratio), 8 row blocks with 128 x rows 6 E (fitted to the second
+// sweep); a block's start and end 128 (1024 k of 8 row blocks); every split keeps >= 2
+// tiles; ties go to the shape listed first, then to fewer splits. Sweeps (H100, fp16, cold
+// L2, 2026-11-27, gemlite-bench --kernels --kernel-set gemv, each shape at the cluster size
+// the rule of the time chose):
+//  - first (GEMLITE_BENCH_M=17,64,128,256 GEMLITE_BENCH_GEMM_WARPS=8,16; us at 8 / 16 warps):
+//    q4g64 4096 x 22016  M = 17 45.0 / 37.6   64 47.7 / 39.1  128 74.6 / 72.3  256 151.4 / 120.9
+//    q4g64 11008 x 4096  M = 17 34.3 / 30.1   64 35.2 / 30.5  128 39.5 / 56.2  256 67.1 / 65.3
+//    q8    4096 x 22016  M = 17 64.4 / 46.5   64 71.4 / 46.6  128 76.5 / 83.7  256 122.8 / 143.0
+//    q8    11008 x 4096  M = 17 51.9 / 34.5   64 54.0 / 35.6  128 56.3 / 63.4  256 64.9 / 74.8
+//    (q8's 8-warp blocks take 128 x rows, its 16-warp ones 64);
+//  - second, with 128 x rows for 8 warps at 3..6 bits and s7 (GEMLITE_BENCH_M=128..512
+//    GEMLITE_BENCH_GEMM_WARPS=8,16 GEMLITE_BENCH_GEMM_ROWS=32,64,128; us at 8 warps with 64
+//    x rows / 16 warps / 8 warps with 128 x rows):
+//    q4g64 4096 x 22016  M = 128 74.4 / 73.0 / 68.6   256 147.0 / 125.0 / 108.6   512 272.8 / 247.9 / 223.1
+//    q4g64 11008 x 4096  M = 128 40.0 / 56.2 / 48.7   256 67.1 / 68.2 / 59.1      512 136.9 / 118.2 / 103.8
+//    q6g64 4096 x 12288  M = 128 59.8 / 49.4 / 42.6   512 185.0 / 157.2 / 132.6
+// tests/cpu/test_launch_rules.cpp holds 36 such cases; the rule's shape is within 5 % of
+// the fastest on all of them.
 QnTiledLaunch qn_tiled_launch(int M, int64_t row_blocks, int64_t tiles, int blocks_per_tile,
-                              const QnTiledResident& resident, int warps, int splits) {
-  const bool sixteen_fit = qn_tiled_16_warps_fit(blocks_per_tile);
-  QnTiledLaunch best{8, 1};
+                              const QnTiledResident& resident, int warps, int rows_x, int splits) {
+  const int E = blocks_per_tile;
+  struct Shape {
+    int warps, rows_x;
+    bool exists;
+    int64_t tile_cost;  // in quarters of a 32-k block of 8 row blocks
+  };
+  const Shape shapes[kQnTiledShapes] = {{8, qn_tiled_rows_x(E, 8), true, 4 * E},
+                                        {16, qn_tiled_rows_x(E, 16), qn_tiled_16_warps_fit(E), 7 * E},
+                                        {8, 128, qn_tiled_wide_fits(E), 6 * E}};
+  const bool forced = warps > 0 || rows_x > 0;
+  QnTiledLaunch best{0, 0, 0};  // none: the settings named no shape of this width
   int64_t best_cost = -1;
-  for (int w : {8, 16}) {
-    if ((warps > 0 && w != warps) || (w == 16 && !sixteen_fit)) continue;
-    if (warps == 0 && sixteen_fit && M <= 64 && w == 8) continue;
-    const int64_t rows_x = qn_tiled_rows_x(blocks_per_tile, w);
-    const int64_t blocks = (M + rows_x - 1) / rows_x * ((row_blocks + w - 1) / w);
-    const int64_t tile_cost = w == 8 ? 4 * blocks_per_tile : 7 * blocks_per_tile;  // in quarters
-    const std::array<int, 4>& of_size = w == 8 ? resident.of_8_warps : resident.of_16_warps;
+  for (int s = 0; s < kQnTiledShapes; ++s) {
+    const Shape& shape = shapes[s];
+    if (!shape.exists || (warps > 0 && shape.warps != warps) || (rows_x > 0 && shape.rows_x != rows_x)) continue;
+    if (!forced && M <= 64 && shapes[1].exists && s != 1) continue;
+    const int64_t blocks = (M + shape.rows_x - 1) / shape.rows_x * ((row_blocks + shape.warps - 1) / shape.warps);
     for (int i = 0, z = 1; i < 4; ++i, z *= 2) {
       if ((splits > 0 && z != splits) || (splits == 0 && z > 1 && tiles < 2 * z)) continue;
-      const int64_t per_wave = std::max(of_size[size_t(i)], 1);
+      const int64_t per_wave = std::max(resident.of[s][size_t(i)], 1);
       const int64_t waves = (blocks * z + per_wave - 1) / per_wave;
-      const int64_t cost = waves * ((tiles + z - 1) / z * tile_cost + 4 * 32);
+      const int64_t cost = waves * ((tiles + z - 1) / z * shape.tile_cost + 4 * 32);
       if (best_cost < 0 || cost < best_cost) {
         best_cost = cost;
-        best = {w, z};
+        best = {shape.warps, shape.rows_x, z};
       }
     }
   }

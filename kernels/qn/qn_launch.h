@@ -26,21 +26,30 @@ constexpr int qn_tiled_rows_x(int blocks_per_tile, int warps) {
 // Whether blocks of 16 row blocks fit three stages (up to 10 blocks a tile, 3 bits; at 2
 // bits a stage of 16 row blocks takes 80 KB).
 constexpr bool qn_tiled_16_warps_fit(int blocks_per_tile) { return blocks_per_tile <= 10; }
+// Whether 8 warps may take 128 x rows where qn_tiled_rows_x gives them fewer: 5 to 10
+// blocks a tile (3..6 bits, s7), in 2 or 3 stages.
+constexpr bool qn_tiled_wide_fits(int blocks_per_tile) { return blocks_per_tile >= 5 && blocks_per_tile <= 10; }
 
-// gemm_qn's tiled kernel (kernels/qn/gemm_qn_tiled.cuh): row blocks of W a block (8 or
-// 16, one a warp) and blocks of a cluster splitting K (1, 2, 4 or 8).
+// gemm_qn's tiled kernel (kernels/qn/gemm_qn_tiled.cuh): a block shape -- row blocks of W
+// a block (8 or 16, one a warp) and x rows -- and blocks of a cluster splitting K (1, 2, 4
+// or 8). The shapes: 8 warps with qn_tiled_rows_x(E, 8) x rows, 16 warps with
+// qn_tiled_rows_x(E, 16) (where qn_tiled_16_warps_fit), 8 warps with 128 x rows (where
+// qn_tiled_wide_fits).
 struct QnTiledLaunch {
   int warps;
+  int rows_x;
   int splits;
 };
-// The device's resident blocks (one an SM) in clusters of 1, 2, 4 and 8, for each block shape.
+enum QnTiledShape { kQnTiled8Warps, kQnTiled16Warps, kQnTiledWide, kQnTiledShapes };
+// The device's resident blocks (one an SM) in clusters of 1, 2, 4 and 8, per shape (zeros
+// for a shape that does not exist at this E).
 struct QnTiledResident {
-  std::array<int, 4> of_8_warps, of_16_warps;
+  std::array<int, 4> of[kQnTiledShapes];
 };
-// For M x rows, ceil(N / 16) row blocks, `tiles` qN tiles of 32 * blocks_per_tile k a row
-// (16 warps where qn_tiled_16_warps_fit); x rows a block: qn_tiled_rows_x. warps / splits
-// > 0 are kept as given (the other chosen for them).
+// For M x rows, ceil(N / 16) row blocks, `tiles` qN tiles of 32 * blocks_per_tile k a row.
+// warps, rows_x and splits > 0 restrict the choice to what they name; where no shape of
+// this width matches them, all three fields are 0.
 QnTiledLaunch qn_tiled_launch(int M, int64_t row_blocks, int64_t tiles, int blocks_per_tile,
-                              const QnTiledResident& resident, int warps = 0, int splits = 0);
+                              const QnTiledResident& resident, int warps = 0, int rows_x = 0, int splits = 0);
 
 }  // namespace gemlite

@@ -48,23 +48,20 @@ int64_t gemv_sliced_max_m() {
 }
 
 // The rows gemm_qn (the tiled qN matmul, where gemm_qn_runs) takes: kGemvQnMaxRows + 1 up
-// to this; fewer run one gemv_qn pass, more the dense copy + cuBLAS. Measured (H100, fp16,
-// cold L2, 2026-11-27, gemlite-bench --kernels --kernel-set gemv GEMLITE_BENCH_M=17..512,
-// us, gemm_qn / gemv_qn over slices of 16 / the dense copy + cuBLAS):
+// to this, gemm_qn_max_m(w) (512 or 256, kernels/qn/gemm_qn.h); fewer run one gemv_qn pass, more
+// the dense copy + cuBLAS. Measured (H100, fp16, cold L2, 2026-11-27, gemlite-bench
+// --kernels --kernel-set gemv GEMLITE_BENCH_M=17..64, us, gemm_qn / gemv_qn over slices of
+// 16 / the dense copy + cuBLAS; larger M in gemm_qn.cu and the README):
 //   q4g64 4096 x 12288  M = 17  24.6 / 40.7 / 90.9   M = 64  25.6 / 104.8 / 87.9
-//                       M = 256 77.0 / - / 93.3      M = 512 149.8 / - / 126.6
-//   q4g64 11008 x 4096  M = 17  34.2 / 35.9 / 81.7   M = 256 67.0 / - / 95.5   M = 512 134.6 / - / 113.8
-//   q8    11008 x 4096  M = 17  51.8 / 43.5 / 84.0   M = 64  54.2 / 122.3 / 85.7   M = 512 116.7 / - / 116.5
-// so gemm_qn from 17 rows (but q8 with K = 11008 at 17..24 rows) to 256, and llama2-7b
-// q4g64 (gemlite-bench -p 64,128,256,512 -n 0, same machine, tok/s, dense path -> gemm_qn
-// up to 512): pp64 4963 -> 12139, pp128 9525 -> 16852, pp256 16834 -> 19773, pp512 24392 ->
-// 20852. GEMLITE_GEMM_QN_MAX_M overrides it (0 turns gemm_qn off), for A/B measurements.
-int64_t gemm_qn_max_m() {
-  static const int64_t max_m = [] {
-    const char* v = std::getenv("GEMLITE_GEMM_QN_MAX_M");
-    return v ? std::max<int64_t>(0, std::atoll(v)) : int64_t(256);
-  }();
-  return max_m;
+//   q4g64 11008 x 4096  M = 17  34.2 / 35.9 / 81.7
+//   q8    11008 x 4096  M = 17  34.5 / 43.5 / 84.0   M = 64  35.6 / 122.3 / 85.7
+// so gemm_qn from 17 rows; llama2-7b q4g64 (gemlite-bench -p 64,128,256 -n 0, same
+// machine, tok/s, before gemm_qn -> with it, 8 and 16 row blocks only): pp64 4945 ->
+// 12758, pp128 9599 -> 17716, pp256 16845 -> 21936. GEMLITE_GEMM_QN_MAX_M caps it (0
+// turns gemm_qn off), for A/B measurements.
+int64_t gemm_qn_rows_up_to(const QnDeviceWeight& w) {
+  static const char* const cap = std::getenv("GEMLITE_GEMM_QN_MAX_M");
+  return cap ? std::max<int64_t>(0, std::atoll(cap)) : gemm_qn_max_m(w);
 }
 
 class CudaLinear final : public QuantLinear {
@@ -129,7 +126,7 @@ class CudaLinear final : public QuantLinear {
   //     reads the packed weight once (it adds the bias itself); a gate/up pair stacked
   //     for SwiGLU -> gemv_qn_swiglu through forward_swiglu (below);
   //   qN / qNgG (2..8 bits) and s7 with K % 8 == 0 on an H100, kGemvQnMaxRows + 1 to
-  //     gemm_qn_max_m() rows -> gemm_qn, the tiled matmul that dequantizes the packed
+  //     gemm_qn_rows_up_to(w) rows -> gemm_qn, the tiled matmul that dequantizes the packed
   //     weight in registers (bias too; x permuted into the context's scratch first);
   //   the other qN and s7 (1 bit, K % 8 != 0, another GPU) up to gemv_sliced_max_m() rows
   //     -> gemv_qn over slices of kGemvQnMaxRows rows, each reading the packed weight
@@ -271,9 +268,9 @@ class CudaLinear final : public QuantLinear {
   }
 
  private:
-  // Whether forward runs x on gemm_qn (see gemm_qn_max_m): qN / s7 rows past one gemv_qn pass.
+  // Whether forward runs x on gemm_qn (see gemm_qn_rows_up_to): qN / s7 rows past one gemv_qn pass.
   bool gemm_qn_serves(const Tensor& x) const {
-    return qn_.qweight && x.rows > kGemvQnMaxRows && x.rows <= gemm_qn_max_m() && gemm_qn_runs(qn_) &&
+    return qn_.qweight && x.rows > kGemvQnMaxRows && x.rows <= gemm_qn_rows_up_to(qn_) && gemm_qn_runs(qn_) &&
            reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   }
 

@@ -100,31 +100,35 @@ std::string param_name(const ::testing::TestParamInfo<std::tuple<int, int>>& inf
 INSTANTIATE_TEST_SUITE_P(ServedWidths, GemmQnTest,
                          ::testing::Combine(::testing::Range(2, 9), ::testing::Values(32, 64, 128, 0)), param_name);
 
-// Each block shape (8 and 16 row blocks) at each cluster size: a missing or doubled part
-// of K would be an error of order |y| / splits. 2 bits (8 warps only), 4 bits (64 x rows
-// a block) and 8 bits (128 x rows with 8 warps, 64 with 16).
+// Each block shape at each cluster size: a missing or doubled part of K would be an error
+// of order |y| / splits. 2 bits (8 warps, 32 x rows), 4 bits (8 and 16 warps with 64 x
+// rows, 8 with 128 in 2 stages) and 8 bits (8 warps with 128 x rows, 16 with 64).
 TEST(GemmQnEdges, EveryBlockShapeAndClusterSize) {
   SKIP_UNLESS_GEMM_QN_RUNS();
   std::mt19937_64 rng(test_seed() + 11);
   StreamGuard stream;
   const int64_t K = 4096, N = 272;  // 17 row blocks: a block of 16 and one of 1
   const std::vector<float> w = random_weight(N, K, rng);
-  for (int bits : {2, 4, 8}) {
+  struct Shape {
+    int warps, rows_x;
+  };
+  const std::vector<std::pair<int, std::vector<Shape>>> widths = {
+      {2, {{8, 32}}}, {4, {{8, 64}, {16, 64}, {8, 128}}}, {8, {{8, 128}, {16, 64}}}};
+  for (const auto& [bits, shapes] : widths) {
     const PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(bits, 64));
     for (DType act : {DType::F16, DType::BF16}) {
       QnDeviceWeight dw = upload_qn_weight(packed, act);
-      for (int warps : {8, 16}) {
-        if (warps == 16 && bits < 3) continue;
+      for (const Shape& shape : shapes)
         for (int splits : {1, 2, 4, 8}) {
-          SCOPED_TRACE("q" + std::to_string(bits) + "g64 " + dtype_name(act) + " warps=" + std::to_string(warps) +
-                       " splits=" + std::to_string(splits));
+          SCOPED_TRACE("q" + std::to_string(bits) + "g64 " + dtype_name(act) + " warps=" + std::to_string(shape.warps) +
+                       " rows_x=" + std::to_string(shape.rows_x) + " splits=" + std::to_string(splits));
           GemmQnConfig config;
-          config.warps = warps;
+          config.warps = shape.warps;
+          config.rows_x = shape.rows_x;
           config.splits = splits;
           const CheckResult r = run_gemm_and_compare(packed, dw, act, 70, rng, stream.stream, config);
           EXPECT_EQ(r.failures, 0) << r.first_failure;
         }
-      }
       free_qn_weight(&dw);
     }
   }
@@ -164,7 +168,7 @@ TEST(GemmQnEdges, RejectsWhatItCannotRun) {
 
   QnDeviceWeight dw = upload_qn_weight(quantize_weight(w.data(), 32, 1024, qn_format(4, 64)), DType::F16);
   const size_t need = gemm_qn_scratch_bytes(dw, 64);
-  EXPECT_EQ(need, size_t(64) * 1024 * 2);  // 64 x rows a chunk at 4 bits, K a whole number of tiles
+  EXPECT_EQ(need, size_t(128) * 1024 * 2);  // up to 128 x rows a chunk at 4 bits, K a whole number of tiles
   DeviceBuffer x(64 * 1024 * 2 + 16), y(64 * 32 * 2), scratch(need);
   EXPECT_THROW(gemm_qn(dw, x.ptr, y.ptr, 0, DType::F16, nullptr, scratch.ptr, need), Error);
   EXPECT_THROW(gemm_qn(dw, x.ptr, y.ptr, 64, DType::BF16, nullptr, scratch.ptr, need), Error);
@@ -177,6 +181,16 @@ TEST(GemmQnEdges, RejectsWhatItCannotRun) {
   GemmQnConfig warps12;
   warps12.warps = 12;
   EXPECT_THROW(gemm_qn(dw, x.ptr, y.ptr, 64, DType::F16, nullptr, scratch.ptr, need, warps12), Error);
+  GemmQnConfig tall_and_wide;  // 16 warps take 64 x rows at most
+  tall_and_wide.warps = 16;
+  tall_and_wide.rows_x = 128;
+  EXPECT_THROW(gemm_qn(dw, x.ptr, y.ptr, 64, DType::F16, nullptr, scratch.ptr, need, tall_and_wide), Error);
+  const std::vector<float> w2 = random_weight(32, 1024, rng);
+  QnDeviceWeight q2 = upload_qn_weight(quantize_weight(w2.data(), 32, 1024, qn_format(2, 64)), DType::F16);
+  GemmQnConfig sixteen;  // at 2 bits three stages of 16 row blocks do not fit
+  sixteen.warps = 16;
+  EXPECT_THROW(gemm_qn(q2, x.ptr, y.ptr, 64, DType::F16, nullptr, scratch.ptr, need, sixteen), Error);
+  free_qn_weight(&q2);
   free_qn_weight(&dw);
 }
 
