@@ -13,7 +13,7 @@
 //    shared memory: W (2 KB a row block) and the tile's scale/bias pairs (64 bytes a row
 //    block and 32-k block) by cp.async, x by one bulk copy (TMA) of permute_qn_x_kernel's
 //    image completing on the stage's mbarrier; 4 stages copied 2 tiles ahead where they
-//    fit, else 3 stages 1 tile ahead (16 row blocks);
+//    fit, else 3 (16 row blocks) or 2 (128 x rows at 3, 4 bits and s7) 1 tile ahead;
 //  - each warp decodes its row block's tile from shared memory into mma A fragments
 //    exactly as the GEMV does (weight_pair: the same registers, the same k order), and its
 //    warpgroup multiplies them with wgmma m64 n=ROWS_X k16, x as B from shared memory, in
@@ -21,14 +21,16 @@
 //    group runs while the tensor cores multiply the other;
 //  - K is split over a cluster of `splits` blocks, summed through distributed shared
 //    memory in rank order (deterministic, no workspace, no second kernel).
-// qn_tiled_launch (kernels/qn/qn_launch.cpp) picks WARPS and the cluster size, with the
-// sweep behind it. ROWS_X (qn_tiled_rows_x) keeps a stage's x at <= 32 KB: 128 x rows at
-// 7-8 bits (tiles of 128 k) with 8 warps, 64 at 4-6 bits, s7 and with 16 warps (128
-// registers a thread), 32 at 2-3 bits (320-512 k). 1-bit weights (1024 k a tile) are not
-// served (gemm_qn_runs): they keep the GEMV slices or the dense copy + cuBLAS.
-// Measured against those (H100, fp16, cold L2, us, gemm_qn / the dense copy + cuBLAS):
-// q4g64 4096 x 22016 at M = 64 39.1 / 159.4, at M = 256 120.9 / 165.4, at M = 512 247.9 /
-// 225.0 (runtime/cuda/cuda_linear.cu has where QuantLinear switches, and why).
+// qn_tiled_launch (kernels/qn/qn_launch.cpp) picks the block shape and the cluster size,
+// with the sweeps behind it. The shapes: 8 warps with qn_tiled_rows_x x rows, which keeps
+// a stage's x at <= 32 KB (128 at 7-8 bits, tiles of 128 k; 64 at 4-6 bits and s7; 32 at
+// 2-3 bits, 320-512 k); 16 warps (128 registers a thread: at most 64 x rows); 8 warps with
+// 128 x rows at 3..6 bits and s7, which halves the decoding a row of x costs at large M.
+// 1-bit weights (1024 k a tile) are not served (gemm_qn_runs): they keep the GEMV slices
+// or the dense copy + cuBLAS. Measured against those (H100, fp16, cold L2, us, gemm_qn /
+// the dense copy + cuBLAS, the automatic launch): q4g64 4096 x 22016 at M = 32 38.7 /
+// 156.0, at M = 256 111.7 / 168.7, at M = 512 222.1 / 233.5 (the README has the table,
+// runtime/cuda/cuda_linear.cu and gemm_qn.cu where QuantLinear switches, and why).
 //
 // The k order. The GEMV's A fragment of 32-k block j, chunk c (k16 step s = 2 j + c) holds
 // at mma-k 2 tig + u the real k 8 tig + 4 c + u and at mma-k 8 + 2 tig + u the real k 8 tig
