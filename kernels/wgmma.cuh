@@ -27,9 +27,11 @@ namespace {
 #endif
 
 // Whether `kernel` (one that uses wgmma) runs on the current device: compute capability 9.0
-// running its sm_90a code, not PTX of another architecture compiled at load, where the
-// wgmma (and bulk copy, cluster) helpers are empty. Host code; callers cache the answer
-// (one GPU a process).
+// with a binary of the kernel for 9.0 or later (ptxVersion >= 90) -- not PTX of an older
+// architecture compiled at load, where the wgmma (and bulk copy, cluster) helpers are
+// empty. The 9.0 binary is the sm_90a image: CMake turns an architecture list's 90 into
+// 90a, so no plain compute_90 code is built. Host code; callers cache the answer (one GPU
+// a process).
 template <typename... Params>
 bool wgmma_kernel_runs(void (*kernel)(Params...)) {
   int device = 0, major = 0, minor = 0;

@@ -42,7 +42,8 @@ template <int BITS, bool BF16, bool SPARSE = false>
 TiledKernel tiled_kernel(int warps, int rows_x) {
   constexpr int E = SPARSE ? 2 * (32 / BITS) : 32 / BITS;
   if constexpr (qn_tiled_16_warps_fit(E)) {
-    if (warps == 16) return tiled_kernel<BITS, BF16, 16, SPARSE, qn_tiled_rows_x(E, 16)>();
+    if (warps == 16 && rows_x == qn_tiled_rows_x(E, 16))
+      return tiled_kernel<BITS, BF16, 16, SPARSE, qn_tiled_rows_x(E, 16)>();
   }
   if constexpr (qn_tiled_wide_fits(E)) {
     if (warps == 8 && rows_x == 128) return tiled_kernel<BITS, BF16, 8, SPARSE, 128>();
@@ -117,6 +118,12 @@ size_t gemm_qn_scratch_bytes(const QnDeviceWeight& w, int M) {
   return size_t((M + rows_x - 1) / rows_x * rows_x) * size_t(w.Kw) * size_t(E) * 2;
 }
 
+bool gemm_qn_has_shape(const QnDeviceWeight& w, const GemmQnConfig& config) {
+  QnTiledResident any;
+  for (auto& of : any.of) of = {1, 1, 1, 1};
+  return qn_tiled_launch(1, 1, 1, blocks_per_tile(w), any, config.warps, config.rows_x).warps != 0;
+}
+
 void gemm_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream, void* scratch,
              size_t scratch_bytes, const GemmQnConfig& config) {
   if (!gemm_qn_runs(w))
@@ -135,6 +142,8 @@ void gemm_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, 
     throw Error("gemm_qn: splits = " + std::to_string(config.splits) + " (expected 0, 1, 2, 4 or 8)");
   if (config.warps != 0 && config.warps != 8 && config.warps != 16)
     throw Error("gemm_qn: warps = " + std::to_string(config.warps) + " (expected 0, 8 or 16)");
+  if (config.rows_x != 0 && config.rows_x != 32 && config.rows_x != 64 && config.rows_x != 128)
+    throw Error("gemm_qn: rows_x = " + std::to_string(config.rows_x) + " (expected 0, 32, 64 or 128)");
 
   const int tiles = int(w.Kw / 32);
   const int64_t row_blocks = qn_padded_rows(w.N) / 16;
@@ -150,8 +159,8 @@ void gemm_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, 
       qn_tiled_launch(M, row_blocks, tiles, per_tile, resident, config.warps, config.rows_x, config.splits);
   if (launch.warps == 0)
     throw Error("gemm_qn: no block shape of " + std::to_string(config.warps) + " warps and " +
-                std::to_string(config.rows_x) + " x rows (0: any) at " + std::to_string(w.bits) + " bits" +
-                (w.sparse ? " (s7)" : ""));
+                std::to_string(config.rows_x) + " x rows (0: any) at " + std::to_string(per_tile) +
+                " 32-k blocks a tile (" + (w.sparse ? std::string("s7") : std::to_string(w.bits) + "-bit codes") + ")");
   const int warps = launch.warps, rows_x = launch.rows_x, splits = launch.splits;
   const TiledKernel tiled = tiled_kernel(w, warps, rows_x);
   const int64_t m_chunks = (M + rows_x - 1) / rows_x;

@@ -38,6 +38,10 @@ struct GemmQnConfig {
   int splits = 0;
 };
 
+// Whether the launch overrides of `config` name a block shape that exists for this weight
+// (gemm_qn throws for one that does not).
+bool gemm_qn_has_shape(const QnDeviceWeight& w, const GemmQnConfig& config);
+
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias), W in stored-row order (a SwiGLU pair's y
 // is [gate; up] as gemv_qn writes it). `scratch` (16-byte aligned, >= gemm_qn_scratch_bytes)
 // takes the permuted x. PRECOND (Error): gemm_qn_runs(w), M >= 1, act == w.act, x 16-byte

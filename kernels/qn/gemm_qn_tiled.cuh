@@ -13,7 +13,8 @@
 //    shared memory: W (2 KB a row block) and the tile's scale/bias pairs (64 bytes a row
 //    block and 32-k block) by cp.async, x by one bulk copy (TMA) of permute_qn_x_kernel's
 //    image completing on the stage's mbarrier; 4 stages copied 2 tiles ahead where they
-//    fit, else 3 (16 row blocks) or 2 (128 x rows at 3, 4 bits and s7) 1 tile ahead;
+//    fit (8 warps with up to 32 KB of x, 16 warps at 7-8 bits), else 3 (16 warps at 3-6
+//    bits and s7; 128 x rows at 5-6 bits) or 2 (128 x rows at 3-4 bits and s7) 1 tile ahead;
 //  - each warp decodes its row block's tile from shared memory into mma A fragments
 //    exactly as the GEMV does (weight_pair: the same registers, the same k order), and its
 //    warpgroup multiplies them with wgmma m64 n=ROWS_X k16, x as B from shared memory, in

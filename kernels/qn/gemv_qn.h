@@ -16,8 +16,8 @@
 namespace gemlite {
 
 // The decode GEMVs' rows (the n = 8 of an m16n8k16 mma with the weights as A). QuantLinear
-// sends qN with M <= kGemvQnMaxRows here, prompt chunks of 17..256 rows to gemm_qn on an
-// H100 (kernels/qn/gemm_qn.h), elsewhere up to gemv_sliced_max_m() rows here in slices of
+// sends qN with M <= kGemvQnMaxRows here, longer prompt chunks to gemm_qn on an H100 (up
+// to gemm_qn_max_m rows, kernels/qn/gemm_qn.h), elsewhere up to gemv_sliced_max_m() rows here in slices of
 // kGemvQnMaxRows (runtime/cuda/cuda_linear.cu: what that beats is the dense copy + cuBLAS,
 // not cuBLAS on a dense weight), and larger M to a dense fp16 copy + cuBLAS.
 // Measured rule (H100,

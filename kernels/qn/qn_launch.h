@@ -1,8 +1,8 @@
 #pragma once
-// How gemv_qn lays out its launch: a pure function of the grid and the device's counts,
-// apart from the kernel (kernels/qn/gemv_qn_kernel.cuh) so that the rule -- measured on the H100,
-// its numbers in qn_launch.cpp -- is unit-tested on the CPU against those measurements
-// (tests/cpu/test_launch_rules.cpp).
+// How gemv_qn and gemm_qn lay out their launches: pure functions of the shape and the
+// device's counts, apart from the kernels (kernels/qn/gemv_qn_kernel.cuh, gemm_qn_tiled.cuh)
+// so that the rules -- measured on the H100, their numbers in qn_launch.cpp -- are
+// unit-tested on the CPU against those measurements (tests/cpu/test_launch_rules.cpp).
 #include <array>
 #include <cstdint>
 #include <functional>

@@ -57,7 +57,7 @@ int64_t gemv_sliced_max_m() {
 //   q8    11008 x 4096  M = 17  34.5 / 43.5 / 84.0   M = 64  35.6 / 122.3 / 85.7
 // so gemm_qn from 17 rows; llama2-7b q4g64 (gemlite-bench -p 64,128,256 -n 0, same
 // machine, tok/s, before gemm_qn -> with it, 8 and 16 row blocks only): pp64 4945 ->
-// 12758, pp128 9599 -> 17716, pp256 16845 -> 21936. GEMLITE_GEMM_QN_MAX_M caps it (0
+// 12758, pp128 9599 -> 17716, pp256 16845 -> 21936. GEMLITE_GEMM_QN_MAX_M replaces it (0
 // turns gemm_qn off), for A/B measurements.
 int64_t gemm_qn_rows_up_to(const QnDeviceWeight& w) {
   static const char* const cap = std::getenv("GEMLITE_GEMM_QN_MAX_M");
@@ -125,7 +125,7 @@ class CudaLinear final : public QuantLinear {
   //   qN / qNgG and s7, M <= kGemvMaxM (8) -> gemv_qn, the fused dequantize + GEMV that
   //     reads the packed weight once (it adds the bias itself); a gate/up pair stacked
   //     for SwiGLU -> gemv_qn_swiglu through forward_swiglu (below);
-  //   qN / qNgG (2..8 bits) and s7 with K % 8 == 0 on an H100, kGemvQnMaxRows + 1 to
+  //   qN / qNgG (2..8 bits) and s7 with K % 8 == 0 and 16-byte aligned x on an H100, kGemvQnMaxRows + 1 to
   //     gemm_qn_rows_up_to(w) rows -> gemm_qn, the tiled matmul that dequantizes the packed
   //     weight in registers (bias too; x permuted into the context's scratch first);
   //   the other qN and s7 (1 bit, K % 8 != 0, another GPU) up to gemv_sliced_max_m() rows

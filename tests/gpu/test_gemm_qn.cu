@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <random>
 #include <string>
@@ -27,6 +28,7 @@
 #include "runtime/error.h"
 #include "tests/gpu/gpu_test_helpers.h"
 #include "tests/gpu/qn_check.h"
+#include "tests/gpu/qn_error_scales.h"
 
 namespace gemlite {
 namespace {
@@ -101,8 +103,9 @@ INSTANTIATE_TEST_SUITE_P(ServedWidths, GemmQnTest,
                          ::testing::Combine(::testing::Range(2, 9), ::testing::Values(32, 64, 128, 0)), param_name);
 
 // Each block shape at each cluster size: a missing or doubled part of K would be an error
-// of order |y| / splits. 2 bits (8 warps, 32 x rows), 4 bits (8 and 16 warps with 64 x
-// rows, 8 with 128 in 2 stages) and 8 bits (8 warps with 128 x rows, 16 with 64).
+// of order |y| / splits. 2 bits (8 warps, 32 x rows), 3 bits (8 and 16 warps with 32, 8
+// with 128 in 2 stages), 4 bits (8 and 16 warps with 64, 8 with 128 in 2 stages), 5 and 6
+// bits (8 with 128 in 3 stages), 8 bits (8 warps with 128 x rows, 16 with 64).
 TEST(GemmQnEdges, EveryBlockShapeAndClusterSize) {
   SKIP_UNLESS_GEMM_QN_RUNS();
   std::mt19937_64 rng(test_seed() + 11);
@@ -113,7 +116,8 @@ TEST(GemmQnEdges, EveryBlockShapeAndClusterSize) {
     int warps, rows_x;
   };
   const std::vector<std::pair<int, std::vector<Shape>>> widths = {
-      {2, {{8, 32}}}, {4, {{8, 64}, {16, 64}, {8, 128}}}, {8, {{8, 128}, {16, 64}}}};
+      {2, {{8, 32}}},           {3, {{8, 32}, {16, 32}, {8, 128}}}, {4, {{8, 64}, {16, 64}, {8, 128}}},
+      {5, {{8, 128}}},          {6, {{8, 128}}},                    {8, {{8, 128}, {16, 64}}}};
   for (const auto& [bits, shapes] : widths) {
     const PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(bits, 64));
     for (DType act : {DType::F16, DType::BF16}) {
@@ -150,6 +154,44 @@ TEST(GemmQnEdges, SwigluPairWritesStoredOrder) {
     EXPECT_EQ(r.failures, 0) << r.first_failure;
     free_qn_weight(&dw);
   }
+}
+
+// An odd N (the last output of a row stored alone, the others in pairs of 2-byte stores)
+// into a y that is not 4-byte aligned, with guard elements after it that must stay.
+TEST(GemmQnEdges, OddNUnalignedOutputAndNothingPastIt) {
+  SKIP_UNLESS_GEMM_QN_RUNS();
+  std::mt19937_64 rng(test_seed() + 19);
+  StreamGuard stream;
+  const int64_t K = 1032, N = 203, M = 40, kGuard = 64;
+  const std::vector<float> w = random_weight(N, K, rng);
+  const PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(4, 64));
+  std::vector<float> x(size_t(M * K)), ref(size_t(M * N));
+  std::vector<uint16_t> x_bits;
+  random_activations(M, K, DType::F16, rng, &x_bits, &x);
+  linear_reference(packed, x.data(), M, ref.data());
+  QnDeviceWeight dw = upload_qn_weight(packed, DType::F16);
+  const size_t scratch_bytes = gemm_qn_scratch_bytes(dw, int(M));
+  DeviceBuffer dx(size_t(M * K) * 2), dy((size_t(M * N) + 1 + kGuard) * 2), scratch(scratch_bytes);
+  uint16_t* y = static_cast<uint16_t*>(dy.ptr) + 1;  // 2-byte aligned only
+  CUDA_CHECK(cudaMemcpyAsync(dx.ptr, x_bits.data(), x_bits.size() * 2, cudaMemcpyHostToDevice, stream.stream));
+  CUDA_CHECK(cudaMemsetAsync(dy.ptr, 0xFF, (size_t(M * N) + 1 + kGuard) * 2, stream.stream));
+  gemm_qn(dw, dx.ptr, y, int(M), DType::F16, stream.stream, scratch.ptr, scratch_bytes);
+  std::vector<uint16_t> out(size_t(M * N) + 1 + kGuard);
+  CUDA_CHECK(cudaMemcpyAsync(out.data(), dy.ptr, out.size() * 2, cudaMemcpyDeviceToHost, stream.stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+  EXPECT_EQ(out[0], 0xFFFF) << "the element before y was written";
+  for (int64_t i = 0; i < kGuard; ++i) EXPECT_EQ(out[size_t(1 + M * N + i)], 0xFFFF) << "guard element " << i;
+  // The GEMV tests' bound, |error| <= 2^-9 S2 (fp16; tests/gpu/test_gemv_qn.cu).
+  const ErrorScales scales = error_scales(packed, x, M);
+  int64_t failures = 0;
+  for (int64_t i = 0; i < M * N; ++i) {
+    const double got = half_to_float(out[size_t(1 + i)]);
+    if (!(std::abs(got - double(ref[size_t(i)])) <= std::ldexp(double(scales.dequant[size_t(i)]), -9)) &&
+        failures++ == 0)
+      ADD_FAILURE() << "y[" << i / N << ", " << i % N << "] = " << got << ", reference " << ref[size_t(i)];
+  }
+  EXPECT_EQ(failures, 0);
+  free_qn_weight(&dw);
 }
 
 TEST(GemmQnEdges, RejectsWhatItCannotRun) {

@@ -21,6 +21,7 @@
 #include <iostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda_check.h"
@@ -138,8 +139,9 @@ TEST_P(GemvS7Test, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(Groups, GemvS7Test, ::testing::Values(64, 128),
                          [](const ::testing::TestParamInfo<int>& info) { return "Group" + std::to_string(info.param); });
 
-// gemm_qn (prompt chunks of 17..256 rows on an H100) on s7 weights, both block shapes, at
-// the same tolerance: its decoding is the GEMV's (tests/gpu/test_gemm_qn.cu has the qN widths).
+// gemm_qn (prompt chunks past 16 rows on an H100) on s7 weights, each of its three block
+// shapes, at the same tolerance: its decoding is the GEMV's (tests/gpu/test_gemm_qn.cu has
+// the qN widths).
 TEST(GemmQnS7, MatchesCpuReference) {
   std::mt19937_64 rng(test_seed() * 1000003 + 77);
   StreamGuard stream;
@@ -154,12 +156,14 @@ TEST(GemmQnS7, MatchesCpuReference) {
         free_qn_weight(&dw);
         GTEST_SKIP() << "gemm_qn runs on a compute capability 9.0 device (sm_90a code)";
       }
-      for (int warps : {8, 16})
+      for (const auto& [warps, rows_x] : {std::pair{8, 64}, std::pair{16, 64}, std::pair{8, 128}})
         for (int64_t M : {17, 100}) {
           SCOPED_TRACE(format.name() + " " + dtype_name(act) + " warps=" + std::to_string(warps) +
-                       " M=" + std::to_string(M) + " seed=" + std::to_string(test_seed()));
+                       " rows_x=" + std::to_string(rows_x) + " M=" + std::to_string(M) +
+                       " seed=" + std::to_string(test_seed()));
           GemmQnConfig config;
           config.warps = warps;
+          config.rows_x = rows_x;
           const size_t scratch_bytes = gemm_qn_scratch_bytes(dw, int(M));
           DeviceBuffer scratch(scratch_bytes);
           std::string first_failure;
