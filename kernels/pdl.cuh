@@ -104,6 +104,25 @@ void launch_pdl_clusters(const char* name, void (*kernel)(Params...), dim3 grid,
   check_last_launch(name, __FILE__, __LINE__);
 }
 
+// A kernel and the dynamic shared memory it launches with.
+template <typename Kernel>
+struct KernelWithSmem {
+  Kernel kernel;
+  size_t smem_bytes;
+};
+// KERNEL with SMEM bytes of dynamic shared memory, its allowance raised past the default 48
+// KB once per process (cudaFuncSetAttribute is not a stream operation: at the first call,
+// not inside a graph capture).
+template <auto KERNEL, size_t SMEM>
+KernelWithSmem<decltype(KERNEL)> kernel_with_smem() {
+  static const bool allowed = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SMEM)));
+    return true;
+  }();
+  (void)allowed;
+  return {KERNEL, SMEM};
+}
+
 // Blocks of `kernel` (`threads` a block, `smem` dynamic shared memory) the device runs at
 // once in clusters of 1, 2, 4 and 8 along z (cudaOccupancyMaxActiveClusters times the
 // cluster size): what a launch rule counts as a wave of a split-K kernel whose blocks

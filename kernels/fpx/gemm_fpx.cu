@@ -40,21 +40,12 @@ KernelFn pick_mt(int mt, int ahead) {
   }
 }
 
-// A tiled kernel, its shared memory allowance raised once (it needs more than the default
-// 48 KB), with its shared memory bytes.
-struct TiledKernel {
-  KernelFn kernel;
-  size_t smem_bytes;
-};
+// A tiled kernel with its shared memory (more than the default 48 KB).
+using TiledKernel = KernelWithSmem<KernelFn>;
 template <int EBITS, int MBITS, bool BF16, int MT, int WARPS>
 TiledKernel tiled_kernel() {
-  constexpr size_t kSmem = TiledLayout<EBITS, MBITS, MT, WARPS>::kSmemBytes;
-  static const KernelFn kernel = [] {
-    const KernelFn k = gemm_fpx_tiled_kernel<EBITS, MBITS, BF16, MT, WARPS>;
-    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
-    return k;
-  }();
-  return {kernel, kSmem};
+  return kernel_with_smem<gemm_fpx_tiled_kernel<EBITS, MBITS, BF16, MT, WARPS>,
+                          TiledLayout<EBITS, MBITS, MT, WARPS>::kSmemBytes>();
 }
 // The shapes (TiledLayout's MT and warps; fpx_launch.h names them), the narrow one with
 // 32 or 64 x rows.

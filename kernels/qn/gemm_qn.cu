@@ -21,21 +21,12 @@ namespace {
 
 using KernelFn = void (*)(GemmQnParams);
 
-// The kernel of a width and activation type, its shared memory allowance raised once (it
-// needs more than the default 48 KB), with that many bytes.
-struct TiledKernel {
-  KernelFn kernel;
-  size_t smem_bytes;
-};
+// The kernel of a width, activation type and block shape, with its shared memory.
+using TiledKernel = KernelWithSmem<KernelFn>;
 template <int BITS, bool BF16, int WARPS, bool SPARSE, int ROWS_X>
 TiledKernel tiled_kernel() {
-  constexpr size_t kSmem = QnTiledLayout<BITS, WARPS, SPARSE, ROWS_X>::kSmemBytes;
-  static const KernelFn kernel = [] {
-    const KernelFn k = gemm_qn_tiled_kernel<BITS, BF16, WARPS, SPARSE, ROWS_X>;
-    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
-    return k;
-  }();
-  return {kernel, kSmem};
+  return kernel_with_smem<gemm_qn_tiled_kernel<BITS, BF16, WARPS, SPARSE, ROWS_X>,
+                          QnTiledLayout<BITS, WARPS, SPARSE, ROWS_X>::kSmemBytes>();
 }
 // The shape (qn_launch.h) of a launch's warps and x rows, where it exists at this width.
 template <int BITS, bool BF16, bool SPARSE = false>
