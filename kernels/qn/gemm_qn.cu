@@ -140,12 +140,10 @@ void gemm_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, 
   const int64_t row_blocks = qn_padded_rows(w.N) / 16;
   const int per_tile = blocks_per_tile(w);
   QnTiledResident resident{};
-  const int shape_warps[kQnTiledShapes] = {8, 16, 8};
-  const int shape_rows[kQnTiledShapes] = {qn_tiled_rows_x(per_tile, 8), qn_tiled_rows_x(per_tile, 16), 128};
-  const bool shape_exists[kQnTiledShapes] = {true, qn_tiled_16_warps_fit(per_tile), qn_tiled_wide_fits(per_tile)};
-  for (int s = 0; s < kQnTiledShapes; ++s)
-    if (shape_exists[s])
-      resident.of[s] = resident_blocks(tiled_kernel(w, shape_warps[s], shape_rows[s]), shape_warps[s]);
+  for (int s = 0; s < kQnTiledShapes; ++s) {
+    const QnTiledShapeOf shape = qn_tiled_shape(QnTiledShape(s), per_tile);
+    if (shape.exists) resident.of[s] = resident_blocks(tiled_kernel(w, shape.warps, shape.rows_x), shape.warps);
+  }
   const QnTiledLaunch launch =
       qn_tiled_launch(M, row_blocks, tiles, per_tile, resident, config.warps, config.rows_x, config.splits);
   if (launch.warps == 0)

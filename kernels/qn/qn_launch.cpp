@@ -55,30 +55,33 @@ int qn_warps_per_block(int64_t blocks, int sms, const std::function<int(int warp
 //    q6g64 4096 x 12288  M = 128 59.8 / 49.4 / 42.6   512 185.0 / 157.2 / 132.6
 // tests/cpu/test_launch_rules.cpp holds 36 such cases; the rule's shape is within 5 % of
 // the fastest on all of them.
+QnTiledShapeOf qn_tiled_shape(QnTiledShape shape, int blocks_per_tile) {
+  const int E = blocks_per_tile;
+  switch (shape) {
+    case kQnTiled16Warps: return {16, qn_tiled_rows_x(E, 16), qn_tiled_16_warps_fit(E)};
+    case kQnTiledWide: return {8, 128, qn_tiled_wide_fits(E)};
+    default: return {8, qn_tiled_rows_x(E, 8), true};
+  }
+}
+
 QnTiledLaunch qn_tiled_launch(int M, int64_t row_blocks, int64_t tiles, int blocks_per_tile,
                               const QnTiledResident& resident, int warps, int rows_x, int splits) {
   const int E = blocks_per_tile;
-  struct Shape {
-    int warps, rows_x;
-    bool exists;
-    int64_t tile_cost;  // in quarters of a 32-k block of 8 row blocks
-  };
-  const Shape shapes[kQnTiledShapes] = {{8, qn_tiled_rows_x(E, 8), true, 4 * E},
-                                        {16, qn_tiled_rows_x(E, 16), qn_tiled_16_warps_fit(E), 7 * E},
-                                        {8, 128, qn_tiled_wide_fits(E), 6 * E}};
+  const int64_t tile_costs[kQnTiledShapes] = {4 * E, 7 * E, 6 * E};  // in quarters of a 32-k block of 8 row blocks
   const bool forced = warps > 0 || rows_x > 0;
+  const bool sixteen_fit = qn_tiled_shape(kQnTiled16Warps, E).exists;
   QnTiledLaunch best{0, 0, 0};  // none: the settings named no shape of this width
   int64_t best_cost = -1;
   for (int s = 0; s < kQnTiledShapes; ++s) {
-    const Shape& shape = shapes[s];
+    const QnTiledShapeOf shape = qn_tiled_shape(QnTiledShape(s), E);
     if (!shape.exists || (warps > 0 && shape.warps != warps) || (rows_x > 0 && shape.rows_x != rows_x)) continue;
-    if (!forced && M <= 64 && shapes[1].exists && s != 1) continue;
+    if (!forced && M <= 64 && sixteen_fit && s != kQnTiled16Warps) continue;
     const int64_t blocks = (M + shape.rows_x - 1) / shape.rows_x * ((row_blocks + shape.warps - 1) / shape.warps);
     for (int i = 0, z = 1; i < 4; ++i, z *= 2) {
       if ((splits > 0 && z != splits) || (splits == 0 && z > 1 && tiles < 2 * z)) continue;
       const int64_t per_wave = std::max(resident.of[s][size_t(i)], 1);
       const int64_t waves = (blocks * z + per_wave - 1) / per_wave;
-      const int64_t cost = waves * ((tiles + z - 1) / z * shape.tile_cost + 4 * 32);
+      const int64_t cost = waves * ((tiles + z - 1) / z * tile_costs[s] + 4 * 32);
       if (best_cost < 0 || cost < best_cost) {
         best_cost = cost;
         best = {shape.warps, shape.rows_x, z};

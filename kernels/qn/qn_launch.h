@@ -41,6 +41,12 @@ struct QnTiledLaunch {
   int splits;
 };
 enum QnTiledShape { kQnTiled8Warps, kQnTiled16Warps, kQnTiledWide, kQnTiledShapes };
+// A shape's warps and x rows at `blocks_per_tile`, and whether it exists there.
+struct QnTiledShapeOf {
+  int warps, rows_x;
+  bool exists;
+};
+QnTiledShapeOf qn_tiled_shape(QnTiledShape shape, int blocks_per_tile);
 // The device's resident blocks (one an SM) in clusters of 1, 2, 4 and 8, per shape (zeros
 // for a shape that does not exist at this E).
 struct QnTiledResident {
