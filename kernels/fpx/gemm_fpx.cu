@@ -291,9 +291,9 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
     p.tiles_per_split = int((w.k_tiles + splits - 1) / splits);
     // x into the scratch as the image of the kernel's stages, which the kernel reads as p.x.
     uint16_t* image = static_cast<uint16_t*>(epilogue.scratch);
-    const int64_t steps = m_chunks * rows_x * w.k_tiles * 8;  // one thread a 16-k step of a row
-    launch_pdl("permute_x_kernel", permute_x_kernel, dim3(unsigned((steps + 255) / 256)), dim3(256), 0, stream, p.x,
-               image, M, p.K, p.KT, rows_x);
+    const int64_t steps = w.k_tiles * 8;  // a row's 16-k steps, one a thread
+    launch_pdl("permute_x_kernel", permute_x_kernel, dim3(unsigned((steps + 255) / 256), unsigned(m_chunks * rows_x)),
+               dim3(256), 0, stream, p.x, image, M, p.K, p.KT, rows_x);
     p.x = image;
     const dim3 grid{unsigned(m_chunks), unsigned(groups), unsigned(splits)};
     const TiledKernel tiled = pick_tiled_kernel(w.ebits, w.mbits, act == DType::BF16, shape, rows_x);

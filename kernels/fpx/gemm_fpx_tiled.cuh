@@ -149,15 +149,13 @@ __device__ __forceinline__ void split_pairs(uint4 u0, uint4 u1, uint4& group0, u
 // The tiled kernel's x, in the image of its stages: xp [ceil(M / R)][KT][16 k-groups][R
 // rows][8 k] (R = rows_x, a block's x rows), the k-groups of each 16 k in the order of
 // split_pairs, zero past M and K, so that a block's x of one tile is one contiguous copy.
-// One thread a 16-k step of a row.
+// One thread a 16-k step of a row: grid (ceil(KT * 8 / blockDim.x), ceil(M / R) * R),
+// blockIdx.y the row (a flat index's 64-bit division and remainder had cost ~2x).
 __global__ void permute_x_kernel(const uint16_t* x, uint16_t* xp, int M, int K, int KT, int rows_x) {
   pdl_launch_dependents();
   pdl_wait();
-  const int steps = KT * 8;
-  const int rows = (M + rows_x - 1) / rows_x * rows_x;
-  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= int64_t(rows) * steps) return;
-  const int m = int(j / steps), s = int(j % steps);
+  const int s = int(blockIdx.x * blockDim.x + threadIdx.x), m = int(blockIdx.y);
+  if (s >= KT * 8) return;
   const uint16_t* row = x + int64_t(m) * K;
   uint4 u[2];
 #pragma unroll

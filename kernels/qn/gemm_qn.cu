@@ -172,9 +172,9 @@ void gemm_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, 
   p.tiles_per_split = (tiles + splits - 1) / splits;
 
   uint16_t* image = static_cast<uint16_t*>(scratch);
-  const int64_t threads = m_chunks * rows_x * int64_t(tiles) * per_tile;  // one a 32-k block of a row
-  launch_pdl("permute_qn_x_kernel", permute_qn_x_kernel, dim3(unsigned((threads + 255) / 256)), dim3(256), 0, stream,
-             static_cast<const uint16_t*>(x), image, M, int(w.K), tiles, per_tile, rows_x);
+  const int64_t blocks = int64_t(tiles) * per_tile;  // a row's 32-k blocks, one a thread
+  launch_pdl("permute_qn_x_kernel", permute_qn_x_kernel, dim3(unsigned((blocks + 255) / 256), unsigned(m_chunks * rows_x)),
+             dim3(256), 0, stream, static_cast<const uint16_t*>(x), image, M, int(w.K), tiles, per_tile, rows_x);
   const dim3 grid{unsigned(m_chunks), unsigned(groups), unsigned(splits)};
   launch_pdl_clusters("gemm_qn_tiled_kernel", tiled.kernel, grid, dim3(1, 1, unsigned(splits)),
                       dim3(unsigned(warps * 32)), tiled.smem_bytes, stream, p);

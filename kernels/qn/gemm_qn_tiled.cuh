@@ -114,18 +114,16 @@ struct GemmQnParams {
 };
 
 // x [M, K] -> the kernel's image [ceil(M / rows_x)][tiles][E blocks][4 groups][rows_x][8 k]
-// (the top of this file), zero past M and K. One thread a 32-k block of a row.
+// (the top of this file), zero past M and K. One thread a 32-k block of a row: grid
+// (ceil(tiles * E / blockDim.x), ceil(M / rows_x) * rows_x), blockIdx.y the row (as
+// permute_x_kernel, gemm_fpx_tiled.cuh).
 // PRECOND: K % 8 == 0, x 16-byte aligned.
 __global__ void permute_qn_x_kernel(const uint16_t* x, uint16_t* image, int M, int K, int tiles, int blocks_per_tile,
                                     int rows_x) {
   pdl_launch_dependents();
   pdl_wait();
-  const int64_t blocks = int64_t(tiles) * blocks_per_tile;  // 32-k blocks of a row
-  const int rows = (M + rows_x - 1) / rows_x * rows_x;
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= int64_t(rows) * blocks) return;
-  const int m = int(i / blocks);
-  const int64_t b = i % blocks;
+  const int b = int(blockIdx.x * blockDim.x + threadIdx.x), m = int(blockIdx.y);  // 32-k block b of row m
+  if (b >= tiles * blocks_per_tile) return;
   const uint16_t* row = x + int64_t(m) * K;
   uint32_t pairs[4][4];  // [8-k piece i][pair within it]: pair p = 4 i + e
 #pragma unroll

@@ -28,6 +28,48 @@ template <> struct PairOf<__nv_bfloat16> { using type = __nv_bfloat162; };
 __device__ __forceinline__ float2 to_float2(__half2 v) { return __half22float2(v); }
 __device__ __forceinline__ float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
 
+// The 8 activations of a 16-byte load as fp32, and back (rounded to nearest).
+template <typename Act>
+__device__ __forceinline__ void unpack8(const uint4& packed, float (&out)[8]) {
+  using Pair = typename PairOf<Act>::type;
+  const Pair* pairs = reinterpret_cast<const Pair*>(&packed);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = to_float2(pairs[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+template <typename Act>
+__device__ __forceinline__ uint4 pack8(const float (&v)[8]) {
+  uint4 packed;
+  Act* out = reinterpret_cast<Act*>(&packed);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) out[i] = from_float<Act>(v[i]);
+  return packed;
+}
+
+// VEC consecutive activations as fp32, and back: VEC = 8 one 16-byte access (p 16-byte
+// aligned), VEC = 1 one element.
+template <typename Act, int VEC>
+__device__ __forceinline__ void load_act(const Act* p, float (&v)[VEC]) {
+  static_assert(VEC == 1 || VEC == 8, "1 or 8 activations");
+  if constexpr (VEC == 8) {
+    unpack8<Act>(*reinterpret_cast<const uint4*>(p), v);
+  } else {
+    v[0] = to_float(*p);
+  }
+}
+template <typename Act, int VEC>
+__device__ __forceinline__ void store_act(Act* p, const float (&v)[VEC]) {
+  static_assert(VEC == 1 || VEC == 8, "1 or 8 activations");
+  if constexpr (VEC == 8) {
+    *reinterpret_cast<uint4*>(p) = pack8<Act>(v);
+  } else {
+    *p = from_float<Act>(v[0]);
+  }
+}
+
 struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };

@@ -19,50 +19,59 @@ namespace {
 // RoPE on q (in place) and k, and the rotated k and v -> the cache at positions *pos0 + t:
 // one launch where rope + two copies were three. A kernel, not a memcpy at a
 // host-computed offset, so the position can change between graph replays.
-// One element of work per thread: pair j (i = j % half of head j / half: heads [0, n_heads)
-// of q, then [0, n_kv) of k) and element j of v. A single block looping over 4096 pairs
-// took 11.9 us a layer at Llama-2-7B decode (ncu, H100): each iteration waited on its
-// loads, which the compiler may not hoist above the stores that could alias them.
-// PRECOND: grid (T, ceil(max(pairs, kv_dim) / blockDim.x)), pairs = (n_heads + n_kv) * hd/2.
+// Items of work: pair j < pairs (i = j % half of head j / half: heads [0, n_heads) of q,
+// then [0, n_kv) of k), then element j - pairs of v. Block (t, y) takes kRopeItems *
+// blockDim.x consecutive items of token t, a thread every blockDim.x-th, all its loads
+// before its first store: the compiler may not hoist a load above a store that could
+// alias it, and a single block looping over 4096 pairs, each iteration waiting on its
+// loads, took 11.9 us a layer at Llama-2-7B decode (ncu, H100). The token's cos and sin
+// (half of each) are computed once a block into shared memory, before the PDL wait: a
+// sincosf per pair took 21.7 us for a 512-token chunk of Llama-2-7B (H100, ncu).
+// PRECOND: grid (T, ceil((pairs + kv_dim) / (kRopeItems blockDim.x))), dynamic shared
+// memory head_dim floats.
+constexpr int kRopeItems = 4;
 template <typename Act>
 __global__ void rope_store_kernel(Act* qkv, int64_t qkv_stride, Act* key_cache, Act* value_cache, const int* pos0,
                                   const float* inv_freq, int n_heads, int n_kv_heads, int head_dim) {
+  extern __shared__ float angles[];  // [2][half]: cos, then sin
   pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
-  pdl_wait();
   const int64_t t = blockIdx.x;
-  const int j = int(blockIdx.y * blockDim.x + threadIdx.x);
+  // *pos0 came from the host before the step's first kernel: readable before the wait.
   const int pos = *pos0 + int(t), half = head_dim / 2, q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
+  for (int i = int(threadIdx.x); i < half; i += int(blockDim.x))
+    sincosf(float(pos) * inv_freq[i], &angles[half + i], &angles[i]);  // fp32 like the CPU and Hugging Face
+  __syncthreads();
+  pdl_wait();
   Act* row = qkv + t * qkv_stride;  // [q_dim + 2 kv_dim]: q, k, v
-  if (j < (n_heads + n_kv_heads) * half) {
-    const int head = j / half, i = j % half;
-    const float angle = float(pos) * inv_freq[i];  // fp32 like the CPU and Hugging Face
-    float sin_a, cos_a;
-    sincosf(angle, &sin_a, &cos_a);
-    Act* x = row + head * head_dim;  // [hd] q heads, then k heads
-    const float a = to_float(x[i]), b = to_float(x[i + half]);
-    const Act rotated_a = from_float<Act>(a * cos_a - b * sin_a), rotated_b = from_float<Act>(b * cos_a + a * sin_a);
-    if (head < n_heads) {
-      x[i] = rotated_a;
-      x[i + half] = rotated_b;
-    } else {
-      Act* key = key_cache + int64_t(pos) * kv_dim + (head - n_heads) * head_dim;  // [hd]
-      key[i] = rotated_a;
-      key[i + half] = rotated_b;
+  const int pairs = (n_heads + n_kv_heads) * half;
+  const int first = int(blockIdx.y * blockDim.x) * kRopeItems + int(threadIdx.x);
+  float a[kRopeItems], b[kRopeItems];
+#pragma unroll
+  for (int u = 0; u < kRopeItems; ++u) {
+    const int j = first + u * int(blockDim.x);
+    if (j < pairs) {
+      const Act* x = row + (j / half) * head_dim;  // [hd] q heads, then k heads
+      a[u] = to_float(x[j % half]);
+      b[u] = to_float(x[j % half + half]);
+    } else if (j < pairs + kv_dim) {
+      a[u] = to_float(row[q_dim + kv_dim + (j - pairs)]);
     }
   }
-  if (j < kv_dim) value_cache[int64_t(pos) * kv_dim + j] = row[q_dim + kv_dim + j];
-}
-
-// The 8 activations of a 16-byte load as fp32.
-template <typename Act>
-__device__ __forceinline__ void unpack8(const uint4& packed, float (&out)[8]) {
-  using Pair = typename PairOf<Act>::type;
-  const Pair* pairs = reinterpret_cast<const Pair*>(&packed);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = to_float2(pairs[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
+  for (int u = 0; u < kRopeItems; ++u) {
+    const int j = first + u * int(blockDim.x);
+    if (j < pairs) {
+      const int head = j / half, i = j % half;
+      const float cos_a = angles[i], sin_a = angles[half + i];
+      const Act rotated_a = from_float<Act>(a[u] * cos_a - b[u] * sin_a);
+      const Act rotated_b = from_float<Act>(b[u] * cos_a + a[u] * sin_a);
+      Act* x = head < n_heads ? row + head * head_dim  // [hd] q in place, k into the cache
+                              : key_cache + int64_t(pos) * kv_dim + (head - n_heads) * head_dim;
+      x[i] = rotated_a;
+      x[i + half] = rotated_b;
+    } else if (j < pairs + kv_dim) {
+      value_cache[int64_t(pos) * kv_dim + (j - pairs)] = from_float<Act>(a[u]);
+    }
   }
 }
 
@@ -386,13 +395,14 @@ void launch_rope_store(void* key_cache, void* value_cache, const int* pos0, cons
   const int kv_dim = n_kv_heads * head_dim;
   const int64_t qkv_stride = int64_t(n_heads + 2 * n_kv_heads) * head_dim;
   constexpr int kRopeThreads = 128;
-  const int rope_work = std::max((n_heads + n_kv_heads) * (head_dim / 2), kv_dim);  // threads per token
-  const dim3 rope_grid(unsigned(T), unsigned((rope_work + kRopeThreads - 1) / kRopeThreads));
+  const int64_t items = int64_t(n_heads + n_kv_heads) * (head_dim / 2) + kv_dim;  // per token
+  const dim3 rope_grid(unsigned(T), unsigned((items + kRopeThreads * kRopeItems - 1) / (kRopeThreads * kRopeItems)));
   dispatch_act(act, "rope", [&](auto tag) {
     using Act = decltype(tag);
-    launch_pdl("rope_store_kernel", rope_store_kernel<Act>, rope_grid, dim3(kRopeThreads), 0, stream,
-               static_cast<Act*>(qkv), qkv_stride, static_cast<Act*>(key_cache), static_cast<Act*>(value_cache), pos0,
-               inv_freq, n_heads, n_kv_heads, head_dim);
+    launch_pdl("rope_store_kernel", rope_store_kernel<Act>, rope_grid, dim3(kRopeThreads),
+               size_t(head_dim) * sizeof(float), stream, static_cast<Act*>(qkv), qkv_stride,
+               static_cast<Act*>(key_cache), static_cast<Act*>(value_cache), pos0, inv_freq, n_heads, n_kv_heads,
+               head_dim);
   });
 }
 

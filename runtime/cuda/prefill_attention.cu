@@ -12,27 +12,45 @@
 namespace gemlite {
 namespace {
 
-constexpr int kSoftmaxThreads = 256;
+constexpr int kSoftmaxThreads = 256;  // a warp a row
 
-// One block per row of S [rows, n_pos] (row r: query token t = r % tile of its head,
-// global position pos0 + t0 + t): P = softmax over positions [0, pos0 + t0 + t], zero
-// past them (the causal mask; P·v runs over all n_pos columns). fp32 like the CPU.
-// Three passes over the row (max, sum, write): it is read from L2, where the GEMM left it.
+// A warp per row of S [rows, n_pos] (row r: query token t = r % tile of its head, global
+// position pos0 + t0 + t): P = softmax over positions [0, pos0 + t0 + t], zero past them
+// (the causal mask; P·v runs over all n_pos columns). fp32 like the CPU. Two passes over
+// the row: a running max and sum (the sum rescaled as the max grows), then the writes; the
+// second reads what the first left in L1. A block a row with three passes and two block
+// reductions took 44.6 us per layer of a 512-token Llama-2-7B chunk (H100, ncu).
+// PRECOND: blockDim.x = kSoftmaxThreads, grid.x = ceil(rows / (kSoftmaxThreads / 32)).
 template <typename Act>
-__global__ void causal_softmax_kernel(const float* scores, Act* probs, int tile, int n_pos, int first_position) {
-  pdl_launch_dependents();
-  const int64_t row = blockIdx.x;
+__global__ void causal_softmax_kernel(const float* __restrict__ scores, Act* __restrict__ probs, int64_t n_rows,
+                                      int tile, int n_pos, int first_position) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = int64_t(blockIdx.x) * (kSoftmaxThreads / 32) + threadIdx.x / 32;
+  if (row >= n_rows) return;
   const int n_valid = first_position + int(row % tile) + 1;
   const float* s = scores + row * n_pos;  // [n_pos]
   Act* p = probs + row * n_pos;           // [n_pos]
-  float max_score = -INFINITY;
-  for (int i = threadIdx.x; i < n_valid; i += blockDim.x) max_score = fmaxf(max_score, s[i]);
-  max_score = block_reduce(max_score, MaxOp{});
-  float sum = 0;
-  for (int i = threadIdx.x; i < n_valid; i += blockDim.x) sum += expf(s[i] - max_score);
-  const float inv_sum = 1.0f / block_reduce(sum, SumOp{});
-  for (int i = threadIdx.x; i < n_pos; i += blockDim.x)
-    p[i] = from_float<Act>(i < n_valid ? expf(s[i] - max_score) * inv_sum : 0.0f);
+  float max_score = -INFINITY, sum = 0.0f;
+  for (int i = lane; i < n_valid; i += 32) {
+    const float v = s[i];
+    if (v > max_score) {
+      sum = sum * expf(max_score - v) + 1.0f;
+      max_score = v;
+    } else {
+      sum += expf(v - max_score);
+    }
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float other_max = __shfl_xor_sync(0xffffffffu, max_score, offset);
+    const float other_sum = __shfl_xor_sync(0xffffffffu, sum, offset);
+    const float m = fmaxf(max_score, other_max);
+    // A lane with no position yet (max -inf) adds nothing: exp(-inf) = 0, and m stays finite.
+    sum = (max_score == -INFINITY ? 0.0f : sum * expf(max_score - m)) +
+          (other_max == -INFINITY ? 0.0f : other_sum * expf(other_max - m));
+    max_score = m;
+  }
+  const float inv_sum = 1.0f / sum;
+  for (int i = lane; i < n_pos; i += 32) p[i] = from_float<Act>(i < n_valid ? expf(s[i] - max_score) * inv_sum : 0.0f);
 }
 
 }  // namespace
@@ -80,8 +98,11 @@ void PrefillAttention::run(const void* key_cache, const void* value_cache, int p
     }
     dispatch_act(act_, "prefill attention", [&](auto tag) {
       using Act = decltype(tag);
-      causal_softmax_kernel<Act><<<unsigned(n_heads * rows), kSoftmaxThreads, 0, ctx_->stream>>>(
-          scores, reinterpret_cast<Act*>(probs), rows, n_pos, int(pos0 + t0));
+      const int64_t n_rows = int64_t(n_heads) * rows;
+      constexpr int kRowsABlock = kSoftmaxThreads / 32;
+      causal_softmax_kernel<Act><<<unsigned((n_rows + kRowsABlock - 1) / kRowsABlock), kSoftmaxThreads, 0,
+                                   ctx_->stream>>>(scores, reinterpret_cast<Act*>(probs), n_rows, rows, n_pos,
+                                                   int(pos0 + t0));
       CHECK_LAST_LAUNCH("causal_softmax_kernel");
     });
     // Oᵀ [hd, rows] = Vᵀ [hd, n_pos] · Pᵀ [n_pos, rows], written into out's head columns.

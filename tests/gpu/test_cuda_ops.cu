@@ -121,9 +121,11 @@ struct CudaOps : public ::testing::Test {
   }
 };
 
+// Widths with whole 16-byte chunks (64, 4096, 20000: more chunks than a block has threads)
+// and without (2049, 8195); a few rows (decode) and many (a prefill chunk's launch shape).
 TEST_F(CudaOps, AddRmsNormAndRmsNormAtEveryRowWidth) {
   for (const int64_t d : {64, 2049, 4096, 8195, 20000}) {
-    for (const int64_t T : {1, 3}) {
+    for (const int64_t T : {1, 3, 70}) {
       const std::string where = "d " + std::to_string(d) + " T " + std::to_string(T);
       Both x = upload(random_half_values(size_t(T * d), rng), T, d);       // [T, d] residual
       const Both y = upload(random_half_values(size_t(T * d), rng), T, d); // [T, d]
@@ -143,13 +145,16 @@ TEST_F(CudaOps, AddRmsNormAndRmsNormAtEveryRowWidth) {
   }
 }
 
+// h = 11008: 16-byte chunks; h = 1001: one element at a time.
 TEST_F(CudaOps, SiluMulReadsGateAndUpHalves) {
-  const int64_t T = 3, h = 11008;
-  const Both gate_up = upload(random_half_values(size_t(T * 2 * h), rng, 2.0f), T, 2 * h);  // [T, 2h]
-  Both out = alloc(T, h);
-  cpu->silu_mul(gate_up.cpu, out.cpu);
-  gpu->silu_mul(gate_up.gpu, out.gpu);
-  expect_close("silu_mul", out);
+  for (const int64_t h : {11008, 1001})
+    for (const int64_t T : {3, 70}) {
+      const Both gate_up = upload(random_half_values(size_t(T * 2 * h), rng, 2.0f), T, 2 * h);  // [T, 2h]
+      Both out = alloc(T, h);
+      cpu->silu_mul(gate_up.cpu, out.cpu);
+      gpu->silu_mul(gate_up.gpu, out.gpu);
+      expect_close("silu_mul h " + std::to_string(h) + " T " + std::to_string(T), out);
+    }
 }
 
 TEST_F(CudaOps, CopyColumnsPlacesABlockExactly) {
