@@ -78,9 +78,10 @@
 // 1 steps: 8192 x 8192 M = 128 38.1 -> 39.4 -> 39.0, M = 512 134.0 -> 137.4 -> 132.3;
 // 4096 x 12288 M = 512 119.1 -> 117.7 -> 139.2; M <= 64 1-8 % slower with 1 step). The
 // tensor queue is not what runs dry; each warp's chain of dependent decode instructions
-// and the barrier that lines the warps up each tile are. A faster version would decode
-// W once into shared memory in producer warps and feed consumer warpgroups' wgmmas with
-// both operands from shared memory (n = 256), which this layout does not do. Also tried
+// and the barrier that lines the warps up each tile are. W decoded once into shared
+// memory by producer warps, feeding consumer warpgroups' wgmmas with both operands from
+// shared memory (n = 256), was built and measured in the twenty-fourth session: no faster
+// than this kernel (kernels/fpx/BENCH.md has why). Also tried
 // the same day: the wide shape at two blocks an SM (2 stages, 1 tile ahead, every warp's
 // wgmmas retired before the tile's barrier, 128 registers with 4 bytes spilled): 4 warps a
 // scheduler instead of 2 took the sweep's larger grids 5-25 % down (8192 x 10240 M = 128,
