@@ -26,7 +26,7 @@ namespace {
 // alias it, and a single block looping over 4096 pairs, each iteration waiting on its
 // loads, took 11.9 us a layer at Llama-2-7B decode (ncu, H100). The token's cos and sin
 // (half of each) are computed once a block into shared memory, before the PDL wait: a
-// sincosf per pair took 21.7 us for a 512-token chunk of Llama-2-7B (H100, ncu).
+// sincosf per pair took 21.7 us for a 512-token chunk of Llama-2-7B (H200, ncu).
 // PRECOND: grid (T, ceil((pairs + kv_dim) / (kRopeItems blockDim.x))), dynamic shared
 // memory head_dim floats.
 constexpr int kRopeItems = 4;

@@ -106,9 +106,10 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 constexpr int64_t kNormManyRows = 64;
 
 // The rmsnorm_kernel for rows of d elements, up to kMaxNormDim: 16-byte chunks where the
-// row allows (d % 8 == 0, aligned), one element at a time elsewhere. Measured (H100,
+// row allows (d % 8 == 0, aligned), one element at a time elsewhere. Measured (H200,
 // llama2-7b fp6 512-token prefill, ncu): the element-at-a-time kernel with 1024 threads a
-// row took 14.6 us per add + RMSNorm of 512 x 4096.
+// row took 14.6 us per add + RMSNorm of 512 x 4096. With the rest of this change the
+// 512-token step ran 8-12 % faster (runtime/cuda/MEASURED.md, twenty-fourth session).
 template <typename Act>
 void launch_rmsnorm_kernel(Act* x, const Act* y, const float* weight, float eps, int64_t T, int64_t d, Act* out,
                            cudaStream_t stream) {
@@ -138,7 +139,7 @@ void launch_rmsnorm_kernel(Act* x, const Act* y, const float* weight, float eps,
 // out [T, h] = silu(gate) * up of gate_up [T, 2h] (gate, then up, per row): a block
 // covers kThreads * VEC columns of rows blockIdx.y, + gridDim.y, ... -- no division per
 // element (the grid-stride version's 64-bit i / h and i % h took 25 us for 512 x 11008 at
-// Llama-2-7B prefill, H100). PRECOND: VEC = 8: h % 8 == 0 and both 16-byte aligned.
+// Llama-2-7B prefill, H200, ncu). PRECOND: VEC = 8: h % 8 == 0 and both 16-byte aligned.
 template <typename Act, int VEC>
 __global__ void silu_mul_kernel(const Act* gate_up, int64_t T, int64_t h, Act* out) {
   pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)

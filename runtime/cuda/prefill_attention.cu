@@ -19,7 +19,7 @@ constexpr int kSoftmaxThreads = 256;  // a warp a row
 // (the causal mask; P·v runs over all n_pos columns). fp32 like the CPU. Two passes over
 // the row: a running max and sum (the sum rescaled as the max grows), then the writes; the
 // second reads what the first left in L1. A block a row with three passes and two block
-// reductions took 44.6 us per layer of a 512-token Llama-2-7B chunk (H100, ncu).
+// reductions took 44.6 us per layer of a 512-token Llama-2-7B chunk (H200, ncu).
 // PRECOND: blockDim.x = kSoftmaxThreads, grid.x = ceil(rows / (kSoftmaxThreads / 32)).
 template <typename Act>
 __global__ void causal_softmax_kernel(const float* __restrict__ scores, Act* __restrict__ probs, int64_t n_rows,
