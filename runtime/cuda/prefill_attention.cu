@@ -6,6 +6,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/pdl.cuh"
+#include "runtime/cuda/flash_prefill.cuh"
 #include "runtime/cuda/act_type.cuh"
 #include "runtime/error.h"
 
@@ -65,6 +66,29 @@ void PrefillAttention::run(const void* key_cache, const void* value_cache, int p
                 std::to_string(n_kv_heads) + " kv heads");
   const int group = n_heads / n_kv_heads, kv_dim = n_kv_heads * head_dim, out_stride = n_heads * head_dim;
   const size_t act_bytes = dtype_size(act_);
+  // Heads of 64 or 128 dimensions: the fused kernel (flash_prefill.cuh), no scratch.
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if ((head_dim == 64 || head_dim == 128) && qkv_stride % 8 == 0 && aligned(qkv) && aligned(key_cache) &&
+      aligned(value_cache) && aligned(out)) {
+    const float scale_log2 = 1.4426950408889634f / std::sqrt(float(head_dim));
+    const dim3 grid(unsigned((T + kFlashQueries - 1) / kFlashQueries), unsigned(n_heads));
+    dispatch_act(act_, "prefill attention", [&](auto tag) {
+      using Act = decltype(tag);
+      const auto launch = [&](auto flash) {
+        flash.kernel<<<grid, kFlashThreads, flash.smem_bytes, ctx_->stream>>>(
+            static_cast<const Act*>(qkv), qkv_stride, static_cast<const Act*>(key_cache),
+            static_cast<const Act*>(value_cache), kv_dim, group, pos0, int(T), scale_log2, static_cast<Act*>(out),
+            out_stride);
+        CHECK_LAST_LAUNCH("flash_prefill_kernel");
+      };
+      if (head_dim == 64) {
+        launch(kernel_with_smem<flash_prefill_kernel<Act, 64>, FlashLayout<64>::kSmemBytes>());
+      } else {
+        launch(kernel_with_smem<flash_prefill_kernel<Act, 128>, FlashLayout<128>::kSmemBytes>());
+      }
+    });
+    return;
+  }
   // A query row of every head needs n_pos scores and probabilities; the last tile sees
   // the longest context, so every tile fits the scratch sized for it.
   const int64_t max_positions = pos0 + T;

@@ -205,8 +205,8 @@ TEST_F(CudaOps, AttentionPrefillThenDecodeAtLlamaShapes) {
   }
 }
 
-// PrefillAttention in query tiles (a scratch limit that fits 16 or fewer query rows, and
-// one that fits 1) against the attention kernel, on the same random rotated q and caches
+// PrefillAttention (the fused kernel, or the GEMMs in query tiles: a scratch limit that
+// fits 16 or fewer query rows, and one that fits 1) against the attention kernel, on the same random rotated q and caches
 // holding positions [0, pos0 + T). The kernel is the reference here: the test above holds
 // it to the CPU. Tiles must see exactly their own causal window.
 TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
@@ -216,7 +216,9 @@ TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
     AttentionShape shape;
     int T, pos0;
   };
-  for (const Case c : {Case{{32, 8, 128}, 77, 19}, Case{{14, 2, 64}, 40, 0}}) {
+  // Heads of 128 and 64 dimensions take the fused kernel (flash_prefill.cuh; the scratch
+  // limit does not apply), 32 the cuBLAS GEMMs in query tiles.
+  for (const Case c : {Case{{32, 8, 128}, 77, 19}, Case{{14, 2, 64}, 40, 0}, Case{{8, 2, 32}, 50, 7}}) {
     const int kv_dim = c.shape.n_kv_heads * c.shape.head_dim, q_dim = c.shape.n_heads * c.shape.head_dim;
     const int width = q_dim + 2 * kv_dim, n_pos = c.pos0 + c.T;
     const Tensor qkv = random_device_halves(ctx, size_t(c.T) * width, rng);       // [T, width]

@@ -1,0 +1,244 @@
+#pragma once
+// Causal grouped-query attention of a prompt chunk in one kernel (FlashAttention-2's
+// forward: scores never leave registers), for heads of 64 or 128 dimensions. Included by
+// runtime/cuda/prefill_attention.cu only.
+//
+// Block (query tile, head): 64 queries of one head, 4 warps of 16 query rows each. It walks
+// the key tiles (64 positions) from 0 to the tile's last causal position, K and V of the
+// next tile copied by cp.async into a second buffer while this one is used:
+//   S [16, 64] = Q Kᵀ (mma m16n8k16, fp32; Q's A fragments loaded once, K's B fragments by
+//   ldmatrix), masked past each query's position, scaled into the log2 domain;
+//   a running max and sum per query row (the row's 4 lanes combine by shuffles), O and the
+//   sum rescaled when the max grows;
+//   O [16, hd] += P V, P rounded to Act as the A fragments of the second mma (the C
+//   fragment of S is the A fragment layout), V's B fragments by ldmatrix.trans.
+// O / sum is written as Act. Shared memory rows are padded by 8 elements (16 bytes), so
+// ldmatrix's 8 rows fall in 8 different bank groups.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "runtime/cuda/act_type.cuh"
+
+namespace gemlite {
+namespace {
+
+constexpr int kFlashQueries = 64;  // a block's query tile: 4 warps of 16 rows
+constexpr int kFlashKeys = 64;     // a key tile
+constexpr int kFlashThreads = 128;
+
+template <int HD>
+struct FlashLayout {
+  static constexpr int kRow = HD + 8;                           // elements a shared-memory row
+  static constexpr int kTileElements = kFlashKeys * kRow;       // one K or V tile (= a Q tile)
+  static constexpr int kSmemBytes = (1 + 4) * kTileElements * 2;  // Q, then K and V twice
+};
+
+// 16 bytes global -> shared; zeros where !valid (rows past the keys or queries).
+__device__ __forceinline__ void copy16_or_zero(void* smem, const void* global, bool valid) {
+  const uint32_t address = uint32_t(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(global), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void copy_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(const void* smem, uint32_t (&r)[4]) {
+  const uint32_t address = uint32_t(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(const void* smem, uint32_t (&r)[4]) {
+  const uint32_t address = uint32_t(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// c += a · b, m16n8k16, fp32 accumulation, fp16 or bf16 inputs.
+template <typename Act>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same<Act, __half>::value) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two fp32 values as one register of two Act (low half first).
+template <typename Act>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  const Act l = from_float<Act>(lo), h = from_float<Act>(hi);
+  uint16_t bits_lo, bits_hi;
+  memcpy(&bits_lo, &l, 2);
+  memcpy(&bits_hi, &h, 2);
+  return uint32_t(bits_lo) | uint32_t(bits_hi) << 16;
+}
+
+// PRECOND: blockDim.x = kFlashThreads, dynamic shared memory FlashLayout<HD>::kSmemBytes,
+// grid (ceil(T / kFlashQueries), n_heads); q in qkv [T, qkv_stride] (head h at column h HD,
+// rotated), the caches [>= pos0 + T, kv_dim] holding positions [0, pos0 + T); rows and
+// caches 16-byte aligned (qkv_stride and kv_dim multiples of 8).
+template <typename Act, int HD>
+__global__ void __launch_bounds__(kFlashThreads) flash_prefill_kernel(const Act* qkv, int64_t qkv_stride,
+                                                                      const Act* key_cache, const Act* value_cache,
+                                                                      int kv_dim, int group, int pos0, int T,
+                                                                      float scale_log2, Act* out, int out_stride) {
+  using L = FlashLayout<HD>;
+  extern __shared__ uint4 smem_raw[];
+  Act* sq = reinterpret_cast<Act*>(smem_raw);  // [64][kRow]
+  Act* sk = sq + L::kTileElements;             // [2][64][kRow]
+  Act* sv = sk + 2 * L::kTileElements;         // [2][64][kRow]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
+  // The longest tiles (the last queries) first: the grid's tail is then the short ones.
+  const int q_tile = int(gridDim.x - 1 - blockIdx.x), h = int(blockIdx.y);
+  const int t0 = q_tile * kFlashQueries;
+  const int n_keys = pos0 + min(T, t0 + kFlashQueries);  // positions the tile's last query sees
+  const int n_key_tiles = (n_keys + kFlashKeys - 1) / kFlashKeys;
+  const Act* keys = key_cache + (h / group) * HD;  // [position][kv_dim], this head's columns
+  const Act* values = value_cache + (h / group) * HD;
+
+  constexpr int kChunks = HD / 8;  // 16-byte pieces a row
+  const auto copy_tile = [&](Act* dst, const Act* src, int64_t stride, int first_row, int rows) {
+    for (int c = int(threadIdx.x); c < kFlashKeys * kChunks; c += kFlashThreads) {
+      const int r = c / kChunks, piece = c % kChunks;
+      const bool valid = first_row + r < rows;
+      copy16_or_zero(dst + r * L::kRow + piece * 8, src + int64_t(valid ? first_row + r : 0) * stride + piece * 8,
+                     valid);
+    }
+  };
+  copy_tile(sq, qkv + h * HD, qkv_stride, t0, T);
+  copy_tile(sk, keys, kv_dim, 0, n_keys);
+  copy_tile(sv, values, kv_dim, 0, n_keys);
+  copy_commit();
+
+  uint32_t qa[HD / 16][4];      // Q's A fragments, [k-step][register]
+  float o[HD / 8][4] = {};      // O's C fragments, [hd n-block][register]
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};  // rows gid, gid + 8
+  const int q_pos0 = pos0 + t0 + warp * 16 + gid;  // position of row gid (row gid + 8: + 8)
+
+  for (int kt = 0; kt < n_key_tiles; ++kt) {
+    const int buffer = kt % 2;
+    if (kt + 1 < n_key_tiles) {
+      copy_tile(sk + (1 - buffer) * L::kTileElements, keys, kv_dim, (kt + 1) * kFlashKeys, n_keys);
+      copy_tile(sv + (1 - buffer) * L::kTileElements, values, kv_dim, (kt + 1) * kFlashKeys, n_keys);
+    }
+    copy_commit();
+    copy_wait<1>();  // everything but the tile just asked for
+    __syncthreads();
+    if (kt == 0) {
+#pragma unroll
+      for (int ks = 0; ks < HD / 16; ++ks)
+        ldmatrix_x4(sq + (warp * 16 + lane % 16) * L::kRow + ks * 16 + (lane / 16) * 8, qa[ks]);
+    }
+    const Act* k_tile = sk + buffer * L::kTileElements;
+    const Act* v_tile = sv + buffer * L::kTileElements;
+
+    // S = Q Kᵀ: 8 n-blocks of 8 keys; ldmatrix x4 gives two n-blocks' (b0, b1) of a k-step.
+    float s[kFlashKeys / 8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ++ks)
+#pragma unroll
+      for (int j = 0; j < kFlashKeys / 8; j += 2) {
+        uint32_t b[4];
+        const int m = lane / 8;
+        ldmatrix_x4(k_tile + (8 * (j + m / 2) + lane % 8) * L::kRow + ks * 16 + (m % 2) * 8, b);
+        mma16816<Act>(s[j], qa[ks], b[0], b[1]);
+        mma16816<Act>(s[j + 1], qa[ks], b[2], b[3]);
+      }
+
+    // Scale into the log2 domain; mask keys past each row's position (the tile's diagonal
+    // and the positions past n_keys, which only the tile's last rows could otherwise see).
+    const int key0 = kt * kFlashKeys;
+    const bool diagonal = key0 + kFlashKeys - 1 > pos0 + t0 + warp * 16;
+#pragma unroll
+    for (int j = 0; j < kFlashKeys / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + 8 * j + 2 * tig + (e % 2), q_pos = q_pos0 + 8 * (e / 2);
+        s[j][e] = diagonal && key > q_pos ? -INFINITY : s[j][e] * scale_log2;
+      }
+
+    // The running max and sum of rows gid (r = 0) and gid + 8 (r = 1).
+    float correction[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kFlashKeys / 8; ++j) tile_max = fmaxf(tile_max, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      const float new_max = fmaxf(row_max[r], tile_max);
+      // A row with no key yet (every key of its tiles so far masked) keeps max -inf: nothing to rescale.
+      const float base = new_max == -INFINITY ? 0.0f : new_max;
+      correction[r] = exp2f(row_max[r] - base);
+      row_max[r] = new_max;
+      float tile_sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kFlashKeys / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          s[j][2 * r + e] = exp2f(s[j][2 * r + e] - base);
+          tile_sum += s[j][2 * r + e];
+        }
+      tile_sum += __shfl_xor_sync(0xffffffffu, tile_sum, 1);
+      tile_sum += __shfl_xor_sync(0xffffffffu, tile_sum, 2);
+      row_sum[r] = row_sum[r] * correction[r] + tile_sum;
+    }
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      o[n][0] *= correction[0];
+      o[n][1] *= correction[0];
+      o[n][2] *= correction[1];
+      o[n][3] *= correction[1];
+    }
+
+    // O += P V: k-step ks covers keys 16 ks .. + 15, S's n-blocks 2 ks and 2 ks + 1.
+#pragma unroll
+    for (int ks = 0; ks < kFlashKeys / 16; ++ks) {
+      const uint32_t pa[4] = {pack_pair<Act>(s[2 * ks][0], s[2 * ks][1]), pack_pair<Act>(s[2 * ks][2], s[2 * ks][3]),
+                              pack_pair<Act>(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                              pack_pair<Act>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+#pragma unroll
+      for (int n = 0; n < HD / 8; n += 2) {
+        uint32_t b[4];
+        const int m = lane / 8;
+        ldmatrix_x4_trans(v_tile + (16 * ks + (m % 2) * 8 + lane % 8) * L::kRow + 8 * (n + m / 2), b);
+        mma16816<Act>(o[n], pa, b[0], b[1]);
+        mma16816<Act>(o[n + 1], pa, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with this buffer before the next iteration refills it
+  }
+
+  // out [t, h HD + col] = O / sum, rows past T not stored.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int t = t0 + warp * 16 + gid + 8 * r;
+    if (t >= T) continue;
+    const float inv_sum = 1.0f / row_sum[r];
+    Act* dst = out + int64_t(t) * out_stride + h * HD;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n)
+      *reinterpret_cast<uint32_t*>(dst + 8 * n + 2 * tig) =
+          pack_pair<Act>(o[n][2 * r] * inv_sum, o[n][2 * r + 1] * inv_sum);
+  }
+}
+
+}  // namespace
+}  // namespace gemlite
