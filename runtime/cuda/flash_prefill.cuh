@@ -14,6 +14,9 @@
 //   fragment of S is the A fragment layout), V's B fragments by ldmatrix.trans.
 // O / sum is written as Act. Shared memory rows are padded by 8 elements (16 bytes), so
 // ldmatrix's 8 rows fall in 8 different bank groups.
+// Not split over the keys: a short chunk deep in the context (32 tokens at position 4000,
+// 32 heads) is 32 blocks of ~63 key tiles each, where the cuBLAS path may win -- to be
+// measured before choosing (PrefillAttention::run).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -29,6 +32,7 @@ namespace {
 constexpr int kFlashQueries = 64;  // a block's query tile: 4 warps of 16 rows
 constexpr int kFlashKeys = 64;     // a key tile
 constexpr int kFlashThreads = 128;
+static_assert(kFlashQueries == kFlashKeys, "copy_tile copies Q tiles as it copies K and V tiles");
 
 template <int HD>
 struct FlashLayout {
@@ -53,13 +57,15 @@ __device__ __forceinline__ void ldmatrix_x4(const void* smem, uint32_t (&r)[4]) 
   const uint32_t address = uint32_t(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
+               : "r"(address)
+               : "memory");
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(const void* smem, uint32_t (&r)[4]) {
   const uint32_t address = uint32_t(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
+               : "r"(address)
+               : "memory");
 }
 
 // c += a · b, m16n8k16, fp32 accumulation, fp16 or bf16 inputs.

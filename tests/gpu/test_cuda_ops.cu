@@ -217,8 +217,10 @@ TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
     int T, pos0;
   };
   // Heads of 128 and 64 dimensions take the fused kernel (flash_prefill.cuh; the scratch
-  // limit does not apply), 32 the cuBLAS GEMMs in query tiles.
-  for (const Case c : {Case{{32, 8, 128}, 77, 19}, Case{{14, 2, 64}, 40, 0}, Case{{8, 2, 32}, 50, 7}}) {
+  // limit does not apply; 100 tokens at 150: 4 key tiles, both K/V buffers refilled), 32
+  // the cuBLAS GEMMs in query tiles.
+  for (const Case c : {Case{{32, 8, 128}, 77, 19}, Case{{32, 8, 128}, 100, 150},
+                       Case{{14, 2, 64}, 40, 0}, Case{{8, 2, 32}, 50, 7}}) {
     const int kv_dim = c.shape.n_kv_heads * c.shape.head_dim, q_dim = c.shape.n_heads * c.shape.head_dim;
     const int width = q_dim + 2 * kv_dim, n_pos = c.pos0 + c.T;
     const Tensor qkv = random_device_halves(ctx, size_t(c.T) * width, rng);       // [T, width]
