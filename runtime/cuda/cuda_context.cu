@@ -27,6 +27,9 @@ std::string mib(size_t bytes) {
 }  // namespace
 
 CudaContext::CudaContext() {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
   CUDA_CHECK(cudaStreamCreate(&stream));
   CUBLAS_CHECK(cublasCreate(&cublas));
   CUBLAS_CHECK(cublasSetStream(cublas, stream));

@@ -26,6 +26,7 @@ struct CudaContext {
   cublasHandle_t cublas = nullptr;  // bound to `stream`
   // cuBLAS's workspace, set once, so a captured GEMM allocates nothing during capture.
   void* cublas_workspace = nullptr;
+  int sm_count = 0;  // of the current device, for grids sized to fill it
 
   // One scratch buffer for transient work on `stream`, shared by every user of this
   // context: the dense copy of a quantized weight before a prefill GEMM, the prefill

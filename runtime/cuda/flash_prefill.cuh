@@ -14,9 +14,10 @@
 //   fragment of S is the A fragment layout), V's B fragments by ldmatrix.trans.
 // O / sum is written as Act. Shared memory rows are padded by 8 elements (16 bytes), so
 // ldmatrix's 8 rows fall in 8 different bank groups.
-// Not split over the keys: a short chunk deep in the context (32 tokens at position 4000,
-// 32 heads) is 32 blocks of ~63 key tiles each, where the cuBLAS path may win -- to be
-// measured before choosing (PrefillAttention::run).
+// Split over the keys (grid.z) when the query tiles alone are too few blocks: a 32-token
+// chunk at position 4096 with 32 heads is 32 blocks of 65 key tiles each, and ran 19 %
+// slower a token than the cuBLAS GEMMs (llama2-7b q4g64 pp32 @ d4096, H100). Each split
+// then writes its unnormalised O, max and sum in fp32, and flash_merge_kernel combines them.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -97,14 +98,18 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
 }
 
 // PRECOND: blockDim.x = kFlashThreads, dynamic shared memory FlashLayout<HD>::kSmemBytes,
-// grid (ceil(T / kFlashQueries), n_heads); q in qkv [T, qkv_stride] (head h at column h HD,
-// rotated), the caches [>= pos0 + T, kv_dim] holding positions [0, pos0 + T); rows and
-// caches 16-byte aligned (qkv_stride and kv_dim multiples of 8).
+// grid (ceil(T / kFlashQueries), n_heads, splits); q in qkv [T, qkv_stride] (head h at
+// column h HD, rotated), the caches [>= pos0 + T, kv_dim] holding positions
+// [0, pos0 + T); rows and caches 16-byte aligned (qkv_stride and kv_dim multiples of 8).
+// Split z takes the key tiles [z tiles_per_split, (z + 1) tiles_per_split); with one split
+// (tiles_per_split >= the key tiles) it writes out [T, out_stride], else
+// partials [splits][T][n_heads][HD + 2] (O unnormalised, then the row's max in the log2
+// domain and its sum; max -inf where the split held no key of the row, O then unwritten).
 template <typename Act, int HD>
-__global__ void __launch_bounds__(kFlashThreads) flash_prefill_kernel(const Act* qkv, int64_t qkv_stride,
-                                                                      const Act* key_cache, const Act* value_cache,
-                                                                      int kv_dim, int group, int pos0, int T,
-                                                                      float scale_log2, Act* out, int out_stride) {
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_prefill_kernel(const Act* qkv, int64_t qkv_stride, const Act* key_cache, const Act* value_cache, int kv_dim,
+                         int group, int pos0, int T, float scale_log2, int tiles_per_split, Act* out, int out_stride,
+                         float* partials) {
   using L = FlashLayout<HD>;
   extern __shared__ uint4 smem_raw[];
   Act* sq = reinterpret_cast<Act*>(smem_raw);  // [64][kRow]
@@ -115,7 +120,11 @@ __global__ void __launch_bounds__(kFlashThreads) flash_prefill_kernel(const Act*
   const int q_tile = int(gridDim.x - 1 - blockIdx.x), h = int(blockIdx.y);
   const int t0 = q_tile * kFlashQueries;
   const int n_keys = pos0 + min(T, t0 + kFlashQueries);  // positions the tile's last query sees
-  const int n_key_tiles = (n_keys + kFlashKeys - 1) / kFlashKeys;
+  const int first_tile = int(blockIdx.z) * tiles_per_split;
+  const int end_tile = min((n_keys + kFlashKeys - 1) / kFlashKeys, first_tile + tiles_per_split);
+  const auto partial_row = [&](int t) {  // [HD + 2] of token t, this head and split
+    return partials + ((int64_t(blockIdx.z) * T + t) * gridDim.y + h) * (HD + 2);
+  };
   const Act* keys = key_cache + (h / group) * HD;  // [position][kv_dim], this head's columns
   const Act* values = value_cache + (h / group) * HD;
 
@@ -128,9 +137,14 @@ __global__ void __launch_bounds__(kFlashThreads) flash_prefill_kernel(const Act*
                      valid);
     }
   };
+  if (first_tile >= end_tile) {  // a split past this query tile's last key: no key of any row
+    for (int t = t0 + int(threadIdx.x); t < min(T, t0 + kFlashQueries); t += kFlashThreads)
+      partial_row(t)[HD] = -INFINITY;
+    return;
+  }
   copy_tile(sq, qkv + h * HD, qkv_stride, t0, T);
-  copy_tile(sk, keys, kv_dim, 0, n_keys);
-  copy_tile(sv, values, kv_dim, 0, n_keys);
+  copy_tile(sk, keys, kv_dim, first_tile * kFlashKeys, n_keys);
+  copy_tile(sv, values, kv_dim, first_tile * kFlashKeys, n_keys);
   copy_commit();
 
   uint32_t qa[HD / 16][4];      // Q's A fragments, [k-step][register]
@@ -138,16 +152,16 @@ __global__ void __launch_bounds__(kFlashThreads) flash_prefill_kernel(const Act*
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};  // rows gid, gid + 8
   const int q_pos0 = pos0 + t0 + warp * 16 + gid;  // position of row gid (row gid + 8: + 8)
 
-  for (int kt = 0; kt < n_key_tiles; ++kt) {
-    const int buffer = kt % 2;
-    if (kt + 1 < n_key_tiles) {
+  for (int kt = first_tile; kt < end_tile; ++kt) {
+    const int buffer = (kt - first_tile) % 2;
+    if (kt + 1 < end_tile) {
       copy_tile(sk + (1 - buffer) * L::kTileElements, keys, kv_dim, (kt + 1) * kFlashKeys, n_keys);
       copy_tile(sv + (1 - buffer) * L::kTileElements, values, kv_dim, (kt + 1) * kFlashKeys, n_keys);
     }
     copy_commit();
     copy_wait<1>();  // everything but the tile just asked for
     __syncthreads();
-    if (kt == 0) {
+    if (kt == first_tile) {
 #pragma unroll
       for (int ks = 0; ks < HD / 16; ++ks)
         ldmatrix_x4(sq + (warp * 16 + lane % 16) * L::kRow + ks * 16 + (lane / 16) * 8, qa[ks]);
@@ -190,7 +204,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_prefill_kernel(const Act*
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
       const float new_max = fmaxf(row_max[r], tile_max);
-      // A row with no key yet (every key of its tiles so far masked) keeps max -inf: nothing to rescale.
+      // A row with no key yet (every key of its split's tiles so far masked) keeps max -inf:
+      // nothing to rescale.
       const float base = new_max == -INFINITY ? 0.0f : new_max;
       correction[r] = exp2f(row_max[r] - base);
       row_max[r] = new_max;
@@ -232,11 +247,22 @@ __global__ void __launch_bounds__(kFlashThreads) flash_prefill_kernel(const Act*
     __syncthreads();  // every warp is done with this buffer before the next iteration refills it
   }
 
-  // out [t, h HD + col] = O / sum, rows past T not stored.
+  // out [t, h HD + col] = O / sum, or the split's partial row; rows past T not stored.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int t = t0 + warp * 16 + gid + 8 * r;
     if (t >= T) continue;
+    if (gridDim.z > 1) {
+      float* row = partial_row(t);
+#pragma unroll
+      for (int n = 0; n < HD / 8; ++n)
+        *reinterpret_cast<float2*>(row + 8 * n + 2 * tig) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
+      if (tig == 0) {
+        row[HD] = row_max[r];
+        row[HD + 1] = row_sum[r];
+      }
+      continue;
+    }
     const float inv_sum = 1.0f / row_sum[r];
     Act* dst = out + int64_t(t) * out_stride + h * HD;
 #pragma unroll
@@ -244,6 +270,27 @@ __global__ void __launch_bounds__(kFlashThreads) flash_prefill_kernel(const Act*
       *reinterpret_cast<uint32_t*>(dst + 8 * n + 2 * tig) =
           pack_pair<Act>(o[n][2 * r] * inv_sum, o[n][2 * r + 1] * inv_sum);
   }
+}
+
+// out [t, h hd + col] from the splits' partials (flash_prefill_kernel's layout): the
+// splits' O weighted by 2^(max_s - max) over their sums weighted alike.
+// PRECOND: grid (T, n_heads), blockDim.x = hd.
+template <typename Act>
+__global__ void flash_merge_kernel(const float* partials, int splits, int T, Act* out, int out_stride) {
+  const int t = int(blockIdx.x), h = int(blockIdx.y), n_heads = int(gridDim.y), hd = int(blockDim.x);
+  const int64_t split_stride = int64_t(T) * n_heads * (hd + 2);
+  const float* row = partials + (int64_t(t) * n_heads + h) * (hd + 2);  // split s: + s split_stride
+  float max_all = -INFINITY;
+  for (int s = 0; s < splits; ++s) max_all = fmaxf(max_all, row[s * split_stride + hd]);
+  float sum = 0.0f, acc = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float m = row[s * split_stride + hd];
+    if (m == -INFINITY) continue;  // no key of this row in split s: its O was never written
+    const float weight = exp2f(m - max_all);
+    sum += weight * row[s * split_stride + hd + 1];
+    acc += weight * row[s * split_stride + threadIdx.x];
+  }
+  out[int64_t(t) * out_stride + h * hd + threadIdx.x] = from_float<Act>(acc / sum);
 }
 
 }  // namespace

@@ -66,27 +66,10 @@ void PrefillAttention::run(const void* key_cache, const void* value_cache, int p
                 std::to_string(n_kv_heads) + " kv heads");
   const int group = n_heads / n_kv_heads, kv_dim = n_kv_heads * head_dim, out_stride = n_heads * head_dim;
   const size_t act_bytes = dtype_size(act_);
-  // Heads of 64 or 128 dimensions: the fused kernel (flash_prefill.cuh), no scratch.
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if ((head_dim == 64 || head_dim == 128) && qkv_stride % 8 == 0 && aligned(qkv) && aligned(key_cache) &&
       aligned(value_cache) && aligned(out)) {
-    const float scale_log2 = 1.4426950408889634f / std::sqrt(float(head_dim));
-    const dim3 grid(unsigned((T + kFlashQueries - 1) / kFlashQueries), unsigned(n_heads));
-    dispatch_act(act_, "prefill attention", [&](auto tag) {
-      using Act = decltype(tag);
-      const auto launch = [&](auto flash) {
-        flash.kernel<<<grid, kFlashThreads, flash.smem_bytes, ctx_->stream>>>(
-            static_cast<const Act*>(qkv), qkv_stride, static_cast<const Act*>(key_cache),
-            static_cast<const Act*>(value_cache), kv_dim, group, pos0, int(T), scale_log2, static_cast<Act*>(out),
-            out_stride);
-        CHECK_LAST_LAUNCH("flash_prefill_kernel");
-      };
-      if (head_dim == 64) {
-        launch(kernel_with_smem<flash_prefill_kernel<Act, 64>, FlashLayout<64>::kSmemBytes>());
-      } else {
-        launch(kernel_with_smem<flash_prefill_kernel<Act, 128>, FlashLayout<128>::kSmemBytes>());
-      }
-    });
+    run_fused(key_cache, value_cache, pos0, qkv, qkv_stride, T, n_heads, n_kv_heads, head_dim, out);
     return;
   }
   // A query row of every head needs n_pos scores and probabilities; the last tile sees
@@ -138,6 +121,50 @@ void PrefillAttention::run(const void* key_cache, const void* value_cache, int p
           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
   }
+}
+
+void PrefillAttention::run_fused(const void* key_cache, const void* value_cache, int pos0, const void* qkv,
+                                 int64_t qkv_stride, int64_t T, int n_heads, int n_kv_heads, int head_dim, void* out) {
+  const int group = n_heads / n_kv_heads, kv_dim = n_kv_heads * head_dim, out_stride = n_heads * head_dim;
+  const int query_tiles = int((T + kFlashQueries - 1) / kFlashQueries);
+  const int key_tiles = int((pos0 + T + kFlashKeys - 1) / kFlashKeys);  // of the last query tile
+  // Split over the keys only when the query tiles leave SMs idle: to ~2 blocks an SM, each
+  // split at least kMinTilesASplit key tiles (the partials' write and merge cost about
+  // what a tile of keys does).
+  constexpr int kMinTilesASplit = 4;
+  int splits = 1;
+  if (query_tiles * n_heads < ctx_->sm_count)
+    splits = std::min((2 * ctx_->sm_count + query_tiles * n_heads - 1) / (query_tiles * n_heads),
+                      (key_tiles + kMinTilesASplit - 1) / kMinTilesASplit);
+  const int tiles_per_split = (key_tiles + splits - 1) / splits;
+  splits = (key_tiles + tiles_per_split - 1) / tiles_per_split;
+  // [splits][T][n_heads][head_dim + 2] fp32 when split
+  float* partials = splits > 1 ? static_cast<float*>(ctx_->scratch(
+                                     size_t(splits) * size_t(T) * n_heads * (head_dim + 2) * sizeof(float),
+                                     "the prefill attention's split partials"))
+                               : nullptr;
+  const float scale_log2 = 1.4426950408889634f / std::sqrt(float(head_dim));
+  const dim3 grid{unsigned(query_tiles), unsigned(n_heads), unsigned(splits)};
+  dispatch_act(act_, "prefill attention", [&](auto tag) {
+    using Act = decltype(tag);
+    const auto launch = [&](auto flash) {
+      flash.kernel<<<grid, kFlashThreads, flash.smem_bytes, ctx_->stream>>>(
+          static_cast<const Act*>(qkv), qkv_stride, static_cast<const Act*>(key_cache),
+          static_cast<const Act*>(value_cache), kv_dim, group, pos0, int(T), scale_log2, tiles_per_split,
+          static_cast<Act*>(out), out_stride, partials);
+      CHECK_LAST_LAUNCH("flash_prefill_kernel");
+    };
+    if (head_dim == 64) {
+      launch(kernel_with_smem<flash_prefill_kernel<Act, 64>, FlashLayout<64>::kSmemBytes>());
+    } else {
+      launch(kernel_with_smem<flash_prefill_kernel<Act, 128>, FlashLayout<128>::kSmemBytes>());
+    }
+    if (splits > 1) {
+      flash_merge_kernel<Act><<<dim3(unsigned(T), unsigned(n_heads)), unsigned(head_dim), 0, ctx_->stream>>>(
+          partials, splits, int(T), static_cast<Act*>(out), out_stride);
+      CHECK_LAST_LAUNCH("flash_merge_kernel");
+    }
+  });
 }
 
 }  // namespace gemlite

@@ -1,8 +1,9 @@
 #pragma once
 // Causal grouped-query attention of a prompt chunk on tensor cores. Heads of 64 or 128
 // dimensions: one fused kernel (flash_prefill.cuh: scores in registers, an online
-// softmax, no scratch). Others: for each query tile, S = q·kᵀ·scale (cuBLAS, fp32) ->
-// causal softmax -> P (act) -> out = P·v (cuBLAS).
+// softmax; scratch only for the partials of a split over the keys). Others: for each
+// query tile, S = q·kᵀ·scale (cuBLAS, fp32) -> causal softmax -> P (act) -> out = P·v
+// (cuBLAS).
 // The one-block-per-(head, token) kernel of launch_attention re-reads a token's whole
 // context per head; at Llama-2-7B pp512 that kernel took 1.29 ms a layer, 46 % of a
 // prefill (ncu, H100), while these GEMMs read each key and value once per query tile.
@@ -20,9 +21,9 @@ constexpr int kPrefillAttentionMinTokens = 32;
 
 class PrefillAttention {
  public:
-  // S (fp32) and P (act) of one query tile live in the context's scratch, at most
-  // max_scratch_bytes of it: query tiles shrink as the context grows (at least one token a
-  // tile).
+  // The GEMM path's S (fp32) and P (act) of one query tile live in the context's scratch,
+  // at most max_scratch_bytes of it: query tiles shrink as the context grows (at least one
+  // token a tile).
   static constexpr size_t kDefaultMaxScratchBytes = size_t(64) << 20;
   PrefillAttention(std::shared_ptr<CudaContext> ctx, DType act, size_t max_scratch_bytes = kDefaultMaxScratchBytes);
 
@@ -35,6 +36,10 @@ class PrefillAttention {
            int n_heads, int n_kv_heads, int head_dim, void* out);
 
  private:
+  // The fused kernel, for heads of 64 or 128 dimensions and 16-byte aligned rows.
+  void run_fused(const void* key_cache, const void* value_cache, int pos0, const void* qkv, int64_t qkv_stride,
+                 int64_t T, int n_heads, int n_kv_heads, int head_dim, void* out);
+
   std::shared_ptr<CudaContext> ctx_;
   DType act_;
   size_t max_scratch_bytes_;

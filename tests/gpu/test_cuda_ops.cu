@@ -44,34 +44,37 @@ std::vector<float> random_half_values(size_t n, std::mt19937_64& rng, float scal
   return v;
 }
 
-// n fp16 values ~ N(0, 1) in a device tensor [1, n] of ctx.
-Tensor random_device_halves(const std::shared_ptr<CudaContext>& ctx, size_t n, std::mt19937_64& rng) {
-  std::vector<uint16_t> halves(n);
+// n values ~ N(0, 1) of the activation type (F16 or BF16) in a device tensor [1, n] of ctx.
+Tensor random_device_acts(const std::shared_ptr<CudaContext>& ctx, size_t n, std::mt19937_64& rng,
+                          DType act = DType::F16) {
+  std::vector<uint16_t> bits(n);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (uint16_t& h : halves) h = float_to_half(normal(rng));
-  Tensor t = device_tensor(ctx, DType::F16, 1, int64_t(n));
-  CUDA_CHECK(cudaMemcpy(t.data, halves.data(), n * 2, cudaMemcpyHostToDevice));
+  for (uint16_t& b : bits) b = act == DType::BF16 ? float_to_bf16(normal(rng)) : float_to_half(normal(rng));
+  Tensor t = device_tensor(ctx, act, 1, int64_t(n));
+  CUDA_CHECK(cudaMemcpy(t.data, bits.data(), n * 2, cudaMemcpyHostToDevice));
   return t;
 }
 
-// A fp16 device tensor of ctx as floats, after the work queued on ctx's stream.
-std::vector<float> device_halves_to_host(const std::shared_ptr<CudaContext>& ctx, const Tensor& t) {
-  std::vector<uint16_t> halves(static_cast<size_t>(t.numel()));
-  CUDA_CHECK(cudaMemcpyAsync(halves.data(), t.data, halves.size() * 2, cudaMemcpyDeviceToHost, ctx->stream));
+// A fp16 or bf16 device tensor of ctx as floats, after the work queued on ctx's stream.
+std::vector<float> device_acts_to_host(const std::shared_ptr<CudaContext>& ctx, const Tensor& t) {
+  std::vector<uint16_t> bits(static_cast<size_t>(t.numel()));
+  CUDA_CHECK(cudaMemcpyAsync(bits.data(), t.data, bits.size() * 2, cudaMemcpyDeviceToHost, ctx->stream));
   CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
-  std::vector<float> floats(halves.size());
-  for (size_t i = 0; i < halves.size(); ++i) floats[i] = half_to_float(halves[i]);
+  std::vector<float> floats(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i)
+    floats[i] = t.dtype == DType::BF16 ? bf16_to_float(bits[i]) : half_to_float(bits[i]);
   return floats;
 }
 
-// Output [rows, cols] of a launch into a fresh fp16 tensor poisoned with NaN first.
+// Output [rows, cols] of a launch into a fresh tensor of the activation type, poisoned
+// with NaN first.
 template <typename Launch>
 std::vector<float> poisoned_output_of(const std::shared_ptr<CudaContext>& ctx, int64_t rows, int64_t cols,
-                                      Launch&& launch) {
-  Tensor out = device_tensor(ctx, DType::F16, rows, cols);
+                                      Launch&& launch, DType act = DType::F16) {
+  Tensor out = device_tensor(ctx, act, rows, cols);
   CUDA_CHECK(cudaMemsetAsync(out.data, 0xff, size_t(out.numel()) * 2, ctx->stream));
   launch(out.data);
-  return device_halves_to_host(ctx, out);
+  return device_acts_to_host(ctx, out);
 }
 
 // The same values as a tensor on each backend: F32 on the CPU, F16 on the GPU.
@@ -206,9 +209,12 @@ TEST_F(CudaOps, AttentionPrefillThenDecodeAtLlamaShapes) {
 }
 
 // PrefillAttention (the fused kernel, or the GEMMs in query tiles: a scratch limit that
-// fits 16 or fewer query rows, and one that fits 1) against the attention kernel, on the same random rotated q and caches
-// holding positions [0, pos0 + T). The kernel is the reference here: the test above holds
-// it to the CPU. Tiles must see exactly their own causal window.
+// fits 16 or fewer query rows, and one that fits 1) against the attention kernel, on the
+// same random rotated q and caches holding positions [0, pos0 + T), in fp16 and bf16. The
+// kernel is the reference here: the test above holds it to the CPU. Tiles must see exactly
+// their own causal window. bf16 keeps 3 fewer mantissa bits than fp16, so its rounding of
+// P and of the outputs is 8x coarser: 8x the fp16 tolerance, still far below the O(1)
+// error of a wrong key, head or mask.
 TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
   std::mt19937_64 rng{test_seed()};
   auto ctx = std::make_shared<CudaContext>();
@@ -217,47 +223,59 @@ TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
     int T, pos0;
   };
   // Heads of 128 and 64 dimensions take the fused kernel (flash_prefill.cuh; the scratch
-  // limit does not apply; 100 tokens at 150: 4 key tiles, both K/V buffers refilled), 32
-  // the cuBLAS GEMMs in query tiles.
-  for (const Case c : {Case{{32, 8, 128}, 77, 19}, Case{{32, 8, 128}, 100, 150},
-                       Case{{14, 2, 64}, 40, 0}, Case{{8, 2, 32}, 50, 7}}) {
-    const int kv_dim = c.shape.n_kv_heads * c.shape.head_dim, q_dim = c.shape.n_heads * c.shape.head_dim;
-    const int width = q_dim + 2 * kv_dim, n_pos = c.pos0 + c.T;
-    const Tensor qkv = random_device_halves(ctx, size_t(c.T) * width, rng);       // [T, width]
-    const Tensor keys = random_device_halves(ctx, size_t(n_pos) * kv_dim, rng);   // [n_pos, kv_dim]
-    const Tensor values = random_device_halves(ctx, size_t(n_pos) * kv_dim, rng); // [n_pos, kv_dim]
-    Tensor pos0 = device_tensor(ctx, DType::I32, 1, 1);
-    CUDA_CHECK(cudaMemcpy(pos0.data, &c.pos0, sizeof(int), cudaMemcpyHostToDevice));
-    const std::vector<float> want = poisoned_output_of(ctx, c.T, q_dim, [&](void* out) {
-      launch_attention(keys.data, values.data, pos0.as<int>(), qkv.data, c.T, c.shape.n_heads, c.shape.n_kv_heads,
-                       c.shape.head_dim, AttentionSplits{}, out, DType::F16, ctx->stream);
-    });
-    const size_t row_bytes = size_t(c.shape.n_heads) * n_pos * (4 + 2);
-    for (const size_t scratch : {PrefillAttention::kDefaultMaxScratchBytes, 17 * row_bytes, row_bytes}) {
-      PrefillAttention attention(ctx, DType::F16, scratch);
-      const std::vector<float> got = poisoned_output_of(ctx, c.T, q_dim, [&](void* out) {
-        attention.run(keys.data, values.data, c.pos0, qkv.data, width, c.T, c.shape.n_heads, c.shape.n_kv_heads,
-                      c.shape.head_dim, out);
-      });
-      float worst = 0;
-      for (int t = 0; t < c.T; ++t) {
-        const float* a = &want[size_t(t) * q_dim];
-        const float* b = &got[size_t(t) * q_dim];
-        double squares = 0;
-        for (int i = 0; i < q_dim; ++i) squares += double(a[i]) * a[i];
-        const float rms = float(std::sqrt(squares / q_dim));
-        for (int i = 0; i < q_dim; ++i) {
-          const float err = std::isfinite(b[i]) ? std::fabs(a[i] - b[i]) / std::max(std::fabs(a[i]), rms) : INFINITY;
-          worst = std::max(worst, err);
-          ASSERT_LE(err, kPrefillTolerance) << "scratch " << scratch << " token " << t << " column " << i << ": kernel "
-                                     << a[i] << " prefill " << b[i];
+  // limit does not apply; 100 tokens at 150: 4 key tiles, both K/V buffers refilled; 130
+  // at 0: a partial third query tile), 32 the cuBLAS GEMMs in query tiles. On a GPU of
+  // 132 SMs (H100, H200) the fused kernel splits over the keys for 40 tokens at 1000 (32
+  // blocks: 5 splits of 4 key tiles, the last of 1) and for 300 tokens at 0 with 14 heads
+  // (70 blocks: 2 splits, the second holding no key of the first query tiles).
+  for (const DType act : {DType::F16, DType::BF16})
+    for (const Case c : {Case{{32, 8, 128}, 77, 19}, Case{{32, 8, 128}, 100, 150}, Case{{32, 32, 128}, 130, 0},
+                         Case{{32, 8, 128}, 40, 1000}, Case{{14, 2, 64}, 40, 0}, Case{{14, 2, 64}, 300, 0},
+                         Case{{8, 2, 32}, 50, 7}}) {
+      const float tolerance = act == DType::BF16 ? 8 * kPrefillTolerance : kPrefillTolerance;
+      const int kv_dim = c.shape.n_kv_heads * c.shape.head_dim, q_dim = c.shape.n_heads * c.shape.head_dim;
+      const int width = q_dim + 2 * kv_dim, n_pos = c.pos0 + c.T;
+      const Tensor qkv = random_device_acts(ctx, size_t(c.T) * width, rng, act);        // [T, width]
+      const Tensor keys = random_device_acts(ctx, size_t(n_pos) * kv_dim, rng, act);    // [n_pos, kv_dim]
+      const Tensor values = random_device_acts(ctx, size_t(n_pos) * kv_dim, rng, act);  // [n_pos, kv_dim]
+      Tensor pos0 = device_tensor(ctx, DType::I32, 1, 1);
+      CUDA_CHECK(cudaMemcpy(pos0.data, &c.pos0, sizeof(int), cudaMemcpyHostToDevice));
+      const std::vector<float> want = poisoned_output_of(
+          ctx, c.T, q_dim,
+          [&](void* out) {
+            launch_attention(keys.data, values.data, pos0.as<int>(), qkv.data, c.T, c.shape.n_heads,
+                             c.shape.n_kv_heads, c.shape.head_dim, AttentionSplits{}, out, act, ctx->stream);
+          },
+          act);
+      const size_t row_bytes = size_t(c.shape.n_heads) * n_pos * (4 + 2);
+      for (const size_t scratch : {PrefillAttention::kDefaultMaxScratchBytes, 17 * row_bytes, row_bytes}) {
+        PrefillAttention attention(ctx, act, scratch);
+        const std::vector<float> got = poisoned_output_of(
+            ctx, c.T, q_dim,
+            [&](void* out) {
+              attention.run(keys.data, values.data, c.pos0, qkv.data, width, c.T, c.shape.n_heads,
+                            c.shape.n_kv_heads, c.shape.head_dim, out);
+            },
+            act);
+        float worst = 0;
+        for (int t = 0; t < c.T; ++t) {
+          const float* a = &want[size_t(t) * q_dim];
+          const float* b = &got[size_t(t) * q_dim];
+          double squares = 0;
+          for (int i = 0; i < q_dim; ++i) squares += double(a[i]) * a[i];
+          const float rms = float(std::sqrt(squares / q_dim));
+          for (int i = 0; i < q_dim; ++i) {
+            const float err = std::isfinite(b[i]) ? std::fabs(a[i] - b[i]) / std::max(std::fabs(a[i]), rms) : INFINITY;
+            worst = std::max(worst, err);
+            ASSERT_LE(err, tolerance) << dtype_name(act) << " scratch " << scratch << " token " << t << " column "
+                                      << i << ": kernel " << a[i] << " prefill " << b[i];
+          }
         }
+        std::cout << "[cuda_ops] prefill attention " << dtype_name(act) << " " << c.shape.n_heads << "/"
+                  << c.shape.n_kv_heads << " x " << c.shape.head_dim << ", T " << c.T << " at " << c.pos0
+                  << ", scratch " << scratch << " B: worst " << worst << " (tol " << tolerance << ")\n";
       }
-      std::cout << "[cuda_ops] prefill attention " << c.shape.n_heads << "/" << c.shape.n_kv_heads << " x "
-                << c.shape.head_dim << ", T " << c.T << " at " << c.pos0 << ", scratch " << scratch
-                << " B: worst " << worst << " (tol " << kPrefillTolerance << ")\n";
     }
-  }
 }
 
 // Decode attention split over the context (a 4096-position cache: 16 splits of 256) at
@@ -276,8 +294,8 @@ TEST(AttentionSplits, MatchOneBlockPerHead) {
   const AttentionSplits layout = attention_splits_of(capacity, 16);
   ASSERT_EQ(layout.count, 16);
   ASSERT_EQ(layout.span, 256);
-  const Tensor keys = random_device_halves(ctx, size_t(capacity) * kv_dim, rng);    // [capacity, kv_dim]
-  const Tensor values = random_device_halves(ctx, size_t(capacity) * kv_dim, rng);  // [capacity, kv_dim]
+  const Tensor keys = random_device_acts(ctx, size_t(capacity) * kv_dim, rng);    // [capacity, kv_dim]
+  const Tensor values = random_device_acts(ctx, size_t(capacity) * kv_dim, rng);  // [capacity, kv_dim]
   Tensor partials = device_tensor(ctx, DType::F32, int64_t(shape.n_heads) * layout.count, shape.head_dim + 2);
   Tensor counters = device_tensor(ctx, DType::I32, 1, shape.n_heads);
   CUDA_CHECK(cudaMemset(counters.data, 0, size_t(shape.n_heads) * sizeof(int)));
@@ -286,7 +304,7 @@ TEST(AttentionSplits, MatchOneBlockPerHead) {
   splits.counters = reinterpret_cast<unsigned*>(counters.as<int>());
   Tensor pos0 = device_tensor(ctx, DType::I32, 1, 1);
   for (const int position : {100, 255, 256, 4095}) {
-    const Tensor qkv = random_device_halves(ctx, size_t(width), rng);  // [1, width]
+    const Tensor qkv = random_device_acts(ctx, size_t(width), rng);  // [1, width]
     CUDA_CHECK(cudaMemcpy(pos0.data, &position, sizeof(int), cudaMemcpyHostToDevice));
     auto output_of = [&](const AttentionSplits& how) {
       return poisoned_output_of(ctx, 1, q_dim, [&](void* out) {
@@ -375,9 +393,9 @@ TEST(AttentionFusedRope, MatchesRopeStoreThenAttention) {
     for (const int position : c.positions) {
       SCOPED_TRACE(std::to_string(shape.n_heads) + "/" + std::to_string(shape.n_kv_heads) + " x " +
                    std::to_string(shape.head_dim) + " at " + std::to_string(position));
-      const Tensor keys = random_device_halves(ctx, size_t(c.capacity) * kv_dim, rng);
-      const Tensor values = random_device_halves(ctx, size_t(c.capacity) * kv_dim, rng);
-      const Tensor qkv = random_device_halves(ctx, size_t(width), rng);  // [1, width], not rotated
+      const Tensor keys = random_device_acts(ctx, size_t(c.capacity) * kv_dim, rng);
+      const Tensor values = random_device_acts(ctx, size_t(c.capacity) * kv_dim, rng);
+      const Tensor qkv = random_device_acts(ctx, size_t(width), rng);  // [1, width], not rotated
       Tensor keys2 = device_tensor(ctx, DType::F16, c.capacity, kv_dim), values2 = device_tensor(ctx, DType::F16, c.capacity, kv_dim);
       Tensor qkv2 = device_tensor(ctx, DType::F16, 1, width);
       CUDA_CHECK(cudaMemcpy(keys2.data, keys.data, cache_bytes, cudaMemcpyDeviceToDevice));
