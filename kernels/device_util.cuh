@@ -1,7 +1,8 @@
 #pragma once
 // Device helpers the kernels share: a compile-time loop, the 16-bit activation bits, the
-// last step of a pending RMSNorm (QnPendingNorm in kernels/qn/gemv_qn.h), asynchronous
-// copies to shared memory, and the cluster barrier and distributed shared memory reads.
+// last step of a pending RMSNorm (QnPendingNorm in kernels/qn/gemv_qn.h), the m16n8k16
+// tensor-core mma, asynchronous copies to shared memory, and the cluster barrier and
+// distributed shared memory reads.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -50,12 +51,42 @@ __device__ __forceinline__ float pending_inv_rms(const float* parts, int n_parts
   return rsqrtf(sum / float(K) + eps);
 }
 
+// c += a · b, mma.sync m16n8k16 (sm_80+): fp16 (BF16 false) or bf16 inputs, fp32
+// accumulators; a0..a3 the A fragment, b0 b1 the B fragment (two 16-bit values a register).
+template <bool BF16>
+__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+  if constexpr (BF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+template <bool BF16>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  mma_16816<BF16>(c, a[0], a[1], a[2], a[3], b0, b1);
+}
+
 // 16 bytes global -> shared without passing through registers (sm_80+; L2 only, .cg),
 // in groups: commit closes the group of the copies issued since the last one, wait<N>
 // returns once at most N groups are still in flight (the thread's own copies only).
+// cp_async16_or_zero writes 16 zero bytes instead where !valid (reading nothing).
 __device__ __forceinline__ void cp_async16(void* smem, const void* global) {
   const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global) : "memory");
+}
+__device__ __forceinline__ void cp_async16_or_zero(void* smem, const void* global, bool valid) {
+  const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global), "r"(valid ? 16 : 0)
+               : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>

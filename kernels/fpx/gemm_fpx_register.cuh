@@ -52,23 +52,6 @@
 namespace gemlite {
 namespace {
 
-template <bool BF16>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint2 b) {
-  if constexpr (BF16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
-  }
-}
-
 // x [k .. k+3] of one row as a B fragment; `full`: all four inside K and 8-byte loads allowed.
 __device__ __forceinline__ uint2 load_x4(const uint16_t* row, int k, int K, bool full) {
   if (full) return __ldg(reinterpret_cast<const uint2*>(row + k));
@@ -109,7 +92,7 @@ __device__ __forceinline__ void tile_mma(const uint32_t (&words)[Planes<EBITS, M
     dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 0>(words), a[0], a[1]);
     dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 1>(words), a[2], a[3]);
 #pragma unroll
-    for (int j = 0; j < MT; ++j) mma_16816<BF16>(acc[j], a, xb[S][j]);
+    for (int j = 0; j < MT; ++j) mma_16816<BF16>(acc[j], a, xb[S][j].x, xb[S][j].y);
   });
 }
 
@@ -128,7 +111,7 @@ __device__ __forceinline__ void tile_mma_loading_x(const uint32_t (&words)[Plane
     dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 0>(words), a[0], a[1]);
     dequantize_pairs<EBITS, MBITS, BF16>(code_bytes<EBITS, MBITS, S, 1>(words), a[2], a[3]);
 #pragma unroll
-    for (int j = 0; j < MT; ++j) mma_16816<BF16>(acc[j], a, b[j]);
+    for (int j = 0; j < MT; ++j) mma_16816<BF16>(acc[j], a, b[j].x, b[j].y);
   });
 }
 

@@ -22,15 +22,12 @@ constexpr int kMaxStepTokens = 8192;
 // GEMLITE_NO_ATTENTION_SPLITS=1: decode attention with one block per head whatever the
 // context; GEMLITE_ATTENTION_SPLITS=N: N splits instead of attention_splits_for's count
 // (A/B measurements of the split, e.g. gemlite-bench -d 4096).
-AttentionSplits decode_attention_splits(int capacity, int n_heads) {
+AttentionSplits decode_attention_splits(int capacity, int n_heads, int sm_count) {
   const char* off = std::getenv("GEMLITE_NO_ATTENTION_SPLITS");
   if (off && std::string(off) == "1") return AttentionSplits{};
   if (const char* forced = std::getenv("GEMLITE_ATTENTION_SPLITS"))
     return attention_splits_of(capacity, std::atoi(forced));
-  int device = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return attention_splits_for(capacity, n_heads, sms);
+  return attention_splits_for(capacity, n_heads, sm_count);
 }
 
 class CudaKVCache final : public KVCache {
@@ -40,7 +37,7 @@ class CudaKVCache final : public KVCache {
       : KVCache(capacity), n_layers(n_layers), kv_dim(shape.n_kv_heads * shape.head_dim), shape(shape),
         keys(device_tensor(ctx, act, int64_t(n_layers) * capacity, kv_dim, what(n_layers, capacity, "keys"))),
         values(device_tensor(ctx, act, int64_t(n_layers) * capacity, kv_dim, what(n_layers, capacity, "values"))),
-        splits(decode_attention_splits(capacity, shape.n_heads)) {
+        splits(decode_attention_splits(capacity, shape.n_heads, ctx->sm_count)) {
     if (splits.count > 1) {  // decode's split partials, reused by every layer in stream order
       partials = device_tensor(ctx, DType::F32, int64_t(shape.n_heads) * splits.count, shape.head_dim + 2,
                                "the decode attention's partial sums");

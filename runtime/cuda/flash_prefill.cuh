@@ -25,6 +25,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/device_util.cuh"
 #include "runtime/cuda/act_type.cuh"
 
 namespace gemlite {
@@ -42,18 +43,6 @@ struct FlashLayout {
   static constexpr int kSmemBytes = (1 + 4) * kTileElements * 2;  // Q, then K and V twice
 };
 
-// 16 bytes global -> shared; zeros where !valid (rows past the keys or queries).
-__device__ __forceinline__ void copy16_or_zero(void* smem, const void* global, bool valid) {
-  const uint32_t address = uint32_t(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(global), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void copy_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 __device__ __forceinline__ void ldmatrix_x4(const void* smem, uint32_t (&r)[4]) {
   const uint32_t address = uint32_t(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -67,24 +56,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(const void* smem, uint32_t (&r
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address)
                : "memory");
-}
-
-// c += a · b, m16n8k16, fp32 accumulation, fp16 or bf16 inputs.
-template <typename Act>
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same<Act, __half>::value) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
 }
 
 // Two fp32 values as one register of two Act (low half first).
@@ -111,6 +82,7 @@ __global__ void __launch_bounds__(kFlashThreads)
                          int group, int pos0, int T, float scale_log2, int tiles_per_split, Act* out, int out_stride,
                          float* partials) {
   using L = FlashLayout<HD>;
+  constexpr bool kBf16 = std::is_same<Act, __nv_bfloat16>::value;  // the mma's input type
   extern __shared__ uint4 smem_raw[];
   Act* sq = reinterpret_cast<Act*>(smem_raw);  // [64][kRow]
   Act* sk = sq + L::kTileElements;             // [2][64][kRow]
@@ -133,7 +105,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int c = int(threadIdx.x); c < kFlashKeys * kChunks; c += kFlashThreads) {
       const int r = c / kChunks, piece = c % kChunks;
       const bool valid = first_row + r < rows;
-      copy16_or_zero(dst + r * L::kRow + piece * 8, src + int64_t(valid ? first_row + r : 0) * stride + piece * 8,
+      cp_async16_or_zero(dst + r * L::kRow + piece * 8, src + int64_t(valid ? first_row + r : 0) * stride + piece * 8,
                      valid);
     }
   };
@@ -145,7 +117,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   copy_tile(sq, qkv + h * HD, qkv_stride, t0, T);
   copy_tile(sk, keys, kv_dim, first_tile * kFlashKeys, n_keys);
   copy_tile(sv, values, kv_dim, first_tile * kFlashKeys, n_keys);
-  copy_commit();
+  cp_async_commit();
 
   uint32_t qa[HD / 16][4];      // Q's A fragments, [k-step][register]
   float o[HD / 8][4] = {};      // O's C fragments, [hd n-block][register]
@@ -158,8 +130,8 @@ __global__ void __launch_bounds__(kFlashThreads)
       copy_tile(sk + (1 - buffer) * L::kTileElements, keys, kv_dim, (kt + 1) * kFlashKeys, n_keys);
       copy_tile(sv + (1 - buffer) * L::kTileElements, values, kv_dim, (kt + 1) * kFlashKeys, n_keys);
     }
-    copy_commit();
-    copy_wait<1>();  // everything but the tile just asked for
+    cp_async_commit();
+    cp_async_wait<1>();  // everything but the tile just asked for
     __syncthreads();
     if (kt == first_tile) {
 #pragma unroll
@@ -178,8 +150,8 @@ __global__ void __launch_bounds__(kFlashThreads)
         uint32_t b[4];
         const int m = lane / 8;
         ldmatrix_x4(k_tile + (8 * (j + m / 2) + lane % 8) * L::kRow + ks * 16 + (m % 2) * 8, b);
-        mma16816<Act>(s[j], qa[ks], b[0], b[1]);
-        mma16816<Act>(s[j + 1], qa[ks], b[2], b[3]);
+        mma_16816<kBf16>(s[j], qa[ks], b[0], b[1]);
+        mma_16816<kBf16>(s[j + 1], qa[ks], b[2], b[3]);
       }
 
     // Scale into the log2 domain; mask keys past each row's position (the tile's diagonal
@@ -240,8 +212,8 @@ __global__ void __launch_bounds__(kFlashThreads)
         uint32_t b[4];
         const int m = lane / 8;
         ldmatrix_x4_trans(v_tile + (16 * ks + (m % 2) * 8 + lane % 8) * L::kRow + 8 * (n + m / 2), b);
-        mma16816<Act>(o[n], pa, b[0], b[1]);
-        mma16816<Act>(o[n + 1], pa, b[2], b[3]);
+        mma_16816<kBf16>(o[n], pa, b[0], b[1]);
+        mma_16816<kBf16>(o[n + 1], pa, b[2], b[3]);
       }
     }
     __syncthreads();  // every warp is done with this buffer before the next iteration refills it
