@@ -235,7 +235,7 @@ class CudaBackend final : public Backend {
     }
     launch_rope_store(keys, values, step_pos0(), inv_freq.as<float>(), qkv.data, qkv.rows, shape.n_heads,
                       shape.n_kv_heads, shape.head_dim, qkv.dtype, ctx_->stream);
-    if (qkv.rows >= kPrefillAttentionMinTokens && !ctx_->capturing()) {
+    if (qkv.rows >= PrefillAttention::min_tokens(shape.head_dim) && !ctx_->capturing()) {
       prefill_attention_.run(keys, values, step_pos0_host_, qkv.data, qkv.cols, qkv.rows, shape.n_heads,
                              shape.n_kv_heads, shape.head_dim, out.data);
     } else {

@@ -67,7 +67,7 @@ void PrefillAttention::run(const void* key_cache, const void* value_cache, int p
   const int group = n_heads / n_kv_heads, kv_dim = n_kv_heads * head_dim, out_stride = n_heads * head_dim;
   const size_t act_bytes = dtype_size(act_);
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if ((head_dim == 64 || head_dim == 128) && qkv_stride % 8 == 0 && aligned(qkv) && aligned(key_cache) &&
+  if (fused(head_dim) && qkv_stride % 8 == 0 && aligned(qkv) && aligned(key_cache) &&
       aligned(value_cache) && aligned(out)) {
     run_fused(key_cache, value_cache, pos0, qkv, qkv_stride, T, n_heads, n_kv_heads, head_dim, out);
     return;

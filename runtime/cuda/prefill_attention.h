@@ -15,12 +15,17 @@
 
 namespace gemlite {
 
-// Chunks of at least this many tokens take PrefillAttention; fewer (decode) take the
-// attention kernel, which needs no scratch and replays in a graph.
-constexpr int kPrefillAttentionMinTokens = 32;
-
 class PrefillAttention {
  public:
+  // Whether heads of head_dim dimensions take the fused kernel (flash_prefill.cuh).
+  static bool fused(int head_dim) { return head_dim == 64 || head_dim == 128; }
+  // Chunks of at least this many tokens take PrefillAttention; fewer (decode) take the
+  // attention kernel, which needs no host position and replays in a graph, but runs a
+  // block a head and token, each re-reading its context: at a 16-token chunk after 4096
+  // positions, 32 heads of 128 read ~1 GB a layer. The fused kernel from 2 tokens on, the
+  // GEMMs (a launch each per kv head and query tile) from 32.
+  static int min_tokens(int head_dim) { return fused(head_dim) ? 2 : 32; }
+
   // The GEMM path's S (fp32) and P (act) of one query tile live in the context's scratch,
   // at most max_scratch_bytes of it: query tiles shrink as the context grows (at least one
   // token a tile).
@@ -36,7 +41,7 @@ class PrefillAttention {
            int n_heads, int n_kv_heads, int head_dim, void* out);
 
  private:
-  // The fused kernel, for heads of 64 or 128 dimensions and 16-byte aligned rows.
+  // The fused kernel, for fused(head_dim) and 16-byte aligned rows.
   void run_fused(const void* key_cache, const void* value_cache, int pos0, const void* qkv, int64_t qkv_stride,
                  int64_t T, int n_heads, int n_kv_heads, int head_dim, void* out);
 

@@ -172,14 +172,17 @@ TEST_F(CudaOps, CopyColumnsPlacesABlockExactly) {
   EXPECT_EQ(want[9], 7.0f);
 }
 
-// A 6-token prompt, 2 decoded tokens, a 100-token and a 40-token chunk (the tensor-core
-// PrefillAttention path, T >= kPrefillAttentionMinTokens, after earlier positions), one
-// more token, a 300-token chunk and two tokens decoded over 2 of the cache's 4 splits of
-// 256 positions; RoPE + KV store + attention, the attention outputs of every step compared.
+// A 6-token prompt, 2 decoded tokens, a 100-token and a 40-token chunk (after earlier
+// positions), one more token, a 300-token chunk, two tokens decoded over 2 of the cache's 4
+// splits of 256 positions and a 12-token chunk; RoPE + KV store + attention, the attention
+// outputs of every step compared. Chunks of PrefillAttention::min_tokens or more take
+// PrefillAttention (heads of 64 and 128: the fused kernel from 2 tokens; 96: the GEMMs
+// from 32, the attention kernel a block a head and token below).
 TEST_F(CudaOps, AttentionPrefillThenDecodeAtLlamaShapes) {
   const AttentionShape shapes[] = {{32, 32, 128},  // Llama-2-7B
                                    {32, 8, 128},   // Llama-3-8B: GQA, 4 query heads per kv head
-                                   {14, 2, 64}};   // Qwen2-0.5B-like: 7 per kv head
+                                   {14, 2, 64},    // Qwen2-0.5B-like: 7 per kv head
+                                   {12, 4, 96}};   // Phi-3-like heads of 96: not fused
   for (const AttentionShape& shape : shapes) {
     const std::string where = std::to_string(shape.n_heads) + "/" + std::to_string(shape.n_kv_heads) + " heads x " +
                               std::to_string(shape.head_dim);
@@ -194,7 +197,7 @@ TEST_F(CudaOps, AttentionPrefillThenDecodeAtLlamaShapes) {
       int T, pos0;
     };
     for (const Step step : {Step{6, 0}, Step{1, 6}, Step{1, 7}, Step{100, 8}, Step{40, 108}, Step{1, 148},
-                            Step{300, 149}, Step{1, 449}, Step{1, 450}}) {
+                            Step{300, 149}, Step{1, 449}, Step{1, 450}, Step{12, 451}}) {
       const std::vector<int> ids(size_t(step.T), 1);
       cpu->set_step(ids, step.pos0);
       gpu->set_step(ids, step.pos0);
@@ -203,7 +206,7 @@ TEST_F(CudaOps, AttentionPrefillThenDecodeAtLlamaShapes) {
       cpu->attention(*cpu_cache, 0, qkv.cpu, freq.cpu, shape, out.cpu);
       gpu->attention(*gpu_cache, 0, qkv.gpu, freq.gpu, shape, out.gpu);
       expect_close("attention " + where + ", T " + std::to_string(step.T) + " at " + std::to_string(step.pos0), out,
-                   step.T >= kPrefillAttentionMinTokens ? kPrefillTolerance : kTolerance);
+                   step.T >= PrefillAttention::min_tokens(shape.head_dim) ? kPrefillTolerance : kTolerance);
     }
   }
 }
@@ -227,11 +230,12 @@ TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
   // at 0: a partial third query tile), 32 the cuBLAS GEMMs in query tiles. On a GPU of
   // 132 SMs (H100, H200) the fused kernel splits over the keys for 40 tokens at 1000 (32
   // blocks: 5 splits of 4 key tiles, the last of 1) and for 300 tokens at 0 with 14 heads
-  // (70 blocks: 2 splits, the second holding no key of the first query tiles).
+  // (70 blocks: 2 splits, the second holding no key of the first query tiles); 5 tokens at
+  // 300: a query tile of 5 rows in 2 splits.
   for (const DType act : {DType::F16, DType::BF16})
     for (const Case c : {Case{{32, 8, 128}, 77, 19}, Case{{32, 8, 128}, 100, 150}, Case{{32, 32, 128}, 130, 0},
-                         Case{{32, 8, 128}, 40, 1000}, Case{{14, 2, 64}, 40, 0}, Case{{14, 2, 64}, 300, 0},
-                         Case{{8, 2, 32}, 50, 7}}) {
+                         Case{{32, 8, 128}, 40, 1000}, Case{{32, 8, 128}, 5, 300}, Case{{14, 2, 64}, 40, 0},
+                         Case{{14, 2, 64}, 300, 0}, Case{{8, 2, 32}, 50, 7}}) {
       const float tolerance = act == DType::BF16 ? 8 * kPrefillTolerance : kPrefillTolerance;
       const int kv_dim = c.shape.n_kv_heads * c.shape.head_dim, q_dim = c.shape.n_heads * c.shape.head_dim;
       const int width = q_dim + 2 * kv_dim, n_pos = c.pos0 + c.T;
