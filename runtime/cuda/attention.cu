@@ -1,5 +1,6 @@
 // RoPE + KV store, and causal grouped-query attention over the KV cache (fp16 or bf16),
-// one block per (head, token, split) for decode and short chunks, fp32 math like
+// one block per (head, token, split) for decode and chunks shorter than
+// PrefillAttention::min_tokens, fp32 math like
 // runtime/cpu/cpu_backend.cpp. The context can be thousands of positions, so they go
 // through with an online softmax (running max and sum, the accumulator rescaled as the max
 // grows): nothing per position is kept.

@@ -210,9 +210,10 @@ class CudaBackend final : public Backend {
     launch_add_rmsnorm(x.data, y.data, weight.as<float>(), eps, x.rows, x.cols, out.data, x.dtype, ctx_->stream);
   }
 
-  // RoPE + KV store, then attention: long chunks (prefill) on tensor cores, decode and
-  // short chunks with the kernel that reads the position from device memory (graphs); at
-  // decode that kernel also does the RoPE and the store.
+  // RoPE + KV store, then attention: chunks of PrefillAttention::min_tokens or more on
+  // tensor cores, decode (and shorter chunks of heads the fused kernel does not take) with
+  // the kernel that reads the position from device memory (graphs); at decode that kernel
+  // also does the RoPE and the store.
   void attention(KVCache& kv, int layer, Tensor& qkv, const Tensor& inv_freq, const AttentionShape& shape,
                  Tensor& out) override {
     check_attention_shapes(qkv, shape, out);

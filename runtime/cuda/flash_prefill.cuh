@@ -40,7 +40,7 @@ template <int HD>
 struct FlashLayout {
   static constexpr int kRow = HD + 8;                           // elements a shared-memory row
   static constexpr int kTileElements = kFlashKeys * kRow;       // one K or V tile (= a Q tile)
-  static constexpr int kSmemBytes = (1 + 4) * kTileElements * 2;  // Q, then K and V twice
+  static constexpr int kSmemBytes = (1 + 4) * kTileElements * int(sizeof(uint16_t));  // Q, then K and V twice
 };
 
 __device__ __forceinline__ void ldmatrix_x4(const void* smem, uint32_t (&r)[4]) {
@@ -75,12 +75,15 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
 // Split z takes the key tiles [z tiles_per_split, (z + 1) tiles_per_split); with one split
 // (tiles_per_split >= the key tiles) it writes out [T, out_stride], else
 // partials [splits][T][n_heads][HD + 2] (O unnormalised, then the row's max in the log2
-// domain and its sum; max -inf where the split held no key of the row, O then unwritten).
+// domain and its sum; max -inf where the split held no key of the row, O then unwritten
+// or zero). The partials' layout differs from decode's (attention.cu: [head][split], max
+// in the natural log): this one is written a query tile at a time.
 template <typename Act, int HD>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_prefill_kernel(const Act* qkv, int64_t qkv_stride, const Act* key_cache, const Act* value_cache, int kv_dim,
                          int group, int pos0, int T, float scale_log2, int tiles_per_split, Act* out, int out_stride,
                          float* partials) {
+  static_assert(HD % 16 == 0, "whole mma k-steps of 16 along the head");
   using L = FlashLayout<HD>;
   constexpr bool kBf16 = std::is_same<Act, __nv_bfloat16>::value;  // the mma's input type
   extern __shared__ uint4 smem_raw[];
@@ -109,7 +112,9 @@ __global__ void __launch_bounds__(kFlashThreads)
                      valid);
     }
   };
-  if (first_tile >= end_tile) {  // a split past this query tile's last key: no key of any row
+  // A split past this query tile's last key: no key of any row. (Were this kernel ever
+  // launched with PDL, pdl_wait would have to come before these writes: kernels/pdl.cuh.)
+  if (first_tile >= end_tile) {
     for (int t = t0 + int(threadIdx.x); t < min(T, t0 + kFlashQueries); t += kFlashThreads)
       partial_row(t)[HD] = -INFINITY;
     return;
@@ -154,8 +159,9 @@ __global__ void __launch_bounds__(kFlashThreads)
         mma_16816<kBf16>(s[j + 1], qa[ks], b[2], b[3]);
       }
 
-    // Scale into the log2 domain; mask keys past each row's position (the tile's diagonal
-    // and the positions past n_keys, which only the tile's last rows could otherwise see).
+    // Scale into the log2 domain; mask keys past each row's position. Keys past n_keys
+    // (zero-filled) lie past every stored row's position, so the same test masks them;
+    // only rows t >= T, never stored, see them.
     const int key0 = kt * kFlashKeys;
     const bool diagonal = key0 + kFlashKeys - 1 > pos0 + t0 + warp * 16;
 #pragma unroll
@@ -246,6 +252,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 
 // out [t, h hd + col] from the splits' partials (flash_prefill_kernel's layout): the
 // splits' O weighted by 2^(max_s - max) over their sums weighted alike.
+// Split 0 holds key 0, so every row's max is finite and its sum > 0.
 // PRECOND: grid (T, n_heads), blockDim.x = hd.
 template <typename Act>
 __global__ void flash_merge_kernel(const float* partials, int splits, int T, Act* out, int out_stride) {

@@ -78,8 +78,9 @@ AttentionSplits attention_splits_for(int capacity, int n_heads, int sms);
 AttentionSplits attention_splits_of(int capacity, int count);
 
 // Causal attention of the (rotated) q in qkv over positions [0, *pos0 + t] of the caches
-// -> out [T, n_heads*hd]: one block per (head, token, split). For decode and short
-// chunks; PrefillAttention (prefill_attention.h) runs long chunks on tensor cores.
+// -> out [T, n_heads*hd]: one block per (head, token, split). For decode and chunks
+// shorter than PrefillAttention::min_tokens (prefill_attention.h), which runs the others
+// on tensor cores.
 // Precondition (checked, Error): head_dim a multiple of 8 up to kMaxAttentionHeadDim,
 // n_heads % n_kv_heads == 0; splits.count > 1 only with T == 1.
 constexpr int kAttentionThreads = 256;

@@ -4,9 +4,9 @@
 // softmax; scratch only for the partials of a split over the keys). Others: for each
 // query tile, S = q·kᵀ·scale (cuBLAS, fp32) -> causal softmax -> P (act) -> out = P·v
 // (cuBLAS).
-// The one-block-per-(head, token) kernel of launch_attention re-reads a token's whole
-// context per head; at Llama-2-7B pp512 that kernel took 1.29 ms a layer, 46 % of a
-// prefill (ncu, H100), while these GEMMs read each key and value once per query tile.
+// Both read each key and value once per query tile, where the one-block-per-(head,
+// token) kernel of launch_attention re-reads a token's whole context per head: at
+// Llama-2-7B pp512 that kernel took 1.29 ms a layer, 46 % of a prefill (ncu, H100).
 #include <cstdint>
 #include <memory>
 

@@ -176,8 +176,9 @@ TEST_F(CudaOps, CopyColumnsPlacesABlockExactly) {
 // positions), one more token, a 300-token chunk, two tokens decoded over 2 of the cache's 4
 // splits of 256 positions and a 12-token chunk; RoPE + KV store + attention, the attention
 // outputs of every step compared. Chunks of PrefillAttention::min_tokens or more take
-// PrefillAttention (heads of 64 and 128: the fused kernel from 2 tokens; 96: the GEMMs
-// from 32, the attention kernel a block a head and token below).
+// PrefillAttention (heads of 64 and 128: the fused kernel from 2 tokens, split over the
+// keys for 12 at 451, and for 300 at 149 with 14 heads, on 132 SMs; 96: the GEMMs from 32,
+// the attention kernel a block a head and token below).
 TEST_F(CudaOps, AttentionPrefillThenDecodeAtLlamaShapes) {
   const AttentionShape shapes[] = {{32, 32, 128},  // Llama-2-7B
                                    {32, 8, 128},   // Llama-3-8B: GQA, 4 query heads per kv head
@@ -216,14 +217,18 @@ TEST_F(CudaOps, AttentionPrefillThenDecodeAtLlamaShapes) {
 // same random rotated q and caches holding positions [0, pos0 + T), in fp16 and bf16. The
 // kernel is the reference here: the test above holds it to the CPU. Tiles must see exactly
 // their own causal window. bf16 keeps 3 fewer mantissa bits than fp16, so its rounding of
-// P and of the outputs is 8x coarser: 8x the fp16 tolerance, still far below the O(1)
-// error of a wrong key, head or mask.
+// P and of the outputs is 8x coarser: 8x the fp16 tolerance. A wrong head, query tile or
+// split moves outputs by O(1) of the row's rms, but one key too many or too few among
+// ~1000 by only ~0.02: below the bf16 tolerance, so the fp16 runs (8e-3) are the ones
+// that catch an off-by-one in the mask.
 TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
   std::mt19937_64 rng{test_seed()};
   auto ctx = std::make_shared<CudaContext>();
+  ctx->sm_count = 132;  // the H100's: the split cases below split on any GPU
   struct Case {
     AttentionShape shape;
     int T, pos0;
+    bool misaligned = false;  // q read 2 bytes into a buffer: the GEMM path for any head size
   };
   // Heads of 128 and 64 dimensions take the fused kernel (flash_prefill.cuh; the scratch
   // limit does not apply; 100 tokens at 150: 4 key tiles, both K/V buffers refilled; 130
@@ -231,15 +236,24 @@ TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
   // 132 SMs (H100, H200) the fused kernel splits over the keys for 40 tokens at 1000 (32
   // blocks: 5 splits of 4 key tiles, the last of 1) and for 300 tokens at 0 with 14 heads
   // (70 blocks: 2 splits, the second holding no key of the first query tiles); 5 tokens at
-  // 300: a query tile of 5 rows in 2 splits.
+  // 300: a query tile of 5 rows in 2 splits. The GEMM path is tested at 32 dimensions and,
+  // through a q that is not 16-byte aligned, at 128.
   for (const DType act : {DType::F16, DType::BF16})
     for (const Case c : {Case{{32, 8, 128}, 77, 19}, Case{{32, 8, 128}, 100, 150}, Case{{32, 32, 128}, 130, 0},
                          Case{{32, 8, 128}, 40, 1000}, Case{{32, 8, 128}, 5, 300}, Case{{14, 2, 64}, 40, 0},
-                         Case{{14, 2, 64}, 300, 0}, Case{{8, 2, 32}, 50, 7}}) {
+                         Case{{14, 2, 64}, 300, 0}, Case{{8, 2, 32}, 50, 7}, Case{{32, 8, 128}, 40, 60, true}}) {
       const float tolerance = act == DType::BF16 ? 8 * kPrefillTolerance : kPrefillTolerance;
       const int kv_dim = c.shape.n_kv_heads * c.shape.head_dim, q_dim = c.shape.n_heads * c.shape.head_dim;
       const int width = q_dim + 2 * kv_dim, n_pos = c.pos0 + c.T;
       const Tensor qkv = random_device_acts(ctx, size_t(c.T) * width, rng, act);        // [T, width]
+      Tensor shifted;  // [1, T * width + 1]: qkv from its second element on, when misaligned
+      const void* q_data = qkv.data;
+      if (c.misaligned) {
+        shifted = device_tensor(ctx, act, 1, int64_t(c.T) * width + 1);
+        q_data = static_cast<uint8_t*>(shifted.data) + 2;
+        CUDA_CHECK(cudaMemcpy(static_cast<uint8_t*>(shifted.data) + 2, qkv.data, size_t(c.T) * width * 2,
+                              cudaMemcpyDeviceToDevice));
+      }
       const Tensor keys = random_device_acts(ctx, size_t(n_pos) * kv_dim, rng, act);    // [n_pos, kv_dim]
       const Tensor values = random_device_acts(ctx, size_t(n_pos) * kv_dim, rng, act);  // [n_pos, kv_dim]
       Tensor pos0 = device_tensor(ctx, DType::I32, 1, 1);
@@ -252,12 +266,17 @@ TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
           },
           act);
       const size_t row_bytes = size_t(c.shape.n_heads) * n_pos * (4 + 2);
-      for (const size_t scratch : {PrefillAttention::kDefaultMaxScratchBytes, 17 * row_bytes, row_bytes}) {
+      std::vector<size_t> scratch_limits{PrefillAttention::kDefaultMaxScratchBytes};
+      if (!PrefillAttention::fused(c.shape.head_dim) || c.misaligned) {  // the GEMMs' query tiles
+        scratch_limits.push_back(17 * row_bytes);
+        scratch_limits.push_back(row_bytes);
+      }
+      for (const size_t scratch : scratch_limits) {
         PrefillAttention attention(ctx, act, scratch);
         const std::vector<float> got = poisoned_output_of(
             ctx, c.T, q_dim,
             [&](void* out) {
-              attention.run(keys.data, values.data, c.pos0, qkv.data, width, c.T, c.shape.n_heads,
+              attention.run(keys.data, values.data, c.pos0, q_data, width, c.T, c.shape.n_heads,
                             c.shape.n_kv_heads, c.shape.head_dim, out);
             },
             act);
@@ -275,9 +294,10 @@ TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
                                       << i << ": kernel " << a[i] << " prefill " << b[i];
           }
         }
-        std::cout << "[cuda_ops] prefill attention " << dtype_name(act) << " " << c.shape.n_heads << "/"
-                  << c.shape.n_kv_heads << " x " << c.shape.head_dim << ", T " << c.T << " at " << c.pos0
-                  << ", scratch " << scratch << " B: worst " << worst << " (tol " << tolerance << ")\n";
+        std::cout << "[cuda_ops] prefill attention " << dtype_name(act) << (c.misaligned ? " misaligned q " : " ")
+                  << c.shape.n_heads << "/" << c.shape.n_kv_heads << " x " << c.shape.head_dim << ", T " << c.T
+                  << " at " << c.pos0 << ", scratch " << scratch << " B: worst " << worst << " (tol " << tolerance
+                  << ")\n";
       }
     }
 }
