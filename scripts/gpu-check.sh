@@ -31,7 +31,9 @@
 # formats took ~70 s at -r 3, so four of them are half of a 10-minute device call;
 # GEMLITE_GPU_AB_PROMPTS=32,64 adds those prompt lengths (llama-bench's -p) to each model
 # run, GEMLITE_GPU_AB_GENERATE=0 drops the tg128: a prefill A/B; a llama3-8b run of three
-# prompt lengths took ~100 s, most of it building the random weights),
+# prompt lengths took ~100 s, most of it building the random weights;
+# GEMLITE_GPU_AB_DEPTH=0,4096 runs each test after that many tokens too, llama-bench's -d:
+# a llama2-7b q4g64 run of -p 32,128,512 -n 0 -d 4096 -r 2 took ~50 s),
 # GEMLITE_GPU_PROFILE="llama2-7b q4g64" (ncu time per kernel of a decode step and of a
 # 512-token prefill of that synthetic model and format, eager and at ncu's locked clock;
 # the whole-model bench's --trace lines, $out/trace.txt, show the step as the graph runs it),
@@ -173,7 +175,7 @@ run() {
         if [ -z "${GEMLITE_GPU_SKIP_MODEL_BENCH:-}" ]; then
           for model in ${GEMLITE_GPU_MODELS:-tinyllama-1.1b}; do
             "$bin" --device cuda --synthetic "$model" -f "$formats" -p "${GEMLITE_GPU_AB_PROMPTS:-0}" \
-              -n "${GEMLITE_GPU_AB_GENERATE:-128}" -r "${GEMLITE_GPU_AB_REPS:-3}" \
+              -n "${GEMLITE_GPU_AB_GENERATE:-128}" -r "${GEMLITE_GPU_AB_REPS:-3}" -d "${GEMLITE_GPU_AB_DEPTH:-0}" \
               2>>"$out/model-bench.log" >>"$out/ab-models-$side-$round.md" || status=1
           done
         fi
