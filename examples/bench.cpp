@@ -24,6 +24,7 @@
 #include "kernels/bench/fpx_bench.h"
 #include "kernels/bench/gemv_bench.h"
 #include "kernels/bench/kernel_trace.h"
+#include "runtime/cuda/attention_bench.h"
 #endif
 
 using namespace gemlite;
@@ -311,7 +312,8 @@ int main(int argc, char** argv) {
         ("t,threads", "CPU threads (0 = all cores)", cxxopts::value<int>()->default_value("0"))
         ("kernels", "GPU kernel benchmarks instead: each QuantLinear kernel vs cuBLAS and the copy "
                     "bandwidth, cold L2 (CUDA builds only)")
-        ("kernel-set", "With --kernels: gemv (qN GEMV), fpx (fp6 matmul, M = 1..512) or all",
+        ("kernel-set", "With --kernels: gemv (qN GEMV), fpx (fp6 matmul, M = 1..512), attention (decode "
+                       "attention over 512..16384 positions) or all",
          cxxopts::value<std::string>()->default_value("all"))
         ("trace", "After the tests, one decode step of each model kernel by kernel as the CUDA graph "
                   "runs it (CUPTI): start, duration and time added per kernel, on stderr ('trace' lines)");
@@ -319,9 +321,11 @@ int main(int argc, char** argv) {
     if (args.count("kernels")) {
 #ifdef GEMLITE_WITH_CUDA
       const std::string set = args["kernel-set"].as<std::string>();
-      if (set != "all" && set != "gemv" && set != "fpx") throw Error("--kernel-set " + set + ": expected gemv, fpx or all");
-      if (set != "fpx") run_gemv_benchmarks(stdout);
-      if (set != "gemv") run_fpx_benchmarks(stdout);
+      if (set != "all" && set != "gemv" && set != "fpx" && set != "attention")
+        throw Error("--kernel-set " + set + ": expected gemv, fpx, attention or all");
+      if (set == "all" || set == "gemv") run_gemv_benchmarks(stdout);
+      if (set == "all" || set == "fpx") run_fpx_benchmarks(stdout);
+      if (set == "all" || set == "attention") run_attention_benchmarks(stdout);
       return 0;
 #else
       throw Error("--kernels needs a build with CUDA (this one has none)");

@@ -14,7 +14,7 @@ from collections import defaultdict
 
 def kernel_lines(path):
     """'gemv q4g64 fp16 K=4096 N=4096 M=1' -> (us, % of copy) for each benchmark line."""
-    pattern = re.compile(r"^((?:cublas|gemv|fpx) [^:]+): ([\d.]+) us, [\d.]+ GB/s, ([\d.]+) % of copy")
+    pattern = re.compile(r"^((?:cublas|gemv|fpx|attention) [^:]+): ([\d.]+) us, [\d.]+ GB/s, ([\d.]+) % of copy")
     with open(path) as f:
         for line in f:
             m = pattern.match(line)

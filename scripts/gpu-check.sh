@@ -137,7 +137,7 @@ run() {
     echo "== table (copy bandwidth, then per shape: cuBLAS and each format; us, GB/s, % of copy, x cuBLAS)"
     grep -E '^(device|copy):' "$out/bench.log" || true
     # "<what>: T us, B GB/s, P % of copy[, X cuBLAS]" -> one aligned row
-    awk -F': ' '/^(cublas|gemv|gemm|dequant|fpx) / {n = split($2, v, ", "); sub(/ us/, "", v[1]); sub(/ GB\/s/, "", v[2]);
+    awk -F': ' '/^(cublas|gemv|gemm|dequant|fpx|attention) / {n = split($2, v, ", "); sub(/ us/, "", v[1]); sub(/ GB\/s/, "", v[2]);
          sub(/ % of copy/, "", v[3]); x = n > 3 ? v[4] : ""; sub(/ cuBLAS/, "", x); c = n > 4 ? v[5] : "";
          printf "%-48s %9s us %6s GB/s %5s %% %7s %s\n", $1, v[1], v[2], v[3], x, c}' \
       "$out/bench.log" | tee "$out/table.txt"
