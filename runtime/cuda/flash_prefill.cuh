@@ -27,13 +27,12 @@
 
 #include "kernels/device_util.cuh"
 #include "runtime/cuda/act_type.cuh"
+#include "runtime/cuda/flash_prefill_launch.h"
 
 namespace gemlite {
 namespace {
 
-constexpr int kFlashQueries = 64;  // a block's query tile: 4 warps of 16 rows
-constexpr int kFlashKeys = 64;     // a key tile
-constexpr int kFlashThreads = 128;
+constexpr int kFlashThreads = 128;  // 4 warps of 16 query rows (kFlashQueries: flash_prefill_launch.h)
 static_assert(kFlashQueries == kFlashKeys, "copy_tile copies Q tiles as it copies K and V tiles");
 
 template <int HD>

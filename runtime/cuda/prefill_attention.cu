@@ -126,22 +126,8 @@ void PrefillAttention::run(const void* key_cache, const void* value_cache, int p
 void PrefillAttention::run_fused(const void* key_cache, const void* value_cache, int pos0, const void* qkv,
                                  int64_t qkv_stride, int64_t T, int n_heads, int n_kv_heads, int head_dim, void* out) {
   const int group = n_heads / n_kv_heads, kv_dim = n_kv_heads * head_dim, out_stride = n_heads * head_dim;
-  const int query_tiles = int((T + kFlashQueries - 1) / kFlashQueries);
-  const int key_tiles = int((pos0 + T + kFlashKeys - 1) / kFlashKeys);  // of the last query tile
-  // Split over the keys only when the query tiles leave SMs idle: to ~kBlocksPerSm blocks
-  // an SM (two fit at heads of 128, 87 KB of shared memory each; blocks of splits past a
-  // query tile's keys count too, though they exit at once), and no more than one split
-  // per kTilesASplit key tiles (the last split may be shorter), so that the partials
-  // (written, read back, merged) stay a small share of the work. Chosen, not swept:
-  // measured only as a whole (llama2-7b q4g64 @ d4096, H100: pp32 19 % slower unsplit
-  // than the GEMMs, 70 % faster split; runtime/cuda/MEASURED.md).
-  constexpr int kBlocksPerSm = 2, kTilesASplit = 4;
-  int splits = 1;
-  if (query_tiles * n_heads < ctx_->sm_count)
-    splits = std::min((kBlocksPerSm * ctx_->sm_count + query_tiles * n_heads - 1) / (query_tiles * n_heads),
-                      (key_tiles + kTilesASplit - 1) / kTilesASplit);
-  const int tiles_per_split = (key_tiles + splits - 1) / splits;
-  splits = (key_tiles + tiles_per_split - 1) / tiles_per_split;
+  const FlashPrefillLaunch layout = flash_prefill_launch(T, pos0, n_heads, ctx_->sm_count);
+  const int splits = layout.splits, tiles_per_split = layout.tiles_per_split;
   // [splits][T][n_heads][head_dim + 2] fp32 when split
   float* partials = splits > 1 ? static_cast<float*>(ctx_->scratch(
                                      size_t(splits) * size_t(T) * n_heads * (head_dim + 2) * sizeof(float),
@@ -149,7 +135,7 @@ void PrefillAttention::run_fused(const void* key_cache, const void* value_cache,
                                : nullptr;
   constexpr float kLog2e = 1.4426950408889634f;  // the kernel's softmax runs in exp2
   const float scale_log2 = kLog2e / std::sqrt(float(head_dim));
-  const dim3 grid{unsigned(query_tiles), unsigned(n_heads), unsigned(splits)};
+  const dim3 grid{unsigned(layout.query_tiles), unsigned(n_heads), unsigned(splits)};
   dispatch_act(act_, "prefill attention", [&](auto tag) {
     using Act = decltype(tag);
     const auto launch = [&](auto flash) {
