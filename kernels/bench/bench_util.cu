@@ -35,6 +35,7 @@ BenchSession::BenchSession(FILE* log) {
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   std::fprintf(log, "device: %s, %d SMs, %d MB L2\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  sms = prop.multiProcessorCount;
   copy_gbs = device_copy_bandwidth_gbs(log);
   const size_t workspace_bytes = size_t(32) << 20;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

@@ -28,6 +28,7 @@ class BenchSession {
   BenchSession& operator=(const BenchSession&) = delete;
 
   double copy_gbs = 0;  // GB/s, bytes read + written
+  int sms = 0;          // the device's SMs
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
 

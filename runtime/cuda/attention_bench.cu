@@ -21,16 +21,10 @@ AttentionBenchOptions with_environment(AttentionBenchOptions options) {
   return options;
 }
 
-int sm_count() {
-  int device = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
 // One decode step's attention of one layer: the token at position ctx - 1 over a full cache.
 void bench_decode(FILE* out, const AttentionBenchOptions& options, const AttentionShape& shape, int ctx, DType act,
-                  cudaStream_t stream, double copy_gbs) {
+                  const BenchSession& session) {
+  cudaStream_t stream = session.stream;
   if (ctx < 1) throw Error("GEMLITE_BENCH_CTX: a context of " + std::to_string(ctx) + " positions (need >= 1)");
   const int hd = shape.head_dim, kv_dim = shape.n_kv_heads * hd;
   const size_t cache_bytes = size_t(ctx) * kv_dim * 2;  // keys or values [ctx, kv_dim]
@@ -58,7 +52,7 @@ void bench_decode(FILE* out, const AttentionBenchOptions& options, const Attenti
   CUDA_CHECK(cudaMalloc(&pos0, sizeof(int)));
   CUDA_CHECK(cudaMemcpy(pos0, &position, sizeof(int), cudaMemcpyHostToDevice));
   // As CudaKVCache splits a cache of ctx positions.
-  AttentionSplits splits = attention_splits_for(ctx, shape.n_heads, sm_count());
+  AttentionSplits splits = attention_splits_for(ctx, shape.n_heads, session.sms);
   float* partials = nullptr;  // [n_heads, count, hd + 2]
   unsigned* counters = nullptr;  // [n_heads]
   if (splits.count > 1) {
@@ -76,7 +70,7 @@ void bench_decode(FILE* out, const AttentionBenchOptions& options, const Attenti
                      inv_freq_device);
   });
   const double bytes = double(position) * kv_dim * 2 * 2 + double(qkv_elements + out_elements) * 2;
-  const double gbs = bytes / us * 1e-3;
+  const double gbs = bytes / us * 1e-3, copy_gbs = session.copy_gbs;
   std::fprintf(out, "attention decode %s %d/%dx%d ctx=%d: %.1f us, %.0f GB/s, %.1f %% of copy, %d splits\n",
                act_name(act), shape.n_heads, shape.n_kv_heads, hd, ctx, us, gbs, 100.0 * gbs / copy_gbs,
                splits.count);
@@ -96,7 +90,7 @@ void run_attention_benchmarks(FILE* out, const AttentionBenchOptions& given) {
   const BenchSession session(out);
   for (const DType act : options.activations)
     for (const AttentionShape& shape : options.shapes)
-      for (const int ctx : options.contexts) bench_decode(out, options, shape, ctx, act, session.stream, session.copy_gbs);
+      for (const int ctx : options.contexts) bench_decode(out, options, shape, ctx, act, session);
 }
 
 }  // namespace gemlite
