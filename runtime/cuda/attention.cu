@@ -90,9 +90,10 @@ constexpr int kAttentionBlocksPerSm = 2;
 // grid.x = T * n_heads (block b: head b % n_heads of token b / n_heads; on x, whose limit
 // is 2^31 - 1, not on y with its 65535), grid.y = splits.count, blockDim.x = kAttentionThreads.
 // With several splits (decode, AttentionSplits), block (b, s) attends to positions
-// [s * span, (s + 1) * span) only and leaves its (acc [hd], max, sum) in splits.partials;
-// the last block of b to finish (a ticket from splits.counters) merges them into out and
-// resets the counter, so no second launch is needed and graph replays find it at zero.
+// [s * span, (s + 1) * span) only and leaves its (acc [hd], max in log2 units, sum) in
+// splits.partials; the last block of b to finish (a ticket from splits.counters) merges
+// them into out and resets the counter, so no second launch is needed and graph replays
+// find it at zero.
 //
 // A group of `lanes` threads (hd / 8 rounded up to a power of two) takes kPositionsPerGroup
 // positions per round, each thread 8 dimensions (one 16-byte load of the key and of the value row); the
@@ -150,10 +151,26 @@ __device__ __forceinline__ void rope_piece(float (&x)[8], int piece, int pieces,
   }
 }
 
+// The sum of x over a group of `lanes` lanes (a power of two up to 32, the same for the
+// whole warp). Unrolled under a warp-uniform guard: as a loop over lanes, each step cost
+// a shift, a compare and a branch beside its shuffle and add (the SASS of the fp16 kernel).
+// ncu had found the kernel issuing ~160 instructions per position and lane (32/32 heads x
+// 128 at ctx 4096, H200), with 16 warps an SM at 8.2 cycles between a warp's instructions.
+// This sum, exp2 for expf, no re-zeroing of k and v each round and one L2 prefetch a line
+// took it (one H200, interleaved with the code before, fp16) at ctx 512 11.3 -> 10.4 us,
+// 4096 27.0 -> 26.3, 32/8 heads at 16384 66.8 -> 62.5; llama2-7b q4g64 tg128 501.4 /
+// 499.3 -> 504.9 / 504.3 tok/s, at d4096 372.8 / 372.0 -> 377.0 / 377.3.
+__device__ __forceinline__ float group_sum(float x, int lanes) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    if (offset < lanes) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
 template <typename Act>
 __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
     attention_kernel(Act* key_cache, Act* value_cache, const Act* q, int64_t q_stride, const int* pos0,
-                     int n_heads, int group, int head_dim, int kv_dim, float scale, AttentionSplits splits,
+                     int n_heads, int group, int head_dim, int kv_dim, float scale_log2, AttentionSplits splits,
                      const float* rope_inv_freq, Act* out) {
   pdl_launch_dependents();  // a PDL successor (the GEMVs) may start now (kernels/pdl.cuh)
   __shared__ float slot_max[kAttentionThreads];          // [n_slots]
@@ -212,13 +229,17 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
   // 461.6, fp6 382.4 / 380.3 vs 374.1. The 4096 x 4096 GEMV after it is bound by latency,
   // not by where its bytes come from (an earlier whole-slice prefetch: kernels/pdl.cuh).
   load_round(begin, begin, earlier_end);
-  for (int base = begin + kPositionsPerGroup * n_slots; base < earlier_end; base += kPositionsPerGroup * n_slots) {
-#pragma unroll
-    for (int u = 0; u < kPositionsPerGroup; ++u) {
-      const int p = base + u * n_slots + slot;
-      if (active && p < earlier_end) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(keys + int64_t(p) * kv_dim));
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(values + int64_t(p) * kv_dim));
+  // One prefetch a 128-byte line (every 8th piece of a row), the block's threads spread over
+  // the positions: a prefetch per thread and round (16 a row) had cost ~80 instructions a
+  // round before the wait, more than the round itself (the SASS of the fp16 kernel).
+  {
+    const int lines = (pieces + 7) / 8;  // of a row; thread tid takes line tid % lines
+    const int line = tid % lines, per_pass = kAttentionThreads / lines;
+    if (tid < per_pass * lines) {
+      for (int p = begin + kPositionsPerGroup * n_slots + tid / lines; p < earlier_end; p += per_pass) {
+        const int64_t offset = int64_t(p) * kv_dim + kv_offset + 64 * line;  // elements
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(key_cache + offset));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(value_cache + offset));
       }
     }
   }
@@ -228,7 +249,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
   if (!live) return;  // past the context (after the wait: kernels/pdl.cuh)
   load_round(begin, earlier_end, cached_end);
 
-  float query[8] = {};  // this thread's dimensions of q, times the softmax scale
+  float query[8] = {};  // this thread's dimensions of q, times the softmax scale and log2(e)
   if (active) unpack8<Act>(*reinterpret_cast<const uint4*>(q + t * q_stride + h * head_dim + 8 * piece), query);
   float key_now[8] = {}, value_now[8] = {};  // fused_rope: this token's k (rotated) and v
   if (fused_rope) {
@@ -253,17 +274,15 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
     }
   }
 #pragma unroll
-  for (int i = 0; i < 8; ++i) query[i] *= scale;
+  for (int i = 0; i < 8; ++i) query[i] *= scale_log2;
 
   float running_max = -INFINITY, running_sum = 0, acc[8] = {};
   // Rounds are the same for every thread (shuffles need the whole warp): a position past
   // `cached_end` scores -inf and weighs 0.
   for (int base = begin; base < cached_end; base += kPositionsPerGroup * n_slots) {
-    if (base != begin) {
-#pragma unroll
-      for (int u = 0; u < kPositionsPerGroup; ++u) k[u] = v[u] = make_uint4(0, 0, 0, 0);
-      load_round(base, base, cached_end);
-    }
+    // Positions past cached_end keep an earlier round's key and value (or the first
+    // round's zeros): finite, and weighed 0.
+    if (base != begin) load_round(base, base, cached_end);
     float score[kPositionsPerGroup];
     float new_max = running_max;
 #pragma unroll
@@ -273,18 +292,18 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
       float dot = 0;
 #pragma unroll
       for (int i = 0; i < 8; ++i) dot += query[i] * key[i];
-      for (int offset = lanes / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+      dot = group_sum(dot, lanes);
       score[u] = base + u * n_slots + slot < cached_end ? dot : -INFINITY;
       new_max = fmaxf(new_max, score[u]);
     }
     if (new_max == -INFINITY) continue;  // no position of this group yet
-    const float rescale = expf(running_max - new_max);  // 0 on the group's first position
+    const float rescale = exp2f(running_max - new_max);  // 0 on the group's first position
     running_sum *= rescale;
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] *= rescale;
 #pragma unroll
     for (int u = 0; u < kPositionsPerGroup; ++u) {
-      const float w = expf(score[u] - new_max);  // exp(-inf) = 0 past `end`
+      const float w = exp2f(score[u] - new_max);  // 2^-inf = 0 past `end`
       float value[8];
       unpack8<Act>(v[u], value);
       running_sum += w;
@@ -297,10 +316,10 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
     float dot = 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) dot += query[i] * key_now[i];
-    for (int offset = lanes / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+    dot = group_sum(dot, lanes);
     if (slot == 0) {
       const float new_max = fmaxf(running_max, dot);
-      const float rescale = expf(running_max - new_max), w = expf(dot - new_max);
+      const float rescale = exp2f(running_max - new_max), w = exp2f(dot - new_max);
       running_sum = running_sum * rescale + w;
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[i] = acc[i] * rescale + w * value_now[i];
@@ -323,7 +342,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
   float block_sum = 0, block_acc = 0;  // block_acc: dimension tid
   if (block_max != -INFINITY) {
     for (int s = 0; s < n_slots; ++s) {
-      const float w = expf(slot_max[s] - block_max);  // 0 for a group without positions
+      const float w = exp2f(slot_max[s] - block_max);  // 0 for a group without positions
       block_sum += w * slot_sum[s];
       if (tid < head_dim) block_acc += w * slot_acc[s * head_dim + tid];
     }
@@ -354,7 +373,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
   if (tid < head_dim) {
     float sum = 0, weight = 0;
     for (int s = 0; s < live_splits; ++s) {
-      const float w = expf(__ldcg(all + s * stride + head_dim) - max_all);  // split 0 holds position 0: max finite
+      const float w = exp2f(__ldcg(all + s * stride + head_dim) - max_all);  // split 0 holds position 0: max finite
       sum += w * __ldcg(all + s * stride + tid);
       weight += w * __ldcg(all + s * stride + head_dim + 1);
     }
@@ -428,13 +447,15 @@ void launch_attention(void* key_cache, void* value_cache, const int* pos0, const
                 " positions for " + std::to_string(T) + " tokens (several splits: one token, with partials)");
   if (T * n_heads > (int64_t(1) << 31) - 1) throw Error("cuda attention: " + std::to_string(T) + " tokens x " +
                                                        std::to_string(n_heads) + " heads exceed the grid");
-  const float scale = 1.0f / std::sqrt(float(head_dim));
+  // Scores in log2 units (exp2 is one MUFU.EX2 where expf was ~8 instructions), as the
+  // CPU's exp(s - max) = 2^((s - max) log2 e).
+  const float scale_log2 = float(1.4426950408889634 / std::sqrt(double(head_dim)));  // log2(e) / sqrt(hd)
   dispatch_act(act, "attention", [&](auto tag) {
     using Act = decltype(tag);
     const dim3 grid(unsigned(T * n_heads), unsigned(splits.count));
     launch_pdl("attention_kernel", attention_kernel<Act>, grid, dim3(kAttentionThreads), 0, stream,
                static_cast<Act*>(key_cache), static_cast<Act*>(value_cache), static_cast<const Act*>(qkv),
-               qkv_stride, pos0, n_heads, n_heads / n_kv_heads, head_dim, kv_dim, scale, splits, rope_inv_freq,
+               qkv_stride, pos0, n_heads, n_heads / n_kv_heads, head_dim, kv_dim, scale_log2, splits, rope_inv_freq,
                static_cast<Act*>(out));
   });
 }
