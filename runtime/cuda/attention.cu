@@ -157,7 +157,7 @@ __device__ __forceinline__ void rope_piece(float (&x)[8], int piece, int pieces,
 // ncu had found the kernel issuing ~160 instructions per position and lane (32/32 heads x
 // 128 at ctx 4096, H200), with 16 warps an SM at 8.2 cycles between a warp's instructions.
 // This sum, exp2 for expf, no re-zeroing of k and v each round and one L2 prefetch a line
-// took it (one H200, interleaved with the code before, fp16) at ctx 512 11.3 -> 10.4 us,
+// (since dropped, see the kernel) took it (one H200, interleaved with the code before, fp16) at ctx 512 11.3 -> 10.4 us,
 // 4096 27.0 -> 26.3, 32/8 heads at 16384 66.8 -> 62.5; llama2-7b q4g64 tg128 501.4 /
 // 499.3 -> 504.9 / 504.3 tok/s, at d4096 372.8 / 372.0 -> 377.0 / 377.3.
 __device__ __forceinline__ float group_sum(float x, int lanes) {
@@ -216,12 +216,18 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
 #pragma unroll
   for (int u = 0; u < kPositionsPerGroup; ++u) k[u] = v[u] = make_uint4(0, 0, 0, 0);
   // The first round's positions of earlier steps do not depend on the kernels before:
-  // fetched while they finish; later rounds' are pulled into L2 (the cache of 32 layers
-  // does not stay there between steps), and the rotation's cos and sin computed. Decode
-  // attention was ~10 % of a llama2-7b q4g64 token (tg128 452 -> 501 tok/s with the kernel
-  // returning right after the wait, an upper bound); these two moves took tg128 447.3 ->
-  // 461.9 (A/B on one machine, GEMLITE_GPU_BASE_REV, two rounds: 447.9 / 446.7 -> 461.8 /
-  // 462.1). Most of what is left is the two kernel boundaries around it.
+  // fetched while they finish, and the rotation's cos and sin computed. Decode attention
+  // was ~10 % of a llama2-7b q4g64 token (tg128 452 -> 501 tok/s with the kernel returning
+  // right after the wait, an upper bound); this, with an L2 prefetch of the later rounds,
+  // took tg128 447.3 -> 461.9 (A/B on one machine, two rounds: 447.9 / 446.7 -> 461.8 /
+  // 462.1). The prefetch is gone: every block pulling its whole span into L2 flooded it at
+  // depth (32 layers x 64 MB of K/V at d4096 against a 50-60 MB L2), and without it (one
+  // H200, same binary, fp16) ctx 4096 took 26.4 -> 21.9 us (61 -> 73 % of the copy), ctx
+  // 16384 86.3 -> 65.4 (74 -> 98 %), 32/8 heads at 16384 63.4 -> 48.3, and llama2-7b q4g64
+  // tg128 @ d4096 377.8 -> 395.7 tok/s, tg128 504.5 -> 503.6 (runs of the code with it:
+  // 497.2-505.5). Only GQA at short contexts lost a little (32/8 heads ctx 512 9.4 -> 9.9
+  // us). Prefetching two rounds ahead, before the wait or inside the loop, measured between
+  // the two (d4096 382.6-391.0).
   // Tried (twelfth session) and dropped: every block, the dead splits' too, pulling the
   // output projection's weights (scales, then codes, up to 16 MB) into L2 before the wait
   // with cp.async.bulk.prefetch.L2, since DRAM idles while attention runs. llama2-7b tg128
@@ -229,20 +235,6 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
   // 461.6, fp6 382.4 / 380.3 vs 374.1. The 4096 x 4096 GEMV after it is bound by latency,
   // not by where its bytes come from (an earlier whole-slice prefetch: kernels/pdl.cuh).
   load_round(begin, begin, earlier_end);
-  // One prefetch a 128-byte line (every 8th piece of a row), the block's threads spread over
-  // the positions: a prefetch per thread and round (16 a row) had cost ~80 instructions a
-  // round before the wait, more than the round itself (the SASS of the fp16 kernel).
-  {
-    const int lines = (pieces + 7) / 8;  // of a row; thread tid takes line tid % lines
-    const int line = tid % lines, per_pass = kAttentionThreads / lines;
-    if (tid < per_pass * lines) {
-      for (int p = begin + kPositionsPerGroup * n_slots + tid / lines; p < earlier_end; p += per_pass) {
-        const int64_t offset = int64_t(p) * kv_dim + kv_offset + 64 * line;  // elements
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(key_cache + offset));
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(value_cache + offset));
-      }
-    }
-  }
   const bool live = int(blockIdx.y) < live_splits;  // the others leave after the wait
   const RopeAngles angles = fused_rope && live ? rope_angles(piece, pieces, pos, rope_inv_freq) : RopeAngles{};
   pdl_wait();
