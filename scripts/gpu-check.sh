@@ -9,8 +9,10 @@
 #   there:  bash scripts/gpu-check.sh run
 #           e.g. through the device tool: run(command="bash scripts/gpu-check.sh run",
 #           carry=[".gpu"]). Runs the GPU tests, compute-sanitizer memcheck + racecheck on
-#           a quick subset, the benchmarks, then scripts/compare_transformers.py; full logs go to $OUT (or .gpu/out), and a
-#           short table is printed last.
+#           a quick subset, the benchmarks, then scripts/compare_transformers.py; full logs go to .gpu/out,
+#           and into $OUT as one archive, gpu-check-logs.tar.gz (the device tool returns at most 8
+#           files; the archive is refreshed after each stage, so a run cut off at the call's time
+#           limit still returns what it did), and a short table is printed last.
 #
 # Folders (environment, for both steps): GEMLITE_GPU_DIR (default .gpu: what travels; give
 # each worktree its own, e.g. .gpu-fpx, and name it in carry), GEMLITE_GPU_BUILD (default
@@ -21,7 +23,7 @@
 # and tg128 there without the split decode attention),
 # GEMLITE_GPU_SKIP_COMPARE=1 (transformers), GEMLITE_GPU_SKIP_SANITIZER=1, GEMLITE_GPU_TEST_FILTER=<gtest filter>,
 # GEMLITE_BENCH_ARGS=<extra arguments of gemlite-bench --kernels>,
-# GEMLITE_GPU_SASS=1 (disassemble the qN GEMV kernels into $OUT/sass.txt),
+# GEMLITE_GPU_SASS=1 (disassemble the qN GEMV kernels into sass.txt),
 # GEMLITE_GPU_BASE_REV=<git revision> (pack also builds that revision's gemlite-bench into
 # <dir>/base/; run then times it against this build on the same machine, interleaved,
 # instead of the plain benchmarks: the kernel benchmarks and the models' tg128, two rounds
@@ -82,8 +84,9 @@ pack() {
 }
 
 run() {
-  local out="${OUT:-$dir/out}"
-  mkdir -p "$out"
+  local out="$dir/out"
+  rm -rf "$out" && mkdir -p "$out"
+  publish() { if [ -n "${OUT:-}" ]; then tar -czf "$OUT/gpu-check-logs.tar.gz" -C "$out" . || true; fi; }
   export LD_LIBRARY_PATH="$PWD/$dir/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local tests="$dir"/gemlite-gpu-tests status=0
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/device.txt"
@@ -93,6 +96,7 @@ run() {
     "$tests" --gtest_filter="${GEMLITE_GPU_TEST_FILTER:-*}" --gtest_output="xml:$out/tests.xml" \
       >"$out/tests.log" 2>&1 || status=1
     grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED|worst' "$out/tests.log" | tail -60 || true
+    publish
   fi
   if [ -z "${GEMLITE_GPU_SKIP_TESTS:-}" ] && [ -z "${GEMLITE_GPU_SKIP_SANITIZER:-}" ]; then
     echo "== compute-sanitizer (quick subset)"
@@ -102,6 +106,7 @@ run() {
     compute-sanitizer --tool racecheck --error-exitcode 1 "$tests" --gtest_filter='CudaOps.*:PrefillAttention.*:AttentionSplits.*:AttentionFusedRope.*:GemvQnFusedNorm.*:CudaGemvDense.FusedNorm*:GemvQnEdges.*:GemmFpxEdges.TiledKernelSmall:GemmQnEdges.SwigluPairWritesStoredOrder:GemmQnS7.*:GemmFpxFusedNorm.*:CudaTopK.AllNaN*:CudaBackendSampling.*:CudaBackendGreedy.*' \
       >>"$out/sanitizer.log" 2>&1 || status=1
     grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' "$out/sanitizer.log" | tail -10 || true
+    publish
   fi
 
   if [ -n "${GEMLITE_GPU_SASS:-}" ]; then
@@ -141,6 +146,7 @@ run() {
          sub(/ % of copy/, "", v[3]); x = n > 3 ? v[4] : ""; sub(/ cuBLAS/, "", x); c = n > 4 ? v[5] : "";
          printf "%-48s %9s us %6s GB/s %5s %% %7s %s\n", $1, v[1], v[2], v[3], x, c}' \
       "$out/bench.log" | tee "$out/table.txt"
+    publish
   fi
   if [ -z "${GEMLITE_GPU_SKIP_MODEL_BENCH:-}" ] && [ -z "$ab" ]; then
     for model in ${GEMLITE_GPU_MODELS:-tinyllama-1.1b}; do
@@ -156,6 +162,7 @@ run() {
         GEMLITE_NO_ATTENTION_SPLITS=1 "$dir"/gemlite-bench --device cuda --synthetic "$model" -f q4g64 -r 2 -p 0 \
           -d "$GEMLITE_GPU_DEPTH" 2>>"$out/model-bench.log" | tee -a "$out/model-bench.md" || status=1
       fi
+      publish
     done
   fi
   if [ -n "$ab" ]; then
@@ -179,6 +186,7 @@ run() {
               2>>"$out/model-bench.log" >>"$out/ab-models-$side-$round.md" || status=1
           done
         fi
+        publish
       done
     done
     python3 scripts/ab_summary.py "$out" | tee "$out/ab.txt" || status=1
@@ -196,7 +204,8 @@ run() {
     python3 scripts/compare_transformers.py --bin "$dir" --out /tmp/gemlite-compare \
       2>"$out/compare.log" | tee "$out/compare.txt" || status=1
   fi
-  [ "$status" -eq 0 ] && echo "gpu-check: OK" || echo "gpu-check: FAILURES (see $out)"
+  publish
+  [ "$status" -eq 0 ] && echo "gpu-check: OK" || echo "gpu-check: FAILURES (logs: $out, and gpu-check-logs.tar.gz in \$OUT)"
   return "$status"
 }
 
