@@ -105,6 +105,12 @@ constexpr int kAttentionBlocksPerSm = 2;
 // Llama-2-7B decode with under 10 positions (ncu, H100), 4.4 % of a token. With this one
 // (and gemv_qn_swiglu, built in the same run): llama2-7b q4g64 tg128 347.4 -> 368.4 tok/s,
 // and at depth 4096 (-d 4096) 212.6 -> 288.5 tok/s (170.3 without the split).
+// Its rounds are bound by latency more than by issue: ncu found ~160 instructions issued
+// per position and lane (32/32 heads x 128 at ctx 4096, H200) at 16 warps an SM, 8.2
+// cycles between a warp's instructions. Cutting them (group_sum unrolled, exp2 on
+// log2-unit scores, k and v zeroed once) took ctx 512 11.3 -> 10.4 us and ctx 4096 27.0
+// -> 26.3 (one H200, interleaved with the code before), llama2-7b q4g64 tg128 501.4 /
+// 499.3 -> 504.9 / 504.3 tok/s (runtime/cuda/MEASURED.md).
 // PRECOND: head_dim % 8 == 0, head_dim <= kMaxAttentionHeadDim; q, caches 16-byte aligned
 // rows (checked by launch_attention).
 static_assert(kMaxAttentionHeadDim <= kAttentionThreads && kMaxAttentionHeadDim <= 8 * 32,
@@ -154,12 +160,6 @@ __device__ __forceinline__ void rope_piece(float (&x)[8], int piece, int pieces,
 // The sum of x over a group of `lanes` lanes (a power of two up to 32, the same for the
 // whole warp). Unrolled under a warp-uniform guard: as a loop over lanes, each step cost
 // a shift, a compare and a branch beside its shuffle and add (the SASS of the fp16 kernel).
-// ncu had found the kernel issuing ~160 instructions per position and lane (32/32 heads x
-// 128 at ctx 4096, H200), with 16 warps an SM at 8.2 cycles between a warp's instructions.
-// This sum, exp2 for expf, no re-zeroing of k and v each round and one L2 prefetch a line
-// (since dropped, see the kernel) took it (one H200, interleaved with the code before, fp16) at ctx 512 11.3 -> 10.4 us,
-// 4096 27.0 -> 26.3, 32/8 heads at 16384 66.8 -> 62.5; llama2-7b q4g64 tg128 501.4 /
-// 499.3 -> 504.9 / 504.3 tok/s, at d4096 372.8 / 372.0 -> 377.0 / 377.3.
 __device__ __forceinline__ float group_sum(float x, int lanes) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2)
