@@ -76,17 +76,6 @@ __global__ void rope_store_kernel(Act* qkv, int64_t qkv_stride, Act* key_cache, 
   }
 }
 
-// Positions one thread group takes per round, their key and value loads all in flight.
-// 8 (a round of 128 at head_dim 128: tg128's whole context loaded before the PDL wait;
-// 146 registers, so one block an SM and splits sized for one) measured llama2-7b q4g64
-// tg128 475.4 / 475.1 -> 478.1 / 479.5 tok/s but at depth 4096 335.8 / 335.4 -> 327.4 /
-// 326.1; 6 (117 registers) 469.6 / 473.8 and 335.9 / 336.2 (one H100, interleaved, two
-// rounds, 2026-11-27). Not kept.
-constexpr int kPositionsPerGroup = 4;
-// Blocks of attention_kernel an SM holds (its launch bounds cap the registers to fit them);
-// attention_splits_for sizes the splits to one wave of them.
-constexpr int kAttentionBlocksPerSm = 2;
-
 // grid.x = T * n_heads (block b: head b % n_heads of token b / n_heads; on x, whose limit
 // is 2^31 - 1, not on y with its 65535), grid.y = splits.count, blockDim.x = kAttentionThreads.
 // With several splits (decode, AttentionSplits), block (b, s) attends to positions
@@ -375,30 +364,6 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
 }
 
 }  // namespace
-
-// The split had taken spans of 256 positions, up to 32 of them, whatever the GPU: at depth
-// 4096 on Llama-2-7B's 32 heads 17 splits, 544 blocks where 264 reside (104 registers a
-// thread: two blocks an SM), so three waves, the last of 16 blocks. One wave of 8 splits
-// (spans of 576): llama2-7b q4g64 tg128 at depth 4096 337.4 / 339.3 -> 371.4 / 371.2 tok/s
-// (one H200, same binary, GEMLITE_ATTENTION_SPLITS=17 for the old count, two rounds). The
-// count swept on another H200 (same run): 6 splits 357.4 (192 blocks: SMs left idle), 8
-// 372.8, 12 338.6 (384 blocks: a wave and a half).
-AttentionSplits attention_splits_for(int capacity, int n_heads, int sms) {
-  const int count = std::min(std::clamp(kAttentionBlocksPerSm * sms / std::max(n_heads, 1), 1, kMaxAttentionSplits),
-                             std::max(1, capacity / kMinAttentionSpan));
-  return attention_splits_of(capacity, count);
-}
-
-AttentionSplits attention_splits_of(int capacity, int count) {
-  if (capacity < 1) return AttentionSplits{};
-  count = std::clamp(count, 1, kMaxAttentionSplits);
-  // Positions a round of a block takes at head_dim 128: groups of 128 / 8 threads.
-  constexpr int kRound = kPositionsPerGroup * (kAttentionThreads / (128 / 8));
-  AttentionSplits splits;
-  splits.span = ((capacity + count - 1) / count + kRound - 1) / kRound * kRound;
-  splits.count = (capacity + splits.span - 1) / splits.span;
-  return splits;
-}
 
 void launch_rope_store(void* key_cache, void* value_cache, const int* pos0, const float* inv_freq, void* qkv,
                        int64_t T, int n_heads, int n_kv_heads, int head_dim, DType act, cudaStream_t stream) {

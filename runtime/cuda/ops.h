@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "runtime/cuda/attention_launch.h"
 #include "runtime/dtype.h"
 
 namespace gemlite {
@@ -53,37 +54,13 @@ void launch_top_k(const void* x, int64_t n, int k, int* ids, float* values, DTyp
 void launch_rope_store(void* key_cache, void* value_cache, const int* pos0, const float* inv_freq, void* qkv,
                        int64_t T, int n_heads, int n_kv_heads, int head_dim, DType act, cudaStream_t stream);
 
-// How a decode step's attention splits the context ("flash decoding"): `count` blocks per
-// head, block s taking positions [s * span, (s + 1) * span). One head has only its own
-// block otherwise: 32 blocks on 132 SMs for Llama-2-7B, each reading the head's whole
-// context. count and span follow the cache's capacity, not the position, so the grid of a
-// captured decode step stays valid as the context grows: the kernel reads the position
-// and only the splits that hold one take part (blocks past the context leave at once; the
-// last live one merges, or the only one writes out directly).
-struct AttentionSplits {
-  int count = 1;
-  int span = 1 << 30;            // positions per split
-  float* partials = nullptr;     // [n_heads, count, hd + 2] F32 (count > 1)
-  unsigned* counters = nullptr;  // [n_heads], zero between launches (count > 1)
-};
-// The splits for a cache of `capacity` positions and `n_heads` query heads on a GPU of `sms`
-// SMs: at a full cache one wave of blocks, two an SM (what the kernel's registers let
-// reside), in spans of at least kMinAttentionSpan positions, at most kMaxAttentionSplits
-// of them.
-constexpr int kMaxAttentionSplits = 32;
-constexpr int kMinAttentionSpan = 256;
-AttentionSplits attention_splits_for(int capacity, int n_heads, int sms);
-// `count` (clamped to 1..kMaxAttentionSplits) spans of equal whole rounds covering
-// `capacity` positions (fewer when rounding leaves the last ones empty).
-AttentionSplits attention_splits_of(int capacity, int count);
-
 // Causal attention of the (rotated) q in qkv over positions [0, *pos0 + t] of the caches
 // -> out [T, n_heads*hd]: one block per (head, token, split). For decode and chunks
 // shorter than PrefillAttention::min_tokens (prefill_attention.h), which runs the others
 // on tensor cores.
 // Precondition (checked, Error): head_dim a multiple of 8 up to kMaxAttentionHeadDim,
-// n_heads % n_kv_heads == 0; splits.count > 1 only with T == 1.
-constexpr int kAttentionThreads = 256;
+// n_heads % n_kv_heads == 0; splits.count > 1 only with T == 1. kAttentionThreads a block
+// (attention_launch.h).
 constexpr int kMaxAttentionHeadDim = 256;
 //
 // rope_inv_freq set (decode: T = 1, head_dim % 16 == 0, see attention_fuses_rope): q and

@@ -357,29 +357,6 @@ TEST(AttentionSplits, MatchOneBlockPerHead) {
   }
 }
 
-// The split rule: one wave of two blocks an SM at a full cache, spans of >= 256 positions
-// in whole rounds of 64, at most 32 splits; the environment override for A/B runs.
-TEST(AttentionSplits, OneWaveOfTwoBlocksAnSm) {
-  const AttentionSplits h100 = attention_splits_for(4352, 32, 132);  // Llama-2-7B at depth 4096 + 256
-  EXPECT_EQ(h100.count, 8);
-  EXPECT_EQ(h100.span, 576);
-  EXPECT_GE(int64_t(h100.count) * h100.span, 4352);
-  const AttentionSplits short_cache = attention_splits_for(640, 32, 132);
-  EXPECT_EQ(short_cache.count, 2);
-  EXPECT_EQ(short_cache.span, 320);
-  const AttentionSplits few_heads = attention_splits_for(1 << 16, 4, 132);  // capped
-  EXPECT_EQ(few_heads.count, kMaxAttentionSplits);
-  EXPECT_EQ(few_heads.span, 2048);
-  EXPECT_EQ(attention_splits_for(100, 32, 132).count, 1);
-  EXPECT_GE(attention_splits_for(100, 32, 132).span, 100);
-  EXPECT_EQ(attention_splits_for(0, 32, 132).count, 1);  // no cache: one block a head, no division by 0
-  const AttentionSplits forced = attention_splits_of(300, 2);  // GEMLITE_ATTENTION_SPLITS's layouts
-  EXPECT_EQ(forced.count, 2);
-  EXPECT_EQ(forced.span, 192);
-  EXPECT_EQ(attention_splits_of(4224, 17).count, 17);
-  EXPECT_EQ(attention_splits_of(4224, 17).span, 256);
-}
-
 // Decode attention with RoPE and the KV store inside (launch_attention with rope_inv_freq)
 // against launch_rope_store followed by the plain kernel, on copies of the same cache and
 // qkv: GQA with the cache split (positions in the first split, on a boundary, at the end)

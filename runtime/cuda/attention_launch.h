@@ -1,0 +1,46 @@
+#pragma once
+// How the decode attention (attention.cu) spreads a step over blocks: the split of each
+// head's context, a pure function of the cache's capacity, the heads and the device's SM
+// count, apart from the kernel, so that the rule -- with the measurements it rests on --
+// is unit-tested on the CPU (tests/cpu/test_attention_launch.cpp), like the prefill
+// attention's (flash_prefill_launch.h).
+
+namespace gemlite {
+
+constexpr int kAttentionThreads = 256;  // a block of attention_kernel
+// Positions one thread group takes per round, their key and value loads all in flight.
+// 8 (a round of 128 at head_dim 128: tg128's whole context loaded before the PDL wait;
+// 146 registers, so one block an SM and splits sized for one) measured llama2-7b q4g64
+// tg128 475.4 / 475.1 -> 478.1 / 479.5 tok/s but at depth 4096 335.8 / 335.4 -> 327.4 /
+// 326.1; 6 (117 registers) 469.6 / 473.8 and 335.9 / 336.2 (one H100, interleaved, two
+// rounds, 2026-11-27). Not kept.
+constexpr int kPositionsPerGroup = 4;
+// Blocks of attention_kernel an SM holds (its launch bounds cap the registers to fit them);
+// attention_splits_for sizes the splits to one wave of them.
+constexpr int kAttentionBlocksPerSm = 2;
+
+// How a decode step's attention splits the context ("flash decoding"): `count` blocks per
+// head, block s taking positions [s * span, (s + 1) * span). One head has only its own
+// block otherwise: 32 blocks on 132 SMs for Llama-2-7B, each reading the head's whole
+// context. count and span follow the cache's capacity, not the position, so the grid of a
+// captured decode step stays valid as the context grows: the kernel reads the position
+// and only the splits that hold one take part (blocks past the context leave at once; the
+// last live one merges, or the only one writes out directly).
+struct AttentionSplits {
+  int count = 1;
+  int span = 1 << 30;            // positions per split
+  float* partials = nullptr;     // [n_heads, count, hd + 2] F32 (count > 1)
+  unsigned* counters = nullptr;  // [n_heads], zero between launches (count > 1)
+};
+// The splits for a cache of `capacity` positions and `n_heads` query heads on a GPU of `sms`
+// SMs: at a full cache one wave of blocks, two an SM (what the kernel's registers let
+// reside), in spans of at least kMinAttentionSpan positions, at most kMaxAttentionSplits
+// of them.
+constexpr int kMaxAttentionSplits = 32;
+constexpr int kMinAttentionSpan = 256;
+AttentionSplits attention_splits_for(int capacity, int n_heads, int sms);
+// `count` (clamped to 1..kMaxAttentionSplits) spans of equal whole rounds covering
+// `capacity` positions (fewer when rounding leaves the last ones empty).
+AttentionSplits attention_splits_of(int capacity, int count);
+
+}  // namespace gemlite

@@ -1,0 +1,67 @@
+// The decode attention's split of the context (runtime/cuda/attention_launch.h): the
+// choices the H100/H200 measurements rest on, and over a sweep of capacities, heads and SM
+// counts the layout the kernel relies on.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/cuda/attention_launch.h"
+
+namespace gemlite {
+namespace {
+
+constexpr int kH100Sms = 132;
+
+// One wave of two blocks an SM at a full cache, spans of >= 256 positions in whole rounds
+// of 64, at most 32 splits; the layouts of the environment override for A/B runs
+// (GEMLITE_ATTENTION_SPLITS). Llama-2-7B at depth 4096 + 256 takes 8 splits of 576: the
+// count measured best on an H200 (attention_launch.cpp: 6 splits 357.4 tok/s, 8 372.8,
+// 12 338.6).
+TEST(AttentionSplits, OneWaveOfTwoBlocksAnSm) {
+  const AttentionSplits h100 = attention_splits_for(4352, 32, kH100Sms);
+  EXPECT_EQ(h100.count, 8);
+  EXPECT_EQ(h100.span, 576);
+  EXPECT_GE(int64_t(h100.count) * h100.span, 4352);
+  const AttentionSplits short_cache = attention_splits_for(640, 32, kH100Sms);
+  EXPECT_EQ(short_cache.count, 2);
+  EXPECT_EQ(short_cache.span, 320);
+  const AttentionSplits few_heads = attention_splits_for(1 << 16, 4, kH100Sms);  // capped
+  EXPECT_EQ(few_heads.count, kMaxAttentionSplits);
+  EXPECT_EQ(few_heads.span, 2048);
+  EXPECT_EQ(attention_splits_for(100, 32, kH100Sms).count, 1);
+  EXPECT_GE(attention_splits_for(100, 32, kH100Sms).span, 100);
+  EXPECT_EQ(attention_splits_for(0, 32, kH100Sms).count, 1);  // no cache: one block a head, no division by 0
+  const AttentionSplits forced = attention_splits_of(300, 2);
+  EXPECT_EQ(forced.count, 2);
+  EXPECT_EQ(forced.span, 192);
+  EXPECT_EQ(attention_splits_of(4224, 17).count, 17);
+  EXPECT_EQ(attention_splits_of(4224, 17).span, 256);
+}
+
+// Over a sweep: the splits cover the cache and none is empty (the kernel's live-split count
+// and the merge assume split s holds position s * span), spans are whole rounds (64
+// positions at head_dim 128), the count stays within the partials' kMaxAttentionSplits,
+// and a split cache is at most one wave of kAttentionBlocksPerSm blocks an SM.
+TEST(AttentionSplits, SplitsCoverTheCacheInWholeRounds) {
+  constexpr int kRound = kPositionsPerGroup * (kAttentionThreads / (128 / 8));
+  for (const int sms : {1, 8, 80, kH100Sms})
+    for (const int heads : {1, 4, 14, 32, 64})
+      for (const int capacity : {1, 63, 64, 100, 256, 640, 4096, 4352, 32768, 1 << 20}) {
+        const AttentionSplits splits = attention_splits_for(capacity, heads, sms);
+        const std::string where = "capacity " + std::to_string(capacity) + ", " + std::to_string(heads) +
+                                  " heads, " + std::to_string(sms) + " SMs";
+        ASSERT_GE(splits.count, 1) << where;
+        EXPECT_LE(splits.count, kMaxAttentionSplits) << where;
+        EXPECT_GE(int64_t(splits.count) * splits.span, capacity) << where;
+        EXPECT_LT(int64_t(splits.count - 1) * splits.span, capacity) << where;
+        EXPECT_EQ(splits.span % kRound, 0) << where;
+        if (splits.count > 1) {
+          EXPECT_GE(splits.span, kMinAttentionSpan) << where;
+          EXPECT_LE(splits.count * heads, kAttentionBlocksPerSm * sms) << where;
+        }
+      }
+}
+
+}  // namespace
+}  // namespace gemlite
