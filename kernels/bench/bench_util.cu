@@ -113,6 +113,7 @@ double time_graph_us(cudaStream_t stream, int launches, int replays,
 }
 
 int copies_for(size_t bytes, size_t rotation_bytes) {
+  if (rotation_bytes == 0) return 1;
   return int(std::clamp<size_t>((rotation_bytes + bytes - 1) / bytes, 2, 64));
 }
 

@@ -56,7 +56,8 @@ const char* act_name(DType t);  // "fp16" or "bf16"
 double time_graph_us(cudaStream_t stream, int launches, int replays, const std::function<void(int)>& launch);
 
 // Weight copies to rotate through so that together they exceed rotation_bytes (cold L2),
-// and a launch count that cycles through them a whole number of times.
+// and a launch count that cycles through them a whole number of times. rotation_bytes 0:
+// one copy, read again by every launch (warm L2 where it fits; GEMLITE_BENCH_WARM_L2=1).
 int copies_for(size_t bytes, size_t rotation_bytes);
 int launches_for(int copies);
 

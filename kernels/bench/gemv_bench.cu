@@ -152,7 +152,9 @@ void gemm_lines(FILE* out, const std::string& name, DType act, const std::vector
 }
 
 // GEMLITE_BENCH_{FORMATS,SHAPES,ACT,M,WARPS} narrow a run: "q4g64,q2g64",
-// "8192x8192,8192x57344", "fp16", "1,2,4,8", "4,8" (bench_util.h).
+// "8192x8192,8192x57344", "fp16", "1,2,4,8", "4,8" (bench_util.h). GEMLITE_BENCH_WARM_L2=1
+// times one weight copy read again by every launch instead of a cold L2: how much of a
+// kernel's time is waiting on DRAM (an experiment's measure, not the table's).
 GemvBenchOptions with_environment(GemvBenchOptions options) {
   env_strings("GEMLITE_BENCH_FORMATS", &options.formats);
   env_shapes("GEMLITE_BENCH_SHAPES", &options.shapes);
@@ -162,6 +164,9 @@ GemvBenchOptions with_environment(GemvBenchOptions options) {
   env_ints("GEMLITE_BENCH_GEMM_WARPS", &options.gemm_warps);
   env_ints("GEMLITE_BENCH_GEMM_ROWS", &options.gemm_rows);
   env_ints("GEMLITE_BENCH_GEMM_SPLITS", &options.gemm_splits);
+  std::vector<int> warm_l2;
+  env_ints("GEMLITE_BENCH_WARM_L2", &warm_l2);
+  if (!warm_l2.empty() && warm_l2[0] != 0) options.rotation_bytes = 0;
   return options;
 }
 
@@ -173,6 +178,7 @@ void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& given) {
   cudaStream_t stream = session.stream;
   cublasHandle_t handle = session.cublas;
   const double copy_gbs = session.copy_gbs;
+  if (options.rotation_bytes == 0) std::fprintf(out, "L2: warm (GEMLITE_BENCH_WARM_L2=1, one weight copy)\n");
   for (const int M : options.Ms)
   for (DType act : options.activations) {
     for (const KernelShape& shape : options.shapes) {
