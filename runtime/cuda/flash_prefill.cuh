@@ -3,9 +3,14 @@
 // forward: scores never leave registers), for heads of 64 or 128 dimensions. Included by
 // runtime/cuda/prefill_attention.cu only.
 //
-// Block (query tile, head): 64 queries of one head, 4 warps of 16 query rows each. It walks
-// the key tiles (64 positions) from 0 to the tile's last causal position, K and V of the
-// next tile copied by cp.async into a second buffer while this one is used:
+// Block (query tile, heads): 64 query rows, 4 warps of 16 each, of heads_a_tile query heads
+// (1, or a kv head's group: kGroupHeadsFromPosition in flash_prefill_launch.h has the rule
+// and its measurements). Row R of a block's T x heads_a_tile rows is token R / heads_a_tile
+// of query head blockIdx.y x heads_a_tile + R % heads_a_tile: with the group's heads, a
+// chunk of 16 tokens and 4 query heads a kv head fills a tile of 64 rows where one head
+// filled 16, and the heads share each K and V tile the block copies. It walks the key tiles
+// (64 positions) from 0 to the tile's last causal position, K and V of the next tile copied
+// by cp.async into a second buffer while this one is used:
 //   S [16, 64] = Q Kᵀ (mma m16n8k16, fp32; Q's A fragments loaded once, K's B fragments by
 //   ldmatrix), masked past each query's position, scaled into the log2 domain;
 //   a running max and sum per query row (the row's 4 lanes combine by shuffles), O and the
@@ -33,7 +38,7 @@ namespace gemlite {
 namespace {
 
 constexpr int kFlashThreads = 128;  // 4 warps of 16 query rows (kFlashQueries: flash_prefill_launch.h)
-static_assert(kFlashQueries == kFlashKeys, "copy_tile copies Q tiles as it copies K and V tiles");
+static_assert(kFlashQueries == kFlashKeys, "the Q tile takes the shared memory of a K tile (FlashLayout)");
 
 template <int HD>
 struct FlashLayout {
@@ -68,7 +73,8 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
 }
 
 // PRECOND: blockDim.x = kFlashThreads, dynamic shared memory FlashLayout<HD>::kSmemBytes,
-// grid (ceil(T / kFlashQueries), n_heads, splits); q in qkv [T, qkv_stride] (head h at
+// grid (ceil(T heads_a_tile / kFlashQueries), n_heads / heads_a_tile, splits), heads_a_tile
+// dividing group (the query heads of a kv head); q in qkv [T, qkv_stride] (head h at
 // column h HD, rotated), the caches [>= pos0 + T, kv_dim] holding positions
 // [0, pos0 + T); rows and caches 16-byte aligned (qkv_stride and kv_dim multiples of 8).
 // Split z takes the key tiles [z tiles_per_split, (z + 1) tiles_per_split); with one split
@@ -80,8 +86,8 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
 template <typename Act, int HD>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_prefill_kernel(const Act* qkv, int64_t qkv_stride, const Act* key_cache, const Act* value_cache, int kv_dim,
-                         int group, int pos0, int T, float scale_log2, int tiles_per_split, Act* out, int out_stride,
-                         float* partials) {
+                         int group, int heads_a_tile, int pos0, int T, float scale_log2, int tiles_per_split,
+                         Act* out, int out_stride, float* partials) {
   static_assert(HD % 16 == 0, "whole mma k-steps of 16 along the head");
   using L = FlashLayout<HD>;
   constexpr bool kBf16 = std::is_same<Act, __nv_bfloat16>::value;  // the mma's input type
@@ -91,22 +97,26 @@ __global__ void __launch_bounds__(kFlashThreads)
   Act* sv = sk + 2 * L::kTileElements;         // [2][64][kRow]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
   // The longest tiles (the last queries) first: the grid's tail is then the short ones.
-  const int q_tile = int(gridDim.x - 1 - blockIdx.x), h = int(blockIdx.y);
-  const int t0 = q_tile * kFlashQueries;
-  const int n_keys = pos0 + min(T, t0 + kFlashQueries);  // positions the tile's last query sees
+  const int q_tile = int(gridDim.x - 1 - blockIdx.x), first_head = int(blockIdx.y) * heads_a_tile;
+  const int n_heads = int(gridDim.y) * heads_a_tile, rows = T * heads_a_tile;  // rows of this block's heads
+  const int r0 = q_tile * kFlashQueries;                                       // the tile's first row
+  const int n_keys = pos0 + (min(rows, r0 + kFlashQueries) - 1) / heads_a_tile + 1;  // positions its last row sees
   const int first_tile = int(blockIdx.z) * tiles_per_split;
   const int end_tile = min((n_keys + kFlashKeys - 1) / kFlashKeys, first_tile + tiles_per_split);
-  const auto partial_row = [&](int t) {  // [HD + 2] of token t, this head and split
-    return partials + ((int64_t(blockIdx.z) * T + t) * gridDim.y + h) * (HD + 2);
+  // Row r (< rows) -> its token and query head.
+  const auto token_of = [&](int r) { return r / heads_a_tile; };
+  const auto head_of = [&](int r) { return first_head + r % heads_a_tile; };
+  const auto partial_row = [&](int r) {  // [HD + 2] of row r's token and head, this split
+    return partials + ((int64_t(blockIdx.z) * T + token_of(r)) * n_heads + head_of(r)) * (HD + 2);
   };
-  const Act* keys = key_cache + (h / group) * HD;  // [position][kv_dim], this head's columns
-  const Act* values = value_cache + (h / group) * HD;
+  const Act* keys = key_cache + (first_head / group) * HD;  // [position][kv_dim], the kv head's columns
+  const Act* values = value_cache + (first_head / group) * HD;
 
   constexpr int kChunks = HD / 8;  // 16-byte pieces a row
-  const auto copy_tile = [&](Act* dst, const Act* src, int64_t stride, int first_row, int rows) {
+  const auto copy_tile = [&](Act* dst, const Act* src, int64_t stride, int first_row, int n_rows) {
     for (int c = int(threadIdx.x); c < kFlashKeys * kChunks; c += kFlashThreads) {
       const int r = c / kChunks, piece = c % kChunks;
-      const bool valid = first_row + r < rows;
+      const bool valid = first_row + r < n_rows;
       cp_async16_or_zero(dst + r * L::kRow + piece * 8, src + int64_t(valid ? first_row + r : 0) * stride + piece * 8,
                      valid);
     }
@@ -114,11 +124,17 @@ __global__ void __launch_bounds__(kFlashThreads)
   // A split past this query tile's last key: no key of any row. (Were this kernel ever
   // launched with PDL, pdl_wait would have to come before these writes: kernels/pdl.cuh.)
   if (first_tile >= end_tile) {
-    for (int t = t0 + int(threadIdx.x); t < min(T, t0 + kFlashQueries); t += kFlashThreads)
-      partial_row(t)[HD] = -INFINITY;
+    for (int r = r0 + int(threadIdx.x); r < min(rows, r0 + kFlashQueries); r += kFlashThreads)
+      partial_row(r)[HD] = -INFINITY;
     return;
   }
-  copy_tile(sq, qkv + h * HD, qkv_stride, t0, T);
+  // The Q tile: row r of the tile from token and head of row r0 + r (zeros past the rows).
+  for (int c = int(threadIdx.x); c < kFlashQueries * kChunks; c += kFlashThreads) {
+    const int r = c / kChunks, piece = c % kChunks, row = r0 + r;
+    const bool valid = row < rows;
+    const Act* src = qkv + (valid ? int64_t(token_of(row)) * qkv_stride + head_of(row) * HD : 0) + piece * 8;
+    cp_async16_or_zero(sq + r * L::kRow + piece * 8, src, valid);
+  }
   copy_tile(sk, keys, kv_dim, first_tile * kFlashKeys, n_keys);
   copy_tile(sv, values, kv_dim, first_tile * kFlashKeys, n_keys);
   cp_async_commit();
@@ -126,7 +142,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   uint32_t qa[HD / 16][4];      // Q's A fragments, [k-step][register]
   float o[HD / 8][4] = {};      // O's C fragments, [hd n-block][register]
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};  // rows gid, gid + 8
-  const int q_pos0 = pos0 + t0 + warp * 16 + gid;  // position of row gid (row gid + 8: + 8)
+  const int warp_row = r0 + warp * 16;  // the warp's first row
+  const int q_pos[2] = {pos0 + token_of(warp_row + gid), pos0 + token_of(warp_row + gid + 8)};  // rows gid, gid + 8
 
   for (int kt = first_tile; kt < end_tile; ++kt) {
     const int buffer = (kt - first_tile) % 2;
@@ -160,15 +177,15 @@ __global__ void __launch_bounds__(kFlashThreads)
 
     // Scale into the log2 domain; mask keys past each row's position. Keys past n_keys
     // (zero-filled) lie past every stored row's position, so the same test masks them;
-    // only rows t >= T, never stored, see them.
+    // only rows past T x heads_a_tile, never stored, see them.
     const int key0 = kt * kFlashKeys;
-    const bool diagonal = key0 + kFlashKeys - 1 > pos0 + t0 + warp * 16;
+    const bool diagonal = key0 + kFlashKeys - 1 > pos0 + token_of(warp_row);
 #pragma unroll
     for (int j = 0; j < kFlashKeys / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int key = key0 + 8 * j + 2 * tig + (e % 2), q_pos = q_pos0 + 8 * (e / 2);
-        s[j][e] = diagonal && key > q_pos ? -INFINITY : s[j][e] * scale_log2;
+        const int key = key0 + 8 * j + 2 * tig + (e % 2);
+        s[j][e] = diagonal && key > q_pos[e / 2] ? -INFINITY : s[j][e] * scale_log2;
       }
 
     // The running max and sum of rows gid (r = 0) and gid + 8 (r = 1).
@@ -224,13 +241,13 @@ __global__ void __launch_bounds__(kFlashThreads)
     __syncthreads();  // every warp is done with this buffer before the next iteration refills it
   }
 
-  // out [t, h HD + col] = O / sum, or the split's partial row; rows past T not stored.
+  // out [t, h HD + col] = O / sum, or the split's partial row; rows past T x heads_a_tile not stored.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int t = t0 + warp * 16 + gid + 8 * r;
-    if (t >= T) continue;
+    const int q_row = warp_row + gid + 8 * r;
+    if (q_row >= rows) continue;
     if (gridDim.z > 1) {
-      float* row = partial_row(t);
+      float* row = partial_row(q_row);
 #pragma unroll
       for (int n = 0; n < HD / 8; ++n)
         *reinterpret_cast<float2*>(row + 8 * n + 2 * tig) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
@@ -241,7 +258,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       continue;
     }
     const float inv_sum = 1.0f / row_sum[r];
-    Act* dst = out + int64_t(t) * out_stride + h * HD;
+    Act* dst = out + int64_t(token_of(q_row)) * out_stride + head_of(q_row) * HD;
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n)
       *reinterpret_cast<uint32_t*>(dst + 8 * n + 2 * tig) =

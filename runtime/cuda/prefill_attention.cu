@@ -126,7 +126,7 @@ void PrefillAttention::run(const void* key_cache, const void* value_cache, int p
 void PrefillAttention::run_fused(const void* key_cache, const void* value_cache, int pos0, const void* qkv,
                                  int64_t qkv_stride, int64_t T, int n_heads, int n_kv_heads, int head_dim, void* out) {
   const int group = n_heads / n_kv_heads, kv_dim = n_kv_heads * head_dim, out_stride = n_heads * head_dim;
-  const FlashPrefillLaunch layout = flash_prefill_launch(T, pos0, n_heads, ctx_->sm_count);
+  const FlashPrefillLaunch layout = flash_prefill_launch(T, pos0, n_heads, n_kv_heads, ctx_->sm_count);
   const int splits = layout.splits, tiles_per_split = layout.tiles_per_split;
   // [splits][T][n_heads][head_dim + 2] fp32 when split
   float* partials = splits > 1 ? static_cast<float*>(ctx_->scratch(
@@ -135,14 +135,14 @@ void PrefillAttention::run_fused(const void* key_cache, const void* value_cache,
                                : nullptr;
   constexpr float kLog2e = 1.4426950408889634f;  // the kernel's softmax runs in exp2
   const float scale_log2 = kLog2e / std::sqrt(float(head_dim));
-  const dim3 grid{unsigned(layout.query_tiles), unsigned(n_heads), unsigned(splits)};
+  const dim3 grid{unsigned(layout.query_tiles), unsigned(n_heads / layout.heads_a_tile), unsigned(splits)};
   dispatch_act(act_, "prefill attention", [&](auto tag) {
     using Act = decltype(tag);
     const auto launch = [&](auto flash) {
       flash.kernel<<<grid, kFlashThreads, flash.smem_bytes, ctx_->stream>>>(
           static_cast<const Act*>(qkv), qkv_stride, static_cast<const Act*>(key_cache),
-          static_cast<const Act*>(value_cache), kv_dim, group, pos0, int(T), scale_log2, tiles_per_split,
-          static_cast<Act*>(out), out_stride, partials);
+          static_cast<const Act*>(value_cache), kv_dim, group, layout.heads_a_tile, pos0, int(T), scale_log2,
+          tiles_per_split, static_cast<Act*>(out), out_stride, partials);
       CHECK_LAST_LAUNCH("flash_prefill_kernel");
     };
     if (head_dim == 64) {

@@ -236,12 +236,18 @@ TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
   // 132 SMs (H100, H200) the fused kernel splits over the keys for 40 tokens at 1000 (32
   // blocks: 5 splits of 4 key tiles, the last of 1) and for 300 tokens at 0 with 14 heads
   // (70 blocks: 2 splits, the second holding no key of the first query tiles); 5 tokens at
-  // 300: a query tile of 5 rows in 2 splits. The GEMM path is tested at 32 dimensions and,
-  // through a q that is not 16-byte aligned, at 128.
+  // 300: a query tile of 5 rows in 2 splits. From position 1024 (kGroupHeadsFromPosition)
+  // the tiles of a chunk under 64 tokens take (token, query head) pairs of a kv head's
+  // group: 16 tokens at 1100 are one tile a kv head in 5 splits; 37 tokens at 1030 with 7
+  // heads a group, 259 rows, end in a tile of 3 rows (token 36's heads 4..6); 70 tokens at
+  // 1024 are one head's tokens a tile again.
+  // The GEMM path is tested at 32 dimensions and, through a q that is not 16-byte aligned,
+  // at 128.
   for (const DType act : {DType::F16, DType::BF16})
     for (const Case c : {Case{{32, 8, 128}, 77, 19}, Case{{32, 8, 128}, 100, 150}, Case{{32, 32, 128}, 130, 0},
                          Case{{32, 8, 128}, 40, 1000}, Case{{32, 8, 128}, 5, 300}, Case{{14, 2, 64}, 40, 0},
-                         Case{{14, 2, 64}, 300, 0}, Case{{8, 2, 32}, 50, 7}, Case{{32, 8, 128}, 40, 60, true}}) {
+                         Case{{14, 2, 64}, 300, 0}, Case{{32, 8, 128}, 16, 1100}, Case{{14, 2, 64}, 37, 1030},
+                         Case{{32, 8, 128}, 70, 1024}, Case{{8, 2, 32}, 50, 7}, Case{{32, 8, 128}, 40, 60, true}}) {
       const float tolerance = act == DType::BF16 ? 8 * kPrefillTolerance : kPrefillTolerance;
       const int kv_dim = c.shape.n_kv_heads * c.shape.head_dim, q_dim = c.shape.n_heads * c.shape.head_dim;
       const int width = q_dim + 2 * kv_dim, n_pos = c.pos0 + c.T;
