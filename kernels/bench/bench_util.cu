@@ -153,6 +153,13 @@ void env_ints(const char* name, std::vector<int>* out) {
   }
 }
 
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || std::string(v) == "0") return false;
+  if (std::string(v) == "1") return true;
+  throw Error(std::string(name) + ": '" + v + "' (expected 0 or 1)");
+}
+
 void env_shapes(const char* name, std::vector<KernelShape>* out) {
   const char* v = std::getenv(name);
   if (!v) return;

@@ -66,6 +66,7 @@ int launches_for(int copies);
 // throws Error naming the variable for a malformed value.
 void env_strings(const char* name, std::vector<std::string>* out);                  // "q4g64,q2g64"
 void env_ints(const char* name, std::vector<int>* out);                             // "1,2,4,8"
+bool env_flag(const char* name);  // "1" true, unset or "0" false
 void env_shapes(const char* name, std::vector<KernelShape>* out);  // "8192x8192,4096x11008": K x N
 void env_activations(const char* name, std::vector<DType>* out);                    // "fp16,bf16"
 

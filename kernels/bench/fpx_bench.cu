@@ -126,8 +126,7 @@ FpxBenchOptions with_environment(FpxBenchOptions options) {
   env_ints("GEMLITE_BENCH_FPX_WARPS_K", &options.warps_k);
   env_ints("GEMLITE_BENCH_FPX_AHEAD", &options.tiles_ahead);
   env_ints("GEMLITE_BENCH_FPX_SPLITS", &options.splits);
-  const char* sweep = std::getenv("GEMLITE_BENCH_FPX_SWEEP");
-  if (sweep && std::string(sweep) == "1") options.sweep_variants = true;
+  if (env_flag("GEMLITE_BENCH_FPX_SWEEP")) options.sweep_variants = true;
   return options;
 }
 

@@ -164,9 +164,7 @@ GemvBenchOptions with_environment(GemvBenchOptions options) {
   env_ints("GEMLITE_BENCH_GEMM_WARPS", &options.gemm_warps);
   env_ints("GEMLITE_BENCH_GEMM_ROWS", &options.gemm_rows);
   env_ints("GEMLITE_BENCH_GEMM_SPLITS", &options.gemm_splits);
-  std::vector<int> warm_l2;
-  env_ints("GEMLITE_BENCH_WARM_L2", &warm_l2);
-  if (!warm_l2.empty() && warm_l2[0] != 0) options.rotation_bytes = 0;
+  if (env_flag("GEMLITE_BENCH_WARM_L2")) options.rotation_bytes = 0;
   return options;
 }
 

@@ -47,7 +47,8 @@ struct GemvBenchOptions {
 // environment narrows or widens `options` (see with_environment in gemv_bench.cu):
 // GEMLITE_BENCH_FORMATS=q4g64,q2g64 GEMLITE_BENCH_SHAPES=8192x8192 GEMLITE_BENCH_ACT=fp16
 // GEMLITE_BENCH_M=1,2,4,8 GEMLITE_BENCH_WARPS=4,8 GEMLITE_BENCH_GEMM_WARPS=8,16
-// GEMLITE_BENCH_GEMM_ROWS=64,128 GEMLITE_BENCH_GEMM_SPLITS=1,2,4,8.
+// GEMLITE_BENCH_GEMM_ROWS=64,128 GEMLITE_BENCH_GEMM_SPLITS=1,2,4,8; GEMLITE_BENCH_WARM_L2=1
+// reads one weight copy in every launch (warm L2) instead of rotating copies (cold).
 void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& options = {});
 
 }  // namespace gemlite
