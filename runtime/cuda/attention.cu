@@ -258,8 +258,8 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
 #pragma unroll
   for (int i = 0; i < 8; ++i) query[i] *= scale_log2;
 
-  // This token's score, before the rounds: its shuffles overlap theirs instead of
-  // following them.
+  // This token's score, before the rounds: the compiler can then schedule its group_sum
+  // beside theirs rather than after the loop.
   const bool holds_now = fused_rope && pos >= begin && pos < end;
   float score_now = 0;
   if (holds_now) {
@@ -318,8 +318,9 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
   // The groups' (max, sum, acc) -> the block's, relative to the block's max: first the
   // groups of a warp by shuffles (lane l and lane l ^ offset hold the same piece of two
   // groups), then the warps in shared memory. Each group's max, sum and acc written to
-  // shared memory and merged by a loop over all 16 groups had cost ~2 % of a llama2-7b
-  // q4g64 token at tg128 (H100: 475 -> 482-487 tok/s with that merge left out).
+  // shared memory and merged by a loop over all of them (16 at head_dim 128) had cost ~2 %
+  // of a llama2-7b q4g64 token at tg128 (H100: 475 -> 482-487 tok/s with that merge left
+  // out; 106 registers now, no spills).
   for (int offset = lanes; offset < 32; offset *= 2) {
     const float other_max = __shfl_xor_sync(0xffffffffu, running_max, offset);
     const float other_sum = __shfl_xor_sync(0xffffffffu, running_sum, offset);
