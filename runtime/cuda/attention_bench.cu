@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -17,16 +18,22 @@ namespace {
 
 AttentionBenchOptions with_environment(AttentionBenchOptions options) {
   env_ints("GEMLITE_BENCH_CTX", &options.contexts);
+  env_ints("GEMLITE_BENCH_CACHE", &options.caches);
   env_activations("GEMLITE_BENCH_ACT", &options.activations);
   return options;
 }
 
-// One decode step's attention of one layer: the token at position ctx - 1 over a full cache.
-void bench_decode(FILE* out, const AttentionBenchOptions& options, const AttentionShape& shape, int ctx, DType act,
-                  const BenchSession& session) {
+// One decode step's attention of one layer: the token at position ctx - 1 over a cache of
+// `capacity` positions (at least ctx), split as CudaKVCache splits it.
+void bench_decode(FILE* out, const AttentionBenchOptions& options, const AttentionShape& shape, int ctx,
+                  int capacity, DType act, const BenchSession& session) {
   cudaStream_t stream = session.stream;
   if (ctx < 1) throw Error("GEMLITE_BENCH_CTX: a context of " + std::to_string(ctx) + " positions (need >= 1)");
+  if (capacity < 0) throw Error("GEMLITE_BENCH_CACHE: a cache of " + std::to_string(capacity) + " positions");
+  capacity = std::max(capacity, ctx);
   const int hd = shape.head_dim, kv_dim = shape.n_kv_heads * hd;
+  // The kernel reads and writes positions [0, ctx) only, so each copy holds those: the
+  // capacity sets the split, and the copies rotate the bytes actually read through L2.
   const size_t cache_bytes = size_t(ctx) * kv_dim * 2;  // keys or values [ctx, kv_dim]
   const int copies = copies_for(2 * cache_bytes, options.rotation_bytes);
   std::vector<void*> keys(static_cast<size_t>(copies)), values(static_cast<size_t>(copies));
@@ -51,8 +58,8 @@ void bench_decode(FILE* out, const AttentionBenchOptions& options, const Attenti
   const int position = ctx - 1;
   CUDA_CHECK(cudaMalloc(&pos0, sizeof(int)));
   CUDA_CHECK(cudaMemcpy(pos0, &position, sizeof(int), cudaMemcpyHostToDevice));
-  // As CudaKVCache splits a cache of ctx positions.
-  AttentionSplits splits = attention_splits_for(ctx, shape.n_heads, session.sms);
+  // As CudaKVCache splits a cache of `capacity` positions.
+  AttentionSplits splits = attention_splits_for(capacity, shape.n_heads, session.sms);
   float* partials = nullptr;  // [n_heads, count, hd + 2]
   unsigned* counters = nullptr;  // [n_heads]
   if (splits.count > 1) {
@@ -71,9 +78,10 @@ void bench_decode(FILE* out, const AttentionBenchOptions& options, const Attenti
   });
   const double bytes = double(position) * kv_dim * 2 * 2 + double(qkv_elements + out_elements) * 2;
   const double gbs = bytes / us * 1e-3, copy_gbs = session.copy_gbs;
-  std::fprintf(out, "attention decode %s %d/%dx%d ctx=%d: %.1f us, %.0f GB/s, %.1f %% of copy, %d splits\n",
-               act_name(act), shape.n_heads, shape.n_kv_heads, hd, ctx, us, gbs, 100.0 * gbs / copy_gbs,
-               splits.count);
+  const std::string cache = capacity > ctx ? " cache=" + std::to_string(capacity) : "";
+  std::fprintf(out, "attention decode %s %d/%dx%d ctx=%d%s: %.1f us, %.0f GB/s, %.1f %% of copy, %d splits\n",
+               act_name(act), shape.n_heads, shape.n_kv_heads, hd, ctx, cache.c_str(), us, gbs,
+               100.0 * gbs / copy_gbs, splits.count);
   std::fflush(out);
 
   for (void* p : keys) CUDA_CHECK(cudaFree(p));
@@ -90,7 +98,8 @@ void run_attention_benchmarks(FILE* out, const AttentionBenchOptions& given) {
   const BenchSession session(out);
   for (const DType act : options.activations)
     for (const AttentionShape& shape : options.shapes)
-      for (const int ctx : options.contexts) bench_decode(out, options, shape, ctx, act, session);
+      for (const int capacity : options.caches)
+        for (const int ctx : options.contexts) bench_decode(out, options, shape, ctx, capacity, act, session);
 }
 
 }  // namespace gemlite

@@ -20,13 +20,17 @@ struct AttentionBenchOptions {
   // Llama-2-7B (32 heads, no GQA) and Llama-3-8B (8 kv heads: 4 query heads read each).
   std::vector<AttentionShape> shapes = {{32, 32, 128}, {32, 8, 128}};
   std::vector<int> contexts = {512, 4096, 16384};  // positions in the cache, the last the token's
+  // The cache's capacity, which sets its split (attention_splits_for): 0 for each context's
+  // own (a full cache); larger, a step part-way into a longer cache, as in a chat.
+  std::vector<int> caches = {0};
   std::vector<DType> activations = {DType::F16, DType::BF16};
   size_t rotation_bytes = size_t(256) << 20;  // KV caches per measurement total at least this
   int replays = 20;                           // timed graph replays; the median is reported
 };
 
 // Runs on the current device; throws Error on any CUDA failure. GEMLITE_BENCH_CTX=4096,16384
-// and GEMLITE_BENCH_ACT=fp16 narrow the contexts and activation types.
+// and GEMLITE_BENCH_ACT=fp16 narrow the contexts and activation types; GEMLITE_BENCH_CACHE=0,4096
+// sets the capacities (a context above a capacity runs with a full cache).
 void run_attention_benchmarks(FILE* out, const AttentionBenchOptions& options = {});
 
 }  // namespace gemlite
