@@ -19,6 +19,8 @@ namespace {
 AttentionBenchOptions with_environment(AttentionBenchOptions options) {
   env_ints("GEMLITE_BENCH_CTX", &options.contexts);
   env_ints("GEMLITE_BENCH_CACHE", &options.caches);
+  for (const int capacity : options.caches)
+    if (capacity < 0) throw Error("GEMLITE_BENCH_CACHE: a cache of " + std::to_string(capacity) + " positions");
   env_activations("GEMLITE_BENCH_ACT", &options.activations);
   return options;
 }
@@ -29,7 +31,6 @@ void bench_decode(FILE* out, const AttentionBenchOptions& options, const Attenti
                   int capacity, DType act, const BenchSession& session) {
   cudaStream_t stream = session.stream;
   if (ctx < 1) throw Error("GEMLITE_BENCH_CTX: a context of " + std::to_string(ctx) + " positions (need >= 1)");
-  if (capacity < 0) throw Error("GEMLITE_BENCH_CACHE: a cache of " + std::to_string(capacity) + " positions");
   capacity = std::max(capacity, ctx);
   const int hd = shape.head_dim, kv_dim = shape.n_kv_heads * hd;
   // The kernel reads and writes positions [0, ctx) only, so each copy holds those: the
