@@ -169,13 +169,14 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
   const int h = int(blockIdx.x % unsigned(n_heads)), t = int(blockIdx.x / unsigned(n_heads)), tid = threadIdx.x;
   // *pos0 came from the host before the step's first kernel: readable before the wait.
   const int pos = *pos0 + t, n_pos = pos + 1;  // causal: positions [0, pos0 + t]
-  const int begin = int(blockIdx.y) * splits.span, end = min(n_pos, begin + splits.span);  // this block's
+  const int span = attention_step_span(splits, n_pos);  // the same for every block of the step
+  const int begin = int(blockIdx.y) * span, end = min(n_pos, begin + span);  // this block's
   // Splits that hold a position (T = 1 whenever count > 1, so the same for every block):
   // the others only wait and leave, and one that holds them all writes out directly. At the
   // start of the context this skips the partials, the fence, the ticket and the merge, and
   // frees the SMs of the empty splits; it did not show in decode speed (llama2-7b tg128 at
   // depth 0, same-machine A/B: q4g64 451.0 -> 449.2 / 451.9 tok/s, q8 344.0 -> 345.0).
-  const int live_splits = min(splits.count, (n_pos + splits.span - 1) / splits.span);
+  const int live_splits = min(splits.count, (n_pos + span - 1) / span);
   // With rope_inv_freq (T = 1), this token's k and v come from qkv, not the cache.
   const bool fused_rope = rope_inv_freq != nullptr;
   const int cached_end = fused_rope ? min(end, pos) : end;  // positions read from the cache
