@@ -82,7 +82,7 @@ TEST(AttentionSplits, AStepSpreadsItsContextOverTheSplits) {
   ASSERT_EQ(one.count, 1);
   EXPECT_EQ(attention_step_span(one, 7), one.span);
   EXPECT_EQ(attention_step_span(AttentionSplits{}, 7), AttentionSplits{}.span);  // GEMLITE_NO_ATTENTION_SPLITS
-  const AttentionSplits forced = attention_splits_of(300, 2);  // span 192: the least step span is the span
+  const AttentionSplits forced = attention_splits_of(300, 2);  // span 192, least step span 128
   EXPECT_EQ(attention_step_span(forced, 10), 128);
   EXPECT_EQ(attention_step_span(forced, 300), 192);
 }
