@@ -79,7 +79,7 @@ __global__ void rope_store_kernel(Act* qkv, int64_t qkv_stride, Act* key_cache, 
 // grid.x = T * n_heads (block b: head b % n_heads of token b / n_heads; on x, whose limit
 // is 2^31 - 1, not on y with its 65535), grid.y = splits.count, blockDim.x = kAttentionThreads.
 // With several splits (decode, AttentionSplits), block (b, s) attends to positions
-// [s * span, (s + 1) * span) only and leaves its (acc [hd], max in log2 units, sum) in
+// [s * span, (s + 1) * span) only, span being the step's (attention_step_span), and leaves its (acc [hd], max in log2 units, sum) in
 // splits.partials; the last block of b to finish (a ticket from splits.counters) merges
 // them into out and resets the counter, so no second launch is needed and graph replays
 // find it at zero.
@@ -169,13 +169,14 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
   const int h = int(blockIdx.x % unsigned(n_heads)), t = int(blockIdx.x / unsigned(n_heads)), tid = threadIdx.x;
   // *pos0 came from the host before the step's first kernel: readable before the wait.
   const int pos = *pos0 + t, n_pos = pos + 1;  // causal: positions [0, pos0 + t]
-  const int begin = int(blockIdx.y) * splits.span, end = min(n_pos, begin + splits.span);  // this block's
+  const int span = attention_step_span(splits, n_pos);  // the same for every block of the step
+  const int begin = int(blockIdx.y) * span, end = min(n_pos, begin + span);  // this block's
   // Splits that hold a position (T = 1 whenever count > 1, so the same for every block):
   // the others only wait and leave, and one that holds them all writes out directly. At the
   // start of the context this skips the partials, the fence, the ticket and the merge, and
   // frees the SMs of the empty splits; it did not show in decode speed (llama2-7b tg128 at
   // depth 0, same-machine A/B: q4g64 451.0 -> 449.2 / 451.9 tok/s, q8 344.0 -> 345.0).
-  const int live_splits = min(splits.count, (n_pos + splits.span - 1) / splits.span);
+  const int live_splits = min(splits.count, (n_pos + span - 1) / span);
   // With rope_inv_freq (T = 1), this token's k and v come from qkv, not the cache.
   const bool fused_rope = rope_inv_freq != nullptr;
   const int cached_end = fused_rope ? min(end, pos) : end;  // positions read from the cache

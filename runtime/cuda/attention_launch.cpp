@@ -20,11 +20,10 @@ AttentionSplits attention_splits_for(int capacity, int n_heads, int sms) {
 AttentionSplits attention_splits_of(int capacity, int count) {
   if (capacity < 1) return AttentionSplits{};
   count = std::clamp(count, 1, kMaxAttentionSplits);
-  // Positions a round of a block takes at head_dim 128: groups of 128 / 8 threads.
-  constexpr int kRound = kPositionsPerGroup * (kAttentionThreads / (128 / 8));
   AttentionSplits splits;
-  splits.span = ((capacity + count - 1) / count + kRound - 1) / kRound * kRound;
+  splits.span = ((capacity + count - 1) / count + kAttentionRound - 1) / kAttentionRound * kAttentionRound;
   splits.count = (capacity + splits.span - 1) / splits.span;
+  splits.min_span = std::min(splits.span, kMinAttentionStepSpan);
   return splits;
 }
 

@@ -23,21 +23,47 @@ constexpr int kAttentionBlocksPerSm = 2;
 // head, block s taking positions [s * span, (s + 1) * span). One head has only its own
 // block otherwise: 32 blocks on 132 SMs for Llama-2-7B, each reading the head's whole
 // context. count and span follow the cache's capacity, not the position, so the grid of a
-// captured decode step stays valid as the context grows: the kernel reads the position
-// and only the splits that hold one take part (blocks past the context leave at once; the
-// last live one merges, or the only one writes out directly).
+// captured decode step stays valid as the context grows: the kernel reads the position,
+// shrinks the span to the context so far (attention_step_span), and only the splits that
+// hold positions take part (blocks past the context leave at once; the last live one
+// merges, or the only one writes out directly).
 struct AttentionSplits {
   int count = 1;
-  int span = 1 << 30;            // positions per split
+  int span = 1 << 30;            // positions per split at a full cache
+  int min_span = 1 << 30;        // a step's span shrinks to the context down to this (attention_step_span)
   float* partials = nullptr;     // [n_heads, count, hd + 2] F32 (count > 1)
   unsigned* counters = nullptr;  // [n_heads], zero between launches (count > 1)
 };
+// Positions a round of attention_kernel takes at head_dim 128 (groups of 128 / 8 threads):
+// the unit of every span.
+constexpr int kAttentionRound = kPositionsPerGroup * (kAttentionThreads / (128 / 8));
+// The span of one step's splits with n_pos positions in the context: the full cache's span
+// shrunk to the context so far, in whole rounds and at least min_span, so that a context
+// shorter than the cache spreads over as many of the `count` splits as it fills instead of
+// all of it going to split 0. Each split runs its rounds one after another, each waiting on
+// memory, so a block's rounds, not the bytes, bound a short context: with a 4096-position
+// cache (8 splits of 512) position 500 took 8 rounds in one block a head. Never above
+// `span` (n_pos <= the capacity), and count x the step's span >= n_pos. The same for every
+// block of a step (T = 1 whenever count > 1).
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+inline int attention_step_span(const AttentionSplits& s, int n_pos) {
+  if (s.count <= 1) return s.span;
+  const int per_split = (n_pos + s.count - 1) / s.count;
+  const int rounds = (per_split + kAttentionRound - 1) / kAttentionRound * kAttentionRound;
+  const int at_least = rounds > s.min_span ? rounds : s.min_span;
+  return at_least < s.span ? at_least : s.span;
+}
 // The splits for a cache of `capacity` positions and `n_heads` query heads on a GPU of `sms`
 // SMs: at a full cache one wave of blocks, two an SM (what the kernel's registers let
 // reside), in spans of at least kMinAttentionSpan positions, at most kMaxAttentionSplits
 // of them.
 constexpr int kMaxAttentionSplits = 32;
 constexpr int kMinAttentionSpan = 256;
+// The least span of a step (attention_step_span): two rounds, so that a context of up to
+// 128 positions stays in one block a head and skips the merge.
+constexpr int kMinAttentionStepSpan = 2 * kAttentionRound;
 AttentionSplits attention_splits_for(int capacity, int n_heads, int sms);
 // `count` (clamped to 1..kMaxAttentionSplits) spans of equal whole rounds covering
 // `capacity` positions (fewer when rounding leaves the last ones empty).

@@ -3,6 +3,7 @@
 // counts the layout the kernel relies on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -44,7 +45,6 @@ TEST(AttentionSplits, OneWaveOfTwoBlocksAnSm) {
 // positions at head_dim 128), the count stays within the partials' kMaxAttentionSplits,
 // and a split cache is at most one wave of kAttentionBlocksPerSm blocks an SM.
 TEST(AttentionSplits, SplitsCoverTheCacheInWholeRounds) {
-  constexpr int kRound = kPositionsPerGroup * (kAttentionThreads / (128 / 8));
   for (const int sms : {1, 8, 80, kH100Sms})
     for (const int heads : {1, 4, 14, 32, 64})
       for (const int capacity : {1, 63, 64, 100, 256, 640, 4096, 4352, 32768, 1 << 20}) {
@@ -55,12 +55,58 @@ TEST(AttentionSplits, SplitsCoverTheCacheInWholeRounds) {
         EXPECT_LE(splits.count, kMaxAttentionSplits) << where;
         EXPECT_GE(int64_t(splits.count) * splits.span, capacity) << where;
         EXPECT_LT(int64_t(splits.count - 1) * splits.span, capacity) << where;
-        EXPECT_EQ(splits.span % kRound, 0) << where;
+        EXPECT_EQ(splits.span % kAttentionRound, 0) << where;
         if (splits.count > 1) {
           EXPECT_GE(splits.span, kMinAttentionSpan) << where;
           EXPECT_LE(splits.count * heads, kAttentionBlocksPerSm * sms) << where;
         }
       }
+}
+
+// A step's span shrinks to the context so far (attention_step_span): Llama-2-7B with a
+// cache of 4352 positions (8 splits of 576) at position 499 takes 4 splits of 128 rather
+// than one of 576, a context of up to 128 positions one block a head (no merge), and the
+// full cache the full span.
+TEST(AttentionSplits, AStepSpreadsItsContextOverTheSplits) {
+  const AttentionSplits h100 = attention_splits_for(4352, 32, kH100Sms);
+  ASSERT_EQ(h100.count, 8);
+  ASSERT_EQ(h100.span, 576);
+  EXPECT_EQ(h100.min_span, 128);
+  EXPECT_EQ(attention_step_span(h100, 1), 128);
+  EXPECT_EQ(attention_step_span(h100, 128), 128);
+  EXPECT_EQ(attention_step_span(h100, 500), 128);   // 4 splits live
+  EXPECT_EQ(attention_step_span(h100, 1025), 192);  // ceil(1025 / 8) = 129 -> 3 rounds of 64
+  EXPECT_EQ(attention_step_span(h100, 4096), 512);
+  EXPECT_EQ(attention_step_span(h100, 4352), 576);
+  const AttentionSplits one = attention_splits_for(100, 32, kH100Sms);  // one split: its span whatever the step
+  ASSERT_EQ(one.count, 1);
+  EXPECT_EQ(attention_step_span(one, 7), one.span);
+  EXPECT_EQ(attention_step_span(AttentionSplits{}, 7), AttentionSplits{}.span);  // GEMLITE_NO_ATTENTION_SPLITS
+  const AttentionSplits forced = attention_splits_of(300, 2);  // span 192, least step span 128
+  EXPECT_EQ(attention_step_span(forced, 10), 128);
+  EXPECT_EQ(attention_step_span(forced, 300), 192);
+}
+
+// Over a sweep of caches and every position in them: the live splits (the kernel's
+// ceil(n_pos / step span)) are within the grid's count and each holds a position, spans are
+// whole rounds, never above the cache's span and never below its least.
+TEST(AttentionSplits, EveryStepFitsTheGrid) {
+  for (const int heads : {4, 32})
+    for (const int capacity : {1, 64, 300, 640, 4352, 40000}) {
+      const AttentionSplits splits = attention_splits_for(capacity, heads, kH100Sms);
+      for (int n_pos = 1; n_pos <= capacity; ++n_pos) {
+        const int span = attention_step_span(splits, n_pos);
+        const std::string where = "capacity " + std::to_string(capacity) + ", " + std::to_string(heads) +
+                                  " heads, " + std::to_string(n_pos) + " positions";
+        ASSERT_LE(span, splits.span) << where;
+        if (splits.count == 1) continue;
+        ASSERT_EQ(span % kAttentionRound, 0) << where;
+        ASSERT_GE(span, std::min(splits.min_span, splits.span)) << where;
+        const int live = (n_pos + span - 1) / span;
+        ASSERT_LE(live, splits.count) << where;
+        ASSERT_LT((live - 1) * span, n_pos) << where;
+      }
+    }
 }
 
 }  // namespace

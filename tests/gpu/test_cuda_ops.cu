@@ -308,11 +308,12 @@ TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
     }
 }
 
-// Decode attention split over the context (a 4096-position cache: 16 splits of 256) at
-// positions that end inside the first split (one live split, which writes out directly),
-// just past a split boundary (two merged) and deep in the cache (all 16), against one block
-// per head; launched three times in a row, so a counter the merging block failed to reset
-// shows up as a wrong or missing output on the next launch.
+// Decode attention split over the context (a 4096-position cache: 16 splits of 256, a
+// step's span shrunk to its context down to 128 by attention_step_span) at positions whose
+// context fits one span of 128 (one live split, which writes out directly), two and three
+// spans of 128 (merged), 1001 positions (8 of 128) and the full cache (all 16 of 256),
+// against one block per head; launched three times in a row, so a counter the merging
+// block failed to reset shows up as a wrong or missing output on the next launch.
 TEST(AttentionSplits, MatchOneBlockPerHead) {
   std::mt19937_64 rng{test_seed() + 5};
   auto ctx = std::make_shared<CudaContext>();
@@ -333,7 +334,7 @@ TEST(AttentionSplits, MatchOneBlockPerHead) {
   splits.partials = partials.as<float>();
   splits.counters = reinterpret_cast<unsigned*>(counters.as<int>());
   Tensor pos0 = device_tensor(ctx, DType::I32, 1, 1);
-  for (const int position : {100, 255, 256, 4095}) {
+  for (const int position : {100, 255, 256, 1000, 4095}) {
     const Tensor qkv = random_device_acts(ctx, size_t(width), rng);  // [1, width]
     CUDA_CHECK(cudaMemcpy(pos0.data, &position, sizeof(int), cudaMemcpyHostToDevice));
     auto output_of = [&](const AttentionSplits& how) {
