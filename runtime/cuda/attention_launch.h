@@ -30,29 +30,41 @@ constexpr int kAttentionBlocksPerSm = 2;
 struct AttentionSplits {
   int count = 1;
   int span = 1 << 30;            // positions per split at a full cache
-  int min_span = 1 << 30;        // a step's span shrinks to the context down to this (attention_step_span)
+  int one_split = 1 << 30;       // a step of up to this many positions runs in split 0 alone (attention_step_span)
   float* partials = nullptr;     // [n_heads, count, hd + 2] F32 (count > 1)
   unsigned* counters = nullptr;  // [n_heads], zero between launches (count > 1)
 };
 // Positions a round of attention_kernel takes at head_dim 128 (groups of 128 / 8 threads):
 // the unit of every span.
 constexpr int kAttentionRound = kPositionsPerGroup * (kAttentionThreads / (128 / 8));
-// The span of one step's splits with n_pos positions in the context: the full cache's span
-// shrunk to the context so far, in whole rounds and at least min_span, so that a context
-// shorter than the cache spreads over as many of the `count` splits as it fills instead of
-// all of it going to split 0. Each split runs its rounds one after another, each waiting on
-// memory, so a block's rounds, not the bytes, bound a short context: with a 4096-position
-// cache (8 splits of 512) position 500 took 8 rounds in one block a head. Never above
-// `span` (n_pos <= the capacity), and count x the step's span >= n_pos. The same for every
-// block of a step (T = 1 whenever count > 1).
+// The longest context a step keeps in one split (attention_step_span): two rounds, so that
+// a context of up to 128 positions stays in one block a head and skips the merge.
+constexpr int kOneSplitPositions = 2 * kAttentionRound;
+// The longest context a step spreads in spans of one round (attention_step_span). One H200,
+// 32/32 heads x 128, a 4096-position cache (GEMLITE_BENCH_CACHE=4096), us with spans of one
+// round against spans of at least two: ctx 192 6.0 vs 6.5, 256 5.2 vs 7.0, 384 6.8 vs 7.7,
+// 512 7.8 vs 7.3; llama2-7b q4g64 tg128 @ d128 (positions 129-256) 503.5 / 503.1 vs
+// 495.4 / 491.4 tok/s, @ d384 (385-512) 486.7 / 487.2 vs 494.0 / 493.0.
+constexpr int kOneRoundSpansUpTo = 4 * kAttentionRound;
+// The span of one step's splits with n_pos positions in the context: a context of up to
+// `one_split` positions in split 0 alone (no merge); a longer one spread over the `count`
+// splits in whole rounds, as few as it takes, in spans of one round up to
+// kOneRoundSpansUpTo positions and of at least `one_split` beyond. Each split runs its
+// rounds one after another, each waiting on memory, so a block's rounds, not the bytes,
+// bound a short context: with a 4096-position cache (8 splits of 512) position 500 had
+// taken 8 rounds in one block a head. Never above `span` (n_pos <= the capacity), and
+// count x the step's span >= n_pos. The same for every block of a step (T = 1 whenever
+// count > 1).
 #ifdef __CUDACC__
 __host__ __device__
 #endif
 inline int attention_step_span(const AttentionSplits& s, int n_pos) {
   if (s.count <= 1) return s.span;
+  if (n_pos <= s.one_split) return s.one_split;
   const int per_split = (n_pos + s.count - 1) / s.count;
   const int rounds = (per_split + kAttentionRound - 1) / kAttentionRound * kAttentionRound;
-  const int at_least = rounds > s.min_span ? rounds : s.min_span;
+  const int least = n_pos <= kOneRoundSpansUpTo ? kAttentionRound : s.one_split;
+  const int at_least = rounds > least ? rounds : least;
   return at_least < s.span ? at_least : s.span;
 }
 // The splits for a cache of `capacity` positions and `n_heads` query heads on a GPU of `sms`
@@ -61,9 +73,6 @@ inline int attention_step_span(const AttentionSplits& s, int n_pos) {
 // of them.
 constexpr int kMaxAttentionSplits = 32;
 constexpr int kMinAttentionSpan = 256;
-// The least span of a step (attention_step_span): two rounds, so that a context of up to
-// 128 positions stays in one block a head and skips the merge.
-constexpr int kMinAttentionStepSpan = 2 * kAttentionRound;
 AttentionSplits attention_splits_for(int capacity, int n_heads, int sms);
 // `count` (clamped to 1..kMaxAttentionSplits) spans of equal whole rounds covering
 // `capacity` positions (fewer when rounding leaves the last ones empty).

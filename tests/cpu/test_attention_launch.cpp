@@ -65,15 +65,18 @@ TEST(AttentionSplits, SplitsCoverTheCacheInWholeRounds) {
 
 // A step's span shrinks to the context so far (attention_step_span): Llama-2-7B with a
 // cache of 4352 positions (8 splits of 576) at position 499 takes 4 splits of 128 rather
-// than one of 576, a context of up to 128 positions one block a head (no merge), and the
-// full cache the full span.
+// than one of 576, at position 255 4 splits of 64, a context of up to 128 positions one
+// block a head (no merge), and the full cache the full span.
 TEST(AttentionSplits, AStepSpreadsItsContextOverTheSplits) {
   const AttentionSplits h100 = attention_splits_for(4352, 32, kH100Sms);
   ASSERT_EQ(h100.count, 8);
   ASSERT_EQ(h100.span, 576);
-  EXPECT_EQ(h100.min_span, 128);
+  EXPECT_EQ(h100.one_split, 128);
   EXPECT_EQ(attention_step_span(h100, 1), 128);
   EXPECT_EQ(attention_step_span(h100, 128), 128);
+  EXPECT_EQ(attention_step_span(h100, 129), 64);    // 3 splits live
+  EXPECT_EQ(attention_step_span(h100, 256), 64);    // 4 splits live
+  EXPECT_EQ(attention_step_span(h100, 257), 128);   // 3 splits live
   EXPECT_EQ(attention_step_span(h100, 500), 128);   // 4 splits live
   EXPECT_EQ(attention_step_span(h100, 1025), 192);  // ceil(1025 / 8) = 129 -> 3 rounds of 64
   EXPECT_EQ(attention_step_span(h100, 4096), 512);
@@ -82,14 +85,15 @@ TEST(AttentionSplits, AStepSpreadsItsContextOverTheSplits) {
   ASSERT_EQ(one.count, 1);
   EXPECT_EQ(attention_step_span(one, 7), one.span);
   EXPECT_EQ(attention_step_span(AttentionSplits{}, 7), AttentionSplits{}.span);  // GEMLITE_NO_ATTENTION_SPLITS
-  const AttentionSplits forced = attention_splits_of(300, 2);  // span 192, least step span 128
+  const AttentionSplits forced = attention_splits_of(300, 2);  // span 192, one split up to 128
   EXPECT_EQ(attention_step_span(forced, 10), 128);
   EXPECT_EQ(attention_step_span(forced, 300), 192);
 }
 
 // Over a sweep of caches and every position in them: the live splits (the kernel's
 // ceil(n_pos / step span)) are within the grid's count and each holds a position, spans are
-// whole rounds, never above the cache's span and never below its least.
+// whole rounds, never above the cache's span, and a context of up to one_split positions
+// has one live split.
 TEST(AttentionSplits, EveryStepFitsTheGrid) {
   for (const int heads : {4, 32})
     for (const int capacity : {1, 64, 300, 640, 4352, 40000}) {
@@ -101,8 +105,9 @@ TEST(AttentionSplits, EveryStepFitsTheGrid) {
         ASSERT_LE(span, splits.span) << where;
         if (splits.count == 1) continue;
         ASSERT_EQ(span % kAttentionRound, 0) << where;
-        ASSERT_GE(span, std::min(splits.min_span, splits.span)) << where;
+        ASSERT_GE(span, kAttentionRound) << where;
         const int live = (n_pos + span - 1) / span;
+        if (n_pos <= splits.one_split) ASSERT_EQ(live, 1) << where;
         ASSERT_LE(live, splits.count) << where;
         ASSERT_LT((live - 1) * span, n_pos) << where;
       }

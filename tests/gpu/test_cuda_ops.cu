@@ -309,9 +309,9 @@ TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
 }
 
 // Decode attention split over the context (a 4096-position cache: 16 splits of 256, a
-// step's span shrunk to its context down to 128 by attention_step_span) at positions whose
-// context fits one span of 128 (one live split, which writes out directly), two and three
-// spans of 128 (merged), 1001 positions (8 of 128) and the full cache (all 16 of 256),
+// step's span shrunk to its context by attention_step_span) at positions whose context
+// fits one span of 128 (one live split, which writes out directly), four spans of 64 and
+// three of 128 (merged), 1001 positions (8 of 128) and the full cache (all 16 of 256),
 // against one block per head; launched three times in a row, so a counter the merging
 // block failed to reset shows up as a wrong or missing output on the next launch.
 TEST(AttentionSplits, MatchOneBlockPerHead) {
