@@ -25,6 +25,7 @@
 #include "kernels/bench/gemv_bench.h"
 #include "kernels/bench/kernel_trace.h"
 #include "runtime/cuda/attention_bench.h"
+#include "runtime/cuda/cuda_backend.h"
 #endif
 
 using namespace gemlite;
@@ -233,11 +234,17 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
 #endif
 }
 
-std::vector<std::string> split_commas(const std::string& text) {
+// The items of flag's comma-separated `text`; an empty one (",q8", "q4g64,,q8", "q8,") is a
+// typo, refused as the numeric lists are (parse_args).
+std::vector<std::string> split_commas(const std::string& flag, const std::string& text) {
   std::vector<std::string> parts;
   std::stringstream stream(text);
-  for (std::string part; std::getline(stream, part, ',');)
-    if (!part.empty()) parts.push_back(part);
+  for (std::string part; std::getline(stream, part, ',');) {
+    if (part.empty()) break;
+    parts.push_back(part);
+  }
+  if (!text.empty() && (text.back() == ',' || std::count(text.begin(), text.end(), ',') + 1 != int64_t(parts.size())))
+    throw Error(flag + ": '" + text + "' has an empty item (see --help)");
   return parts;
 }
 
@@ -323,6 +330,7 @@ int main(int argc, char** argv) {
       const std::string set = args["kernel-set"].as<std::string>();
       if (set != "all" && set != "gemv" && set != "fpx" && set != "attention")
         throw Error("--kernel-set " + set + ": expected gemv, fpx, attention or all");
+      if (const std::string why = cuda_unavailable_reason(); !why.empty()) throw Error("--kernels: " + why);
       if (set == "all" || set == "gemv") run_gemv_benchmarks(stdout);
       if (set == "all" || set == "fpx") run_fpx_benchmarks(stdout);
       if (set == "all" || set == "attention") run_attention_benchmarks(stdout);
@@ -384,7 +392,7 @@ int main(int argc, char** argv) {
     struct Synthetic { std::string name; ModelConfig config; WeightFormat format; };
     std::vector<Synthetic> synthetic;
     if (args.count("synthetic")) {
-      const std::vector<std::string> format_names = split_commas(args["format"].as<std::string>());
+      const std::vector<std::string> format_names = split_commas("--format", args["format"].as<std::string>());
       if (format_names.empty()) throw Error("-f '" + args["format"].as<std::string>() + "': no format named");
       for (const auto& name : args["synthetic"].as<std::vector<std::string>>())
         for (const auto& format_name : format_names)

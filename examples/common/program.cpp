@@ -57,6 +57,15 @@ cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv
       return message.find("'" + value + "'") != std::string::npos ||
              message.find("\u2018" + value + "\u2019") != std::string::npos;
     };
+    // A list flag's word names the item that failed ("-p 16,,32": the empty one).
+    const auto names_item_of = [&](const std::string& word) {
+      if (names(word)) return true;
+      std::istringstream items(word);
+      std::string item;
+      while (std::getline(items, item, ','))
+        if (names(item)) return true;
+      return !word.empty() && word.back() == ',' && names("");
+    };
     // cxxopts reads "-ngl 99" as -n with the value "gl": a value that is the rest of a
     // single-dash word is one of llama.cpp's multi-letter flags this program lacks.
     for (size_t i = 1; i < words.size(); ++i) {
@@ -70,9 +79,9 @@ cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv
       const std::string& word = words[i];
       if (word.rfind("-", 0) != 0) continue;
       const size_t equals = word.find('=');
-      if (equals != std::string::npos && names(word.substr(equals + 1)))
+      if (equals != std::string::npos && names_item_of(word.substr(equals + 1)))
         flag = word.substr(0, equals);
-      else if (equals == std::string::npos && i + 1 < words.size() && names(words[i + 1]))
+      else if (equals == std::string::npos && i + 1 < words.size() && names_item_of(words[i + 1]))
         flag = word;
     }
     throw Error((flag.empty() ? std::string() : flag + ": ") + e.what() + " (see --help)");
@@ -83,6 +92,23 @@ cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv
   }
   if (!result.unmatched().empty())
     throw Error("unexpected argument '" + result.unmatched().front() + "' (see --help)");
+  // cxxopts drops a list's trailing empty item ("-p 16," ran as -p 16) and keeps an empty
+  // string between commas: a list with an empty item is a typo, refused whole.
+  for (const cxxopts::KeyValue& given : result.arguments()) {
+    bool is_list = true;
+    try {
+      (void)result[given.key()].as<std::vector<int>>();
+    } catch (const std::bad_cast&) {
+      try {
+        (void)result[given.key()].as<std::vector<std::string>>();
+      } catch (const std::bad_cast&) {
+        is_list = false;
+      }
+    }
+    const std::string& text = given.value();
+    if (is_list && (text.empty() || text.front() == ',' || text.back() == ',' || text.find(",,") != std::string::npos))
+      throw Error("--" + given.key() + ": '" + text + "' has an empty item (see --help)");
+  }
   // cxxopts reads a float with operator>>, which stops at the first character it cannot
   // use: "--temp 0,7" was 0 (greedy), "--top-p 0.9.9" 0.9. Every float given must be read
   // whole the same way (so "0x1p+1" is refused, not read as 0).

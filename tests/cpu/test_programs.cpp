@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -158,6 +159,14 @@ TEST(Programs, BadFlagValuesAreOneLineErrors) {
   expect_one_line_error("gemlite-bench", "--synthetic stories260k -o xml", "xml");
   expect_one_line_error("gemlite-bench", "--synthetic no-such-model", "no-such-model");
   expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " --chat-template nope", "nope");
+  // Refused with -p too, where no template is used (it ran, silently).
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --chat-template nope", "nope");
+  // A list with an empty item is a typo: refused whole, the flag named (",,": cxxopts named
+  // only the empty value; "16," ran as -p 16; "q8,,q4g64" as q8,q4g64).
+  expect_one_line_error("gemlite-bench", "--synthetic stories260k -p 16,,32", "-p: ");
+  expect_one_line_error("gemlite-bench", "--synthetic stories260k -p 16,", "--n-prompt: '16,' has an empty item");
+  expect_one_line_error("gemlite-bench", "--synthetic stories260k -f q8,,q4g64", "--format: 'q8,,q4g64' has an empty item");
+  expect_one_line_error("gemlite-bench", "--synthetic stories260k -f q8,", "--format: 'q8,'");
   expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --device tpu", "tpu");
   expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " -f /nonexistent.txt", "/nonexistent.txt");
   expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --temp abc", "--temp: Argument");
@@ -174,6 +183,17 @@ TEST(Programs, BadFlagValuesAreOneLineErrors) {
   const ProgramRun dash = run_program_for_test("gemlite-chat", "-m " + stories_dir() + " -p '-Once upon' -n 2 --temp 0", false);
   EXPECT_EQ(dash.exit_code, 0);
   EXPECT_EQ(dash.output.rfind("-Once upon", 0), 0u) << dash.output;
+}
+
+// Without a usable GPU (none visible here, whatever the machine has) --kernels says so in
+// one line; it had printed a source file, a line and the CUDA call.
+TEST(Programs, KernelBenchmarksWithoutAGpuAreOneLineError) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string saved = visible ? visible : "";
+  setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  expect_one_line_error("gemlite-bench", "--kernels --kernel-set attention", "--kernels");
+  if (visible) setenv("CUDA_VISIBLE_DEVICES", saved.c_str(), 1);
+  else unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
 TEST(Programs, NonsenseNumbersAreOneLineErrors) {
@@ -286,6 +306,10 @@ TEST(Programs, PromptFromAFileIsTheSameCompletion) {
       << run.output;
   expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -f /nonexistent/prompt.txt", "/nonexistent/prompt.txt");
   expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -f " + prompt + " -p hi", "-p and -f");
+  // A prompt longer than the context names its file.
+  const std::string long_prompt = make_temp_dir() + "/long-prompt.txt";
+  std::ofstream(long_prompt) << "Once upon a time there was a cat. Once upon a time there was a dog.";
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -f " + long_prompt + " -c 8", long_prompt + ": the prompt's");
 }
 
 TEST(Programs, OneShotGreedyCompletionIsTheReferenceStory) {
@@ -422,7 +446,7 @@ TEST(Programs, BenchTakesLlamaBenchsPgSpelling) {
 TEST(Programs, BenchListsAndPairsRejectBadValuesInOneLine) {
   expect_one_line_error("gemlite-bench", "--synthetic stories260k --pg 512", "pairs");
   expect_one_line_error("gemlite-bench", "--synthetic stories260k --pg 0,5", "--pg 0,5");
-  expect_one_line_error("gemlite-bench", "--synthetic stories260k -f ,", "no format named");
+  expect_one_line_error("gemlite-bench", "--synthetic stories260k -f ,", "--format: ',' has an empty item");
   expect_one_line_error("gemlite-bench", "--synthetic stories260k --kernel-set gemv", "--kernels");
   expect_one_line_error("gemlite-bench", "--device cpu --synthetic stories260k --trace", "--trace");
   // p + n overflowed int and an 8 GB prompt was drawn before the context ran out.
