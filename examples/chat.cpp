@@ -9,6 +9,8 @@
 #include <deque>
 #include <filesystem>
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include "examples/common/generation.h"
 #include "examples/common/program.h"
@@ -119,9 +121,9 @@ void feed_timed(Generation& generation, const std::vector<int>& ids, Speed& spee
 
 // `model_eos`: the model config's end-of-sequence id, which may differ from the tokenizer's
 // (Phi-3: 32000 <|endoftext|> beside sentencepiece's </s>); generation stops at either.
-int complete_once(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer,
-                  const std::string& prompt, int n_predict, int model_eos) {
-  std::vector<int> ids = tokenizer.encode(prompt, /*add_bos=*/true);
+// `ids`: the prompt's tokens, which the caller checked fit the context.
+int complete_once(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer, const std::string& prompt,
+                  const std::vector<int>& ids, int n_predict, int model_eos) {
   Speed speed;
   feed_timed(generation, ids, speed);
   std::fputs(prompt.c_str(), stdout);
@@ -277,6 +279,9 @@ int main(int argc, char** argv) {
     const auto typed = [&](const std::string& text) { return args.count("no-escape") ? text : process_escapes(text); };
     const std::string prompt = args.count("prompt") ? typed(args["prompt"].as<std::string>()) : file_prompt;
     const std::string system = typed(args["system-prompt"].as<std::string>());
+    const std::optional<ChatTemplate> given_template =
+        args.count("chat-template") ? std::optional<ChatTemplate>(parse_chat_template(args["chat-template"].as<std::string>()))
+                                    : std::nullopt;
     apply_thread_option(args);
 
     SamplerParams params;
@@ -303,12 +308,19 @@ int main(int argc, char** argv) {
     const int n_predict = args["n-predict"].as<int>();
     if (args.count("prompt") || args.count("file")) {
       if (!system.empty()) std::fprintf(stderr, "warning: -sys/--system-prompt is not used with -p/-f (no chat template)\n");
+      if (given_template) std::fprintf(stderr, "warning: --chat-template is not used with -p/-f (plain completion)\n");
+      const std::vector<int> ids = loaded.tokenizer->encode(prompt, /*add_bos=*/true);
+      if (int(ids.size()) > generation.room())
+        fail(args.count("file") ? args["file"].as<std::string>() : "-p/--prompt",
+             "the prompt's " + std::to_string(ids.size()) + " tokens do not fit in the context of " +
+                 std::to_string(generation.room()) + " positions (raise -c/--ctx-size)");
       print_context();
-      return complete_once(generation, sampler, *loaded.tokenizer, prompt, n_predict, loaded.checkpoint.config.eos_id);
+      return complete_once(generation, sampler, *loaded.tokenizer, prompt, ids, n_predict,
+                           loaded.checkpoint.config.eos_id);
     }
 
     const ChatTemplate chat_template =
-        args.count("chat-template") ? parse_chat_template(args["chat-template"].as<std::string>())
+        given_template ? *given_template
         : !loaded.checkpoint.chat_template.empty() ? recorded_chat_template(loaded.checkpoint.chat_template, args["model"].as<std::string>())
         : detect_chat_template("", loaded.checkpoint.config.architecture, *loaded.tokenizer);
     print_context();
