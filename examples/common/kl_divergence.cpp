@@ -128,7 +128,15 @@ void KldBaseReader::read_chunk(int index, std::vector<int>* ids, std::vector<flo
   for (int id : *ids)
     if (id < 0 || id >= header_.n_vocab) fail(path_, "token id " + std::to_string(id) + " outside the vocabulary");
   log_probs->resize(halves.size());
-  for (size_t i = 0; i < halves.size(); ++i) (*log_probs)[i] = half_to_float(halves[i]);
+  for (size_t i = 0; i < halves.size(); ++i) {
+    const float log_prob = half_to_float(halves[i]);
+    // <= 0 (-inf where fp16 underflowed), up to the write's rounding: a NaN or a positive
+    // value is damage, which would print NaN statistics.
+    if (!(log_prob <= 1e-3f))
+      fail(path_, "chunk " + std::to_string(index + 1) + " holds the log-probability " + std::to_string(log_prob) +
+                      " (corrupt: log-probabilities are <= 0)");
+    (*log_probs)[i] = log_prob;
+  }
 }
 
 void KldStatistics::add(const float* base_log_probs, const float* logits, int n_vocab, int target) {

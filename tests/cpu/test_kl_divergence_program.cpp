@@ -127,6 +127,24 @@ TEST(KlDivergenceProgram, BadBaseFilesAreOneLineErrorsNamingTheFile) {
   std::filesystem::resize_file(truncated, std::filesystem::file_size(truncated) - 100);
   expect_error(model + " --kl-divergence --kl-divergence-base " + truncated, "truncated");
 
+  // A NaN log-probability (fp16 0x7e00), the first of chunk 1's: refused with the file
+  // named (it printed NaN statistics and exited 0), after perplexity's progress lines.
+  const std::string with_nan = dir + "/with-nan.kld";
+  std::filesystem::copy_file(base_file(4), with_nan);
+  {
+    std::fstream file(with_nan, std::ios::binary | std::ios::in | std::ios::out);
+    int32_t n_ctx = 0;
+    file.seekg(16);
+    file.read(reinterpret_cast<char*>(&n_ctx), 4);
+    file.seekp(32 + std::streamoff(n_ctx) * 4);  // magic, 4 header fields, the chunk's ids
+    const unsigned char nan_half[2] = {0x00, 0x7e};
+    file.write(reinterpret_cast<const char*>(nan_half), 2);
+  }
+  const ProgramRun nan_run = run_program_for_test(
+      "gemlite-perplexity", model + " --kl-divergence --kl-divergence-base " + with_nan, /*only_stderr=*/true);
+  EXPECT_EQ(nan_run.exit_code, 1) << nan_run.output;
+  EXPECT_NE(nan_run.output.find(with_nan + ": chunk 1 holds the log-probability nan"), std::string::npos) << nan_run.output;
+
   const std::string other_vocab = dir + "/other-vocab.kld";  // a well-formed header for a 1000-token vocabulary
   {
     std::ofstream out(other_vocab, std::ios::binary);
