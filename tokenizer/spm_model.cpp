@@ -1,5 +1,6 @@
 #include "tokenizer/spm_model.h"
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -185,7 +186,7 @@ std::string spm_bpe_model_proto(const std::vector<SpmPiece>& pieces, const std::
 
 std::vector<SpmPiece> read_llama2c_tokenizer(const std::string& path, int vocab_size) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "no such file");
+  if (!in) fail(path, errno == ENOENT ? std::string("no such file") : std::string("cannot open: ") + std::strerror(errno));
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   size_t at = 4;  // max_token_length, unused
   const auto read_i32 = [&](const char* what) {

@@ -3,6 +3,9 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "runtime/error.h"
@@ -14,6 +17,13 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
   // A directory made sentencepiece throw a bare filebuf error, a link to /dev/zero read forever.
   if (std::filesystem::exists(model_path) && !std::filesystem::is_regular_file(model_path))
     fail(model_path, "not a regular file");
+  // sentencepiece says "not found" for a file it cannot open for any reason (an unreadable
+  // one too): open it once here, so the message gives the reason.
+  if (std::FILE* probe = std::fopen(model_path.c_str(), "rb")) {
+    std::fclose(probe);
+  } else {
+    fail(model_path, errno == ENOENT ? std::string("no such file") : std::string("cannot open: ") + std::strerror(errno));
+  }
   auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const sentencepiece::util::Status status = processor->Load(model_path);
   if (status.code() == sentencepiece::util::StatusCode::kNotFound) {
