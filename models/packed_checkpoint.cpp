@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -79,6 +80,15 @@ void check_can_save_packed_checkpoint(const std::string& dir) {
     fail("output directory '" + dir + "'", "not a name a checkpoint can be written under");
   if (fs::exists(path) && !(fs::is_directory(path) && fs::is_empty(path)) && !is_packed_checkpoint(path.string()))
     fail(dir, "exists and is not a gemlite packed checkpoint; refusing to replace it");
+  // Missing folders on the way are made (mkdir -p), under the nearest one that exists, which
+  // must be a directory this process can write: found before a conversion of minutes, not
+  // after it.
+  fs::path ancestor = path.parent_path();
+  while (!ancestor.empty() && !fs::exists(ancestor)) ancestor = ancestor.parent_path();
+  if (ancestor.empty()) ancestor = ".";
+  if (!fs::is_directory(ancestor)) fail(ancestor.string(), "not a directory (the output directory '" + dir + "' would go under it)");
+  if (::access(ancestor.c_str(), W_OK | X_OK) != 0)
+    fail(ancestor.string(), "cannot write the output directory '" + dir + "' there: " + std::strerror(errno));
 }
 
 DType embedding_dtype_for(const WeightFormat& format) {

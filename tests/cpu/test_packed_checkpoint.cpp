@@ -188,10 +188,14 @@ TEST(PackedCheckpoint, SaveTouchesOnlyWhatItCreated) {
   EXPECT_EQ(load_packed_checkpoint(dir).default_format, "q4g64");
   EXPECT_TRUE(fs::exists(dir + ".tmp/keep.txt"));
   EXPECT_EQ(leftovers_beside(dir), std::vector<std::string>{"model.tmp"});  // the user's own
-  for (const std::string& bad : {"", ".", "/"}) {
+  // Under a regular file: refused up front (it had failed only when the checkpoint was written).
+  const std::string file = make_temp_dir() + "/a-file";
+  std::ofstream(file) << "x";
+  for (const std::string& bad : {std::string(""), std::string("."), std::string("/"), file + "/out", file + "/sub/out"}) {
     EXPECT_THROW(save_packed_checkpoint(ckpt, bad), Error) << "'" << bad << "'";
     EXPECT_THROW(check_can_save_packed_checkpoint(bad), Error) << "'" << bad << "'";
   }
+  EXPECT_NO_THROW(check_can_save_packed_checkpoint(make_temp_dir() + "/missing/parents/out"));
 }
 
 }  // namespace
