@@ -79,8 +79,9 @@ __global__ void rope_store_kernel(Act* qkv, int64_t qkv_stride, Act* key_cache, 
 // grid.x = T * n_heads (block b: head b % n_heads of token b / n_heads; on x, whose limit
 // is 2^31 - 1, not on y with its 65535), grid.y = splits.count, blockDim.x = kAttentionThreads.
 // With several splits (decode, AttentionSplits), block (b, s) attends to positions
-// [s * span, (s + 1) * span) only, span being the step's (attention_step_span), and leaves its (acc [hd], max in log2 units, sum) in
-// splits.partials; the last block of b to finish (a ticket from splits.counters) merges
+// [s * span, (s + 1) * span) only, span being the step's (attention_step_span), and leaves
+// its (acc [hd], max in log2 units, sum) in splits.partials; the last block of b to finish
+// (a ticket from splits.counters) merges
 // them into out and resets the counter, so no second launch is needed and graph replays
 // find it at zero.
 //

@@ -23,7 +23,6 @@ AttentionSplits attention_splits_of(int capacity, int count) {
   AttentionSplits splits;
   splits.span = ((capacity + count - 1) / count + kAttentionRound - 1) / kAttentionRound * kAttentionRound;
   splits.count = (capacity + splits.span - 1) / splits.span;
-  splits.one_split = std::min(splits.span, kOneSplitPositions);
   return splits;
 }
 

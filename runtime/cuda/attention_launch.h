@@ -30,7 +30,6 @@ constexpr int kAttentionBlocksPerSm = 2;
 struct AttentionSplits {
   int count = 1;
   int span = 1 << 30;            // positions per split at a full cache
-  int one_split = 1 << 30;       // a step of up to this many positions runs in split 0 alone (attention_step_span)
   float* partials = nullptr;     // [n_heads, count, hd + 2] F32 (count > 1)
   unsigned* counters = nullptr;  // [n_heads], zero between launches (count > 1)
 };
@@ -47,9 +46,9 @@ constexpr int kOneSplitPositions = 2 * kAttentionRound;
 // 495.4 / 491.4 tok/s, @ d384 (385-512) 486.7 / 487.2 vs 494.0 / 493.0.
 constexpr int kOneRoundSpansUpTo = 4 * kAttentionRound;
 // The span of one step's splits with n_pos positions in the context: a context of up to
-// `one_split` positions in split 0 alone (no merge); a longer one spread over the `count`
-// splits in whole rounds, as few as it takes, in spans of one round up to
-// kOneRoundSpansUpTo positions and of at least `one_split` beyond. Each split runs its
+// kOneSplitPositions (or the full span, if shorter) in split 0 alone (no merge); a longer
+// one spread over the `count` splits in whole rounds, as few as it takes, in spans of one
+// round up to kOneRoundSpansUpTo positions and of at least that one split's beyond. Each split runs its
 // rounds one after another, each waiting on memory, so a block's rounds, not the bytes,
 // bound a short context: with a 4096-position cache (8 splits of 512) position 500 had
 // taken 8 rounds in one block a head. Never above `span` (n_pos <= the capacity), and
@@ -60,11 +59,12 @@ __host__ __device__
 #endif
 inline int attention_step_span(const AttentionSplits& s, int n_pos) {
   if (s.count <= 1) return s.span;
-  if (n_pos <= s.one_split) return s.one_split;
+  const int one_split = s.span < kOneSplitPositions ? s.span : kOneSplitPositions;
+  if (n_pos <= one_split) return one_split;
   const int per_split = (n_pos + s.count - 1) / s.count;
-  const int rounds = (per_split + kAttentionRound - 1) / kAttentionRound * kAttentionRound;
-  const int least = n_pos <= kOneRoundSpansUpTo ? kAttentionRound : s.one_split;
-  const int at_least = rounds > least ? rounds : least;
+  const int in_rounds = (per_split + kAttentionRound - 1) / kAttentionRound * kAttentionRound;  // positions
+  const int least = n_pos <= kOneRoundSpansUpTo ? kAttentionRound : one_split;
+  const int at_least = in_rounds > least ? in_rounds : least;
   return at_least < s.span ? at_least : s.span;
 }
 // The splits for a cache of `capacity` positions and `n_heads` query heads on a GPU of `sms`

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/cuda/attention_launch.h"
 
@@ -71,7 +73,6 @@ TEST(AttentionSplits, AStepSpreadsItsContextOverTheSplits) {
   const AttentionSplits h100 = attention_splits_for(4352, 32, kH100Sms);
   ASSERT_EQ(h100.count, 8);
   ASSERT_EQ(h100.span, 576);
-  EXPECT_EQ(h100.one_split, 128);
   EXPECT_EQ(attention_step_span(h100, 1), 128);
   EXPECT_EQ(attention_step_span(h100, 128), 128);
   EXPECT_EQ(attention_step_span(h100, 129), 64);    // 3 splits live
@@ -90,27 +91,32 @@ TEST(AttentionSplits, AStepSpreadsItsContextOverTheSplits) {
   EXPECT_EQ(attention_step_span(forced, 300), 192);
 }
 
-// Over a sweep of caches and every position in them: the live splits (the kernel's
-// ceil(n_pos / step span)) are within the grid's count and each holds a position, spans are
-// whole rounds, never above the cache's span, and a context of up to one_split positions
-// has one live split.
+// Over a sweep of caches, split as attention_splits_for does (spans of >= 256) and as
+// GEMLITE_ATTENTION_SPLITS forces (spans down to one round), and every position in them: the
+// live splits (the kernel's ceil(n_pos / step span)) are within the grid's count and each
+// holds a position, spans are whole rounds never above the cache's span, and a context of
+// up to two rounds (or the whole span) has one live split.
 TEST(AttentionSplits, EveryStepFitsTheGrid) {
-  for (const int heads : {4, 32})
-    for (const int capacity : {1, 64, 300, 640, 4352, 40000}) {
-      const AttentionSplits splits = attention_splits_for(capacity, heads, kH100Sms);
-      for (int n_pos = 1; n_pos <= capacity; ++n_pos) {
-        const int span = attention_step_span(splits, n_pos);
-        const std::string where = "capacity " + std::to_string(capacity) + ", " + std::to_string(heads) +
-                                  " heads, " + std::to_string(n_pos) + " positions";
-        ASSERT_LE(span, splits.span) << where;
-        if (splits.count == 1) continue;
-        ASSERT_EQ(span % kAttentionRound, 0) << where;
-        ASSERT_GE(span, kAttentionRound) << where;
-        const int live = (n_pos + span - 1) / span;
-        if (n_pos <= splits.one_split) ASSERT_EQ(live, 1) << where;
-        ASSERT_LE(live, splits.count) << where;
-        ASSERT_LT((live - 1) * span, n_pos) << where;
-      }
+  std::vector<std::pair<std::string, AttentionSplits>> layouts;
+  for (const int capacity : {1, 64, 100, 129, 256, 300, 640, 4352, 40000}) {
+    for (const int heads : {4, 32})
+      layouts.emplace_back(std::to_string(heads) + " heads", attention_splits_for(capacity, heads, kH100Sms));
+    for (const int count : {2, 3, 16, 32})
+      layouts.emplace_back(std::to_string(count) + " splits forced", attention_splits_of(capacity, count));
+  }
+  for (const auto& [how, splits] : layouts)
+    for (int n_pos = 1; n_pos <= splits.count * splits.span && n_pos <= 40000; ++n_pos) {
+      const int span = attention_step_span(splits, n_pos);
+      const std::string where = how + ", " + std::to_string(splits.count) + " x " + std::to_string(splits.span) +
+                                ", " + std::to_string(n_pos) + " positions";
+      ASSERT_LE(span, splits.span) << where;
+      if (splits.count == 1) continue;
+      ASSERT_EQ(span % kAttentionRound, 0) << where;
+      ASSERT_GE(span, kAttentionRound) << where;
+      const int live = (n_pos + span - 1) / span;
+      ASSERT_LE(live, splits.count) << where;
+      ASSERT_LT((live - 1) * span, n_pos) << where;
+      if (n_pos <= std::min(splits.span, kOneSplitPositions)) ASSERT_EQ(live, 1) << where;
     }
 }
 
