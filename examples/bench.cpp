@@ -240,11 +240,10 @@ std::vector<std::string> split_commas(const std::string& flag, const std::string
   std::vector<std::string> parts;
   std::stringstream stream(text);
   for (std::string part; std::getline(stream, part, ',');) {
-    if (part.empty()) break;
+    if (part.empty()) throw Error(flag + ": '" + text + "' has an empty item (see --help)");
     parts.push_back(part);
   }
-  if (!text.empty() && (text.back() == ',' || std::count(text.begin(), text.end(), ',') + 1 != int64_t(parts.size())))
-    throw Error(flag + ": '" + text + "' has an empty item (see --help)");
+  if (!text.empty() && text.back() == ',') throw Error(flag + ": '" + text + "' has an empty item (see --help)");
   return parts;
 }
 

@@ -1,6 +1,7 @@
 #include "models/packed_checkpoint.h"
 
 #include <stdlib.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -56,7 +57,10 @@ fs::path normalized_directory(const std::string& dir) {
 // directory's permissions (mkdtemp makes it 0700).
 fs::path make_unique_directory(const fs::path& parent, const std::string& stem) {
   std::string name = (parent / (stem + "-XXXXXX")).string();
-  if (!mkdtemp(name.data())) fail(name, std::string("cannot create directory: ") + std::strerror(errno));
+  if (!mkdtemp(name.data())) {
+    const int err = errno;
+    fail(name, std::string("cannot create directory: ") + std::strerror(err));
+  }
   fs::permissions(name, fs::perms(plain_mode(0777)));
   return name;
 }
@@ -83,12 +87,16 @@ void check_can_save_packed_checkpoint(const std::string& dir) {
   // Missing folders on the way are made (mkdir -p), under the nearest one that exists, which
   // must be a directory this process can write: found before a conversion of minutes, not
   // after it.
+  std::error_code ec;
   fs::path ancestor = path.parent_path();
-  while (!ancestor.empty() && !fs::exists(ancestor)) ancestor = ancestor.parent_path();
+  while (!ancestor.empty() && !fs::exists(ancestor, ec)) ancestor = ancestor.parent_path();
   if (ancestor.empty()) ancestor = ".";
-  if (!fs::is_directory(ancestor)) fail(ancestor.string(), "not a directory (the output directory '" + dir + "' would go under it)");
-  if (::access(ancestor.c_str(), W_OK | X_OK) != 0)
-    fail(ancestor.string(), "cannot write the output directory '" + dir + "' there: " + std::strerror(errno));
+  if (!fs::is_directory(ancestor, ec))
+    fail(ancestor.string(), "not a directory (the output directory '" + dir + "' would go under it)");
+  if (::faccessat(AT_FDCWD, ancestor.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+    const int err = errno;
+    fail(ancestor.string(), "cannot write the output directory '" + dir + "' there: " + std::strerror(err));
+  }
 }
 
 DType embedding_dtype_for(const WeightFormat& format) {

@@ -185,8 +185,15 @@ std::string spm_bpe_model_proto(const std::vector<SpmPiece>& pieces, const std::
 }
 
 std::vector<SpmPiece> read_llama2c_tokenizer(const std::string& path, int vocab_size) {
+  // Opened with fopen for its errno (an unreadable file is not a missing one).
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (!file) {
+    const int err = errno;
+    fail(path, err == ENOENT ? std::string("no such file") : std::string("cannot open: ") + std::strerror(err));
+  }
+  std::fclose(file);
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, errno == ENOENT ? std::string("no such file") : std::string("cannot open: ") + std::strerror(errno));
+  if (!in) fail(path, "cannot open");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   size_t at = 4;  // max_token_length, unused
   const auto read_i32 = [&](const char* what) {

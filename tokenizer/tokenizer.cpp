@@ -22,7 +22,8 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
   if (std::FILE* probe = std::fopen(model_path.c_str(), "rb")) {
     std::fclose(probe);
   } else {
-    fail(model_path, errno == ENOENT ? std::string("no such file") : std::string("cannot open: ") + std::strerror(errno));
+    const int err = errno;
+    fail(model_path, err == ENOENT ? std::string("no such file") : std::string("cannot open: ") + std::strerror(err));
   }
   auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const sentencepiece::util::Status status = processor->Load(model_path);

@@ -130,7 +130,7 @@ void KldBaseReader::read_chunk(int index, std::vector<int>* ids, std::vector<flo
   log_probs->resize(halves.size());
   for (size_t i = 0; i < halves.size(); ++i) {
     const float log_prob = half_to_float(halves[i]);
-    // <= 0 (-inf where fp16 underflowed), up to the write's rounding: a NaN or a positive
+    // <= 0 (-inf below fp16's range), up to the log-softmax's rounding: a NaN or a positive
     // value is damage, which would print NaN statistics.
     if (!(log_prob <= 1e-3f))
       fail(path_, "chunk " + std::to_string(index + 1) + " holds the log-probability " + std::to_string(log_prob) +

@@ -64,7 +64,7 @@ cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv
       std::string item;
       while (std::getline(items, item, ','))
         if (names(item)) return true;
-      return !word.empty() && word.back() == ',' && names("");
+      return false;
     };
     // cxxopts reads "-ngl 99" as -n with the value "gl": a value that is the rest of a
     // single-dash word is one of llama.cpp's multi-letter flags this program lacks.
@@ -92,8 +92,9 @@ cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv
   }
   if (!result.unmatched().empty())
     throw Error("unexpected argument '" + result.unmatched().front() + "' (see --help)");
-  // cxxopts drops a list's trailing empty item ("-p 16," ran as -p 16) and keeps an empty
-  // string between commas: a list with an empty item is a typo, refused whole.
+  // A list with an empty item is a typo, refused whole: cxxopts drops a trailing one ("-p
+  // 16," ran as -p 16), keeps one in a list of strings, and fails to parse one inside a list
+  // of numbers ("-p 16,,32", named above).
   for (const cxxopts::KeyValue& given : result.arguments()) {
     bool is_list = true;
     try {

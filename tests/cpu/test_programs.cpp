@@ -187,11 +187,15 @@ TEST(Programs, BadFlagValuesAreOneLineErrors) {
 
 // Without a usable GPU (none visible here, whatever the machine has) --kernels says so in
 // one line; it had printed a source file, a line and the CUDA call.
-TEST(Programs, KernelBenchmarksWithoutAGpuAreOneLineError) {
+TEST(Programs, KernelBenchmarksWithoutAGpuIsAOneLineError) {
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   const std::string saved = visible ? visible : "";
   setenv("CUDA_VISIBLE_DEVICES", "", 1);
-  expect_one_line_error("gemlite-bench", "--kernels --kernel-set attention", "--kernels");
+#ifdef GEMLITE_WITH_CUDA
+  expect_one_line_error("gemlite-bench", "--kernels --kernel-set attention", "--kernels: no");  // no (usable) CUDA device
+#else
+  expect_one_line_error("gemlite-bench", "--kernels --kernel-set attention", "--kernels needs a build with CUDA");
+#endif
   if (visible) setenv("CUDA_VISIBLE_DEVICES", saved.c_str(), 1);
   else unsetenv("CUDA_VISIBLE_DEVICES");
 }
