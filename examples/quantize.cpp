@@ -94,8 +94,9 @@ int main(int argc, char** argv) {
                    "format nearest its type", cxxopts::value<std::string>())
         ("override", "PATTERN=FORMAT for matching modules, e.g. lm_head=q8 (repeatable)",
          cxxopts::value<std::vector<std::string>>())
-        ("tokenizer", "sentencepiece tokenizer.model or llama2.c tokenizer.bin (llama2.c sources need one; GGUF "
-                      "sources use their own vocabulary when it is sentencepiece-style)",
+        ("tokenizer", "sentencepiece tokenizer.model or llama2.c tokenizer.bin (without one a llama2.c source "
+                      "converts, but only gemlite-bench and gemlite-logits --ids can run it; GGUF sources use their "
+                      "own vocabulary when it is sentencepiece-style)",
          cxxopts::value<std::string>())
         ("chat-template", "Record the chat template: completion, llama2, zephyr (tinyllama), mistral, chatml or phi3",
          cxxopts::value<std::string>());

@@ -184,6 +184,8 @@ void KldStatistics::print(std::FILE* out) const {
   std::fprintf(out, "Mean PPL(base)                : %10.6f ± %10.6f\n", std::exp(nll_base),
                std::exp(nll_base) * nll_base_error);
   std::fprintf(out, "Mean ln(PPL(Q)/PPL(base))     : %10.6f ± %10.6f\n", log_ratio, log_ratio_error);
+  std::fprintf(out, "Mean PPL(Q)/PPL(base)         : %10.6f ± %10.6f\n", std::exp(log_ratio),
+               std::exp(log_ratio) * log_ratio_error);
   std::fprintf(out, "\n====== KL divergence statistics ======\n");
   std::fprintf(out, "Mean    KLD: %10.6f ± %10.6f\n", kld, kld_error);
   std::fprintf(out, "Maximum KLD: %10.6f\n", sorted.back());

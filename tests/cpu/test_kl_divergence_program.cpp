@@ -62,6 +62,16 @@ TEST(KlDivergenceProgram, TheBaseAgainstItselfIsZero) {
   EXPECT_LT(std::fabs(value_after(output, "Mean ln(PPL(Q)/PPL(base))     :")), 1e-3) << output;
 }
 
+// llama-perplexity's ratio line: the quotient of the two perplexities printed above it.
+TEST(KlDivergenceProgram, ThePerplexityRatioIsTheQuotientOfTheTwo) {
+  const std::string output = compare_with_base("q4g64", 2);
+  const double ratio = value_after(output, "Mean PPL(Q)/PPL(base)         :");
+  const double quotient = value_after(output, "Mean PPL(Q)                   :") /
+                          value_after(output, "Mean PPL(base)                :");
+  EXPECT_NEAR(ratio, quotient, 2e-6 * quotient + 1e-6) << output;  // both printed to 6 decimals
+  EXPECT_GT(ratio, 1.0) << output;  // q4g64 is worse than its f32 base on the same tokens
+}
+
 // Mean over the scored positions of the first chunk of sum_i p_f32(i) ln(p_f32(i) / p_q4(i)),
 // from both models' full-precision logits in this process.
 TEST(KlDivergenceProgram, MeanKldEqualsAnIndependentComputation) {
