@@ -48,12 +48,13 @@ constexpr int kOneRoundSpansUpTo = 4 * kAttentionRound;
 // The span of one step's splits with n_pos positions in the context: a context of up to
 // kOneSplitPositions (or the full span, if shorter) in split 0 alone (no merge); a longer
 // one spread over the `count` splits in whole rounds, as few as it takes, in spans of one
-// round up to kOneRoundSpansUpTo positions and of at least that one split's beyond. Each split runs its
-// rounds one after another, each waiting on memory, so a block's rounds, not the bytes,
-// bound a short context: with a 4096-position cache (8 splits of 512) position 500 had
-// taken 8 rounds in one block a head. Never above `span` (n_pos <= the capacity), and
-// count x the step's span >= n_pos. The same for every block of a step (T = 1 whenever
-// count > 1).
+// round up to kOneRoundSpansUpTo positions and of at least two rounds beyond. Each split
+// runs its rounds one after another, each waiting on memory, so a block's rounds, not the
+// bytes, bound a short context: with a 4096-position cache (8 splits of 512) position 500
+// had taken 8 rounds in one block a head (H100, llama2-7b q4g64, a 5120-position cache:
+// tg128 @ d512 420.8 -> 457.4 tok/s with the spans shrunk; runtime/cuda/MEASURED.md).
+// Never above `span` (n_pos <= the capacity), and count x the step's span >= n_pos. The
+// same for every block of a step (T = 1 whenever count > 1).
 #ifdef __CUDACC__
 __host__ __device__
 #endif
