@@ -13,7 +13,6 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 
 #include "examples/common/generation.h"
 #include "examples/common/program.h"
@@ -234,19 +233,6 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
 #endif
 }
 
-// The items of flag's comma-separated `text`; an empty one (",q8", "q4g64,,q8", "q8,") is a
-// typo, refused as the numeric lists are (parse_args).
-std::vector<std::string> split_commas(const std::string& flag, const std::string& text) {
-  std::vector<std::string> parts;
-  std::stringstream stream(text);
-  for (std::string part; std::getline(stream, part, ',');) {
-    if (part.empty()) throw Error(flag + ": '" + text + "' has an empty item (see --help)");
-    parts.push_back(part);
-  }
-  if (!text.empty() && text.back() == ',') throw Error(flag + ": '" + text + "' has an empty item (see --help)");
-  return parts;
-}
-
 std::string fixed(double value, int decimals) {
   char text[64];
   std::snprintf(text, sizeof text, "%.*f", decimals, value);
@@ -301,7 +287,8 @@ int main(int argc, char** argv) {
             std::string names;
             for (const auto& n : synthetic_model_names()) names += (names.empty() ? "" : ", ") + n;
             return names; }(), cxxopts::value<std::vector<std::string>>())
-        ("f,format", "Weight formats for --synthetic, comma-separated", cxxopts::value<std::string>()->default_value("q4g64"))
+        ("f,format", "Weight formats for --synthetic, comma-separated",
+         cxxopts::value<std::vector<std::string>>()->default_value("q4g64"))
         ("p,n-prompt", "Prompt tokens for pp, comma-separated (0 = none)",
          cxxopts::value<std::vector<int>>()->default_value("512"))
         ("n,n-gen", "Generated tokens for tg, comma-separated (0 = none)",
@@ -391,8 +378,7 @@ int main(int argc, char** argv) {
     struct Synthetic { std::string name; ModelConfig config; WeightFormat format; };
     std::vector<Synthetic> synthetic;
     if (args.count("synthetic")) {
-      const std::vector<std::string> format_names = split_commas("--format", args["format"].as<std::string>());
-      if (format_names.empty()) throw Error("-f '" + args["format"].as<std::string>() + "': no format named");
+      const auto format_names = args["format"].as<std::vector<std::string>>();  // none empty (parse_args)
       for (const auto& name : args["synthetic"].as<std::vector<std::string>>())
         for (const auto& format_name : format_names)
           synthetic.push_back({name, synthetic_config(name), WeightFormat::parse(format_name)});

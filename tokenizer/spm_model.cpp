@@ -1,6 +1,5 @@
 #include "tokenizer/spm_model.h"
 
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +10,7 @@
 #include <set>
 
 #include "runtime/error.h"
+#include "runtime/io/readable_file.h"
 
 namespace gemlite {
 namespace {
@@ -185,13 +185,7 @@ std::string spm_bpe_model_proto(const std::vector<SpmPiece>& pieces, const std::
 }
 
 std::vector<SpmPiece> read_llama2c_tokenizer(const std::string& path, int vocab_size) {
-  // Opened with fopen for its errno (an unreadable file is not a missing one).
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (!file) {
-    const int err = errno;
-    fail(path, err == ENOENT ? std::string("no such file") : std::string("cannot open: ") + std::strerror(err));
-  }
-  std::fclose(file);
+  require_readable_file(path);  // an unreadable file is not a missing one
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

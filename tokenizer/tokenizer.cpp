@@ -3,12 +3,10 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 
 #include "runtime/error.h"
+#include "runtime/io/readable_file.h"
 #include "tokenizer/spm_model.h"
 
 namespace gemlite {
@@ -17,14 +15,7 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
   // A directory made sentencepiece throw a bare filebuf error, a link to /dev/zero read forever.
   if (std::filesystem::exists(model_path) && !std::filesystem::is_regular_file(model_path))
     fail(model_path, "not a regular file");
-  // sentencepiece says "not found" for a file it cannot open for any reason (an unreadable
-  // one too): open it once here, so the message gives the reason.
-  if (std::FILE* probe = std::fopen(model_path.c_str(), "rb")) {
-    std::fclose(probe);
-  } else {
-    const int err = errno;
-    fail(model_path, err == ENOENT ? std::string("no such file") : std::string("cannot open: ") + std::strerror(err));
-  }
+  require_readable_file(model_path);  // sentencepiece says "not found" for an unreadable file too
   auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const sentencepiece::util::Status status = processor->Load(model_path);
   if (status.code() == sentencepiece::util::StatusCode::kNotFound) {
