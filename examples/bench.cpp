@@ -152,7 +152,7 @@ void print_device_memory(const std::string& label, const PackedCheckpoint& ckpt,
 void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const std::string& device,
                  const BackendOptions& options, const BenchPlan& plan,
                  const std::function<void(const Result&)>& report) {
-  auto backend = make_backend(device.empty() ? default_backend_name() : device, options);
+  auto backend = make_backend(backend_name_for(device), options);
   backend->synchronize();  // memory freed asynchronously returns at a synchronization
   const int64_t memory_before = backend->device_memory_used();
   LlamaModel model(ckpt, *backend, int(plan.context()), plan.batch);  // context() checked at parse
@@ -177,11 +177,11 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
   };
   for (const int depth : plan.depths) {
     const std::string at_depth = depth > 0 ? " @ d" + std::to_string(depth) : "";
-    const std::vector<int> context = random_tokens(depth, vocab, rng);
+    const std::vector<int> depth_tokens = random_tokens(depth, vocab, rng);
     const auto fill_context = [&] {
       generation.reset();
-      if (!context.empty()) {
-        generation.feed(context);
+      if (!depth_tokens.empty()) {
+        generation.feed(depth_tokens);
         generation.wait();
       }
     };
@@ -300,9 +300,6 @@ int main(int argc, char** argv) {
         ("b,batch-size", "Prompt tokens per forward pass", cxxopts::value<int>()->default_value("512"))
         ("r,repetitions", "Timed runs per test", cxxopts::value<int>()->default_value("5"))
         ("o,output", "md, json or csv", cxxopts::value<std::string>()->default_value("md"))
-        ("device", "cpu or cuda (default: cuda when available)", cxxopts::value<std::string>()->default_value(""))
-        ("dtype", "cuda activations and KV cache: f16 or bf16", cxxopts::value<std::string>()->default_value("f16"))
-        ("t,threads", "CPU threads (0 = all cores)", cxxopts::value<int>()->default_value("0"))
         ("kernels", "GPU kernel benchmarks instead: each QuantLinear kernel vs cuBLAS and the copy "
                     "bandwidth, cold L2 (CUDA builds only)")
         ("kernel-set", "With --kernels: gemv (qN GEMV), fpx (fp6 matmul, M = 1..512), attention (decode "
@@ -310,6 +307,7 @@ int main(int argc, char** argv) {
          cxxopts::value<std::string>()->default_value("all"))
         ("trace", "After the tests, one decode step of each model kernel by kernel as the CUDA graph "
                   "runs it (CUPTI): start, duration and time added per kernel, on stderr ('trace' lines)");
+    add_backend_options(options);
     const auto args = parse_args(options, argc, argv, {{"-pg", "--pg"}});
     if (args.count("kernels")) {
 #ifdef GEMLITE_WITH_CUDA
@@ -341,9 +339,10 @@ int main(int argc, char** argv) {
                                                   ": both must be >= 1");
       plan.prompt_gens.emplace_back(pg[i], pg[i + 1]);
     }
-    for (const auto* list : {&plan.prompts, &plan.gens, &plan.depths})
+    for (const auto& [flag, list] :
+         {std::pair{"-p", &plan.prompts}, std::pair{"-n", &plan.gens}, std::pair{"-d", &plan.depths}})
       for (int v : *list)
-        if (v < 0) throw Error("-p, -n and -d must be >= 0 (got " + std::to_string(v) + ")");
+        if (v < 0) throw Error(std::string(flag) + " " + std::to_string(v) + ": must be >= 0");
     if (plan.depths.empty()) plan.depths = {0};
     const auto positive = [](const std::vector<int>& v) { return std::any_of(v.begin(), v.end(), [](int x) { return x > 0; }); };
     if (!positive(plan.prompts) && !positive(plan.gens) && plan.prompt_gens.empty())
@@ -361,11 +360,11 @@ int main(int argc, char** argv) {
     if (!args.count("model") && !args.count("synthetic"))
       throw Error("nothing to benchmark: give -m DIR or --synthetic NAME (see --help)");
     const std::string device = args["device"].as<std::string>();
-    const std::string backend_name = device.empty() ? default_backend_name() : device;
+    const std::string backend_name = backend_name_for(device);
     check_backend(backend_name);  // before the copy bandwidth and the table's header
     if (plan.trace && backend_name != "cuda")
       throw Error("--trace times kernels on the GPU: it needs the cuda device");
-    const BackendOptions backend_options = {parse_activation_type(args["dtype"].as<std::string>())};
+    const BackendOptions backend_settings = backend_options(args);
 
     // Every model is opened (and every name checked) before the slow work starts.
     std::vector<std::pair<std::string, PackedCheckpoint>> checkpoints;
@@ -410,11 +409,11 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     };
     for (const auto& [label, ckpt] : checkpoints)
-      bench_model(label, ckpt, device, backend_options, plan, report);
+      bench_model(label, ckpt, device, backend_settings, plan, report);
     for (const auto& [name, config, format] : synthetic) {
       const std::string label = name + " " + format.name();
       std::fprintf(stderr, "building %s with random weights ...\n", label.c_str());
-      bench_model(label, make_synthetic_checkpoint(config, format), device, backend_options, plan, report);
+      bench_model(label, make_synthetic_checkpoint(config, format), device, backend_settings, plan, report);
     }
     if (output == "json") std::printf("\n]\n");
     return 0;

@@ -3,7 +3,6 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
-#include <filesystem>
 
 #include "runtime/error.h"
 #include "runtime/io/readable_file.h"
@@ -12,10 +11,7 @@
 namespace gemlite {
 
 Tokenizer Tokenizer::load(const std::string& model_path) {
-  // A directory made sentencepiece throw a bare filebuf error, a link to /dev/zero read forever.
-  if (std::filesystem::exists(model_path) && !std::filesystem::is_regular_file(model_path))
-    fail(model_path, "not a regular file");
-  require_readable_file(model_path);  // sentencepiece says "not found" for an unreadable file too
+  require_readable_file(model_path);
   auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const sentencepiece::util::Status status = processor->Load(model_path);
   if (status.code() == sentencepiece::util::StatusCode::kNotFound) {

@@ -8,6 +8,7 @@
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/io/output_file.h"
+#include "runtime/io/readable_file.h"
 
 namespace gemlite {
 namespace {
@@ -94,7 +95,7 @@ void KldBaseWriter::finish() {
 }
 
 KldBaseReader::KldBaseReader(const std::string& path) : path_(path) {
-  if (!std::filesystem::is_regular_file(path)) fail(path, "not a readable file");
+  require_readable_file(path);
   in_.open(path, std::ios::binary);
   char magic[sizeof kMagic] = {};
   int32_t fields[4] = {};

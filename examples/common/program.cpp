@@ -15,6 +15,7 @@
 
 #include "runtime/error.h"
 #include "runtime/interrupt.h"
+#include "runtime/io/readable_file.h"
 
 namespace gemlite {
 
@@ -29,8 +30,10 @@ int run_program(const char* program, const std::function<int()>& body) {
   } catch (const cxxopts::exceptions::exception& e) {
     std::fprintf(stderr, "%s: error: %s (see --help)\n", program, e.what());
   } catch (const std::bad_alloc&) {
-    // Host memory: the weights and, in chat/perplexity/bench, a KV cache of -c positions.
-    std::fprintf(stderr, "%s: error: out of memory (a smaller -c/--ctx-size shrinks the KV cache)\n", program);
+    // Host memory: the weights and the KV cache (-c positions in chat and perplexity; in
+    // bench the largest -d plus the longest -p/-n/--pg).
+    std::fprintf(stderr, "%s: error: out of memory (a shorter context shrinks the KV cache: -c/--ctx-size, or "
+                 "gemlite-bench's -d/-p/-n)\n", program);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
   }
@@ -130,13 +133,20 @@ cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv
 }
 
 void add_model_options(cxxopts::Options& options) {
+  options.add_options()("m,model", "Packed checkpoint directory (made by gemlite-quantize)",
+                        cxxopts::value<std::string>());
+  add_backend_options(options);
+}
+
+void add_backend_options(cxxopts::Options& options) {
   options.add_options()
-      ("m,model", "Packed checkpoint directory (made by gemlite-quantize)", cxxopts::value<std::string>())
       ("device", "cpu or cuda (default: cuda when available)", cxxopts::value<std::string>()->default_value(""))
       ("dtype", "cuda activations and KV cache: f16 or bf16 (the CPU computes in f32)",
        cxxopts::value<std::string>()->default_value("f16"))
       ("t,threads", "CPU threads (0 = all cores)", cxxopts::value<int>()->default_value("0"));
 }
+
+std::string backend_name_for(const std::string& device) { return device.empty() ? default_backend_name() : device; }
 
 BackendOptions backend_options(const cxxopts::ParseResult& args) {
   BackendOptions options;
@@ -182,7 +192,7 @@ LoadedModel load_model(const std::string& dir, const std::string& device, int co
   if (context < 0) throw Error("--ctx-size must be >= 0");
   if (context > trained)
     std::fprintf(stderr, "warning: --ctx-size %d is beyond the model's training context of %d\n", context, trained);
-  loaded.backend = make_backend(device.empty() ? default_backend_name() : device, options);
+  loaded.backend = make_backend(backend_name_for(device), options);
   loaded.model = std::make_unique<LlamaModel>(loaded.checkpoint, *loaded.backend, context);
   // A warm-up like llama.cpp's (a 2-token prompt, then one decode step) on the GPU: the
   // first real token then pays neither for lazy kernel loading nor for capturing the decode
@@ -202,7 +212,7 @@ double now_seconds() {
 }
 
 std::string read_text_file(const std::string& path) {
-  if (!std::filesystem::is_regular_file(path)) fail(path, "not a readable file");
+  require_readable_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open");
   std::ostringstream stream;

@@ -16,8 +16,8 @@ namespace gemlite {
 // (runtime/interrupt.h) "<program>: interrupted while ..." and 128 + the signal.
 int run_program(const char* program, const std::function<int()>& body);
 
-// Parses argv, rewriting llama.cpp's multi-letter short flags (e.g. "-sys", "-ngl")
-// given in `aliases` as {"-sys", "--system-prompt"}; prints help and exits 0 on --help.
+// Parses argv, rewriting llama.cpp's multi-letter short flags given in `aliases` (chat's
+// {"-sys", "--system-prompt"}, bench's {"-pg", "--pg"}); prints help and exits 0 on --help.
 cxxopts::ParseResult parse_args(cxxopts::Options& options, int argc, char** argv,
                                 const std::vector<std::pair<std::string, std::string>>& aliases = {});
 
@@ -50,9 +50,12 @@ void check_tokenizer_fits(const Tokenizer& tokenizer, const ModelConfig& config,
 // markers' rstrip set; Error naming <dir>/tokenizer.model when the checkpoint has none.
 Tokenizer load_checkpoint_tokenizer(const PackedCheckpoint& ckpt, const std::string& dir);
 
-// Adds the flags every program that runs a model takes: -m/--model, --device, --dtype,
-// -t/--threads.
+// Adds the flags every program that runs a model takes: -m/--model and add_backend_options'.
 void add_model_options(cxxopts::Options& options);
+// --device, --dtype and -t/--threads (gemlite-bench, whose -m is a list, takes these alone).
+void add_backend_options(cxxopts::Options& options);
+// The backend --device names: itself, or default_backend_name() for "" (not given).
+std::string backend_name_for(const std::string& device);
 // --dtype f16|bf16 (the GPU's activations and KV cache; f16, like llama.cpp's CUDA
 // backend and calm, unless asked) -> backend options.
 BackendOptions backend_options(const cxxopts::ParseResult& args);
@@ -61,7 +64,8 @@ void apply_thread_option(const cxxopts::ParseResult& args);
 
 double now_seconds();  // monotonic clock
 
-// The whole file as bytes; Error naming `path` when it is missing, unreadable or empty.
+// The whole file as bytes; Error naming `path` when it is missing, not a regular file,
+// unreadable, empty or not text (a NUL byte).
 std::string read_text_file(const std::string& path);
 
 // A prompt typed on the command line with llama.cpp's escapes read (its -e, on unless

@@ -220,12 +220,9 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
   // 497.2-505.5). Only GQA at short contexts lost a little (32/8 heads ctx 512 9.4 -> 9.9
   // us). Prefetching two rounds ahead, before the wait or inside the loop, measured between
   // the two (d4096 382.6-391.0).
-  // Tried (twelfth session) and dropped: every block, the dead splits' too, pulling the
-  // output projection's weights (scales, then codes, up to 16 MB) into L2 before the wait
-  // with cp.async.bulk.prefetch.L2, since DRAM idles while attention runs. llama2-7b tg128
-  // (same binary, GEMLITE_L2_PREFETCH_MB=0 / 16, two rounds): q4g64 460.6 / 463.9 vs
-  // 461.6, fp6 382.4 / 380.3 vs 374.1. The 4096 x 4096 GEMV after it is bound by latency,
-  // not by where its bytes come from (an earlier whole-slice prefetch: kernels/pdl.cuh).
+  // Pulling the output projection's weights into L2 here, while DRAM idles, was tried and
+  // dropped: the GEMV after attention is bound by latency, not by where its bytes come from
+  // (kernels/qn/MEASURED.md, "L2 prefetch of the next projection during attention").
   load_round(begin, begin, earlier_end);
   const bool live = int(blockIdx.y) < live_splits;  // the others leave after the wait
   const RopeAngles angles = fused_rope && live ? rope_angles(piece, pieces, pos, rope_inv_freq) : RopeAngles{};
@@ -296,7 +293,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
     for (int i = 0; i < 8; ++i) acc[i] *= rescale;
 #pragma unroll
     for (int u = 0; u < kPositionsPerGroup; ++u) {
-      const float w = exp2f(score[u] - new_max);  // 2^-inf = 0 past `end`
+      const float w = exp2f(score[u] - new_max);  // 2^-inf = 0 past `cached_end`
       float value[8];
       unpack8<Act>(v[u], value);
       running_sum += w;
@@ -347,7 +344,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
     for (int i = 0; i < 8; ++i) warp_acc[warp * head_dim + 8 * piece + i] = acc[i];
   }
   __syncthreads();
-  float block_max = -INFINITY;  // finite: a live split holds a position
+  float block_max = -INFINITY;  // finite, a live split holding a position; the check below is defensive
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) block_max = fmaxf(block_max, warp_max[w]);
   float block_sum = 0, block_acc = 0;  // block_acc: dimension tid
@@ -420,7 +417,7 @@ void launch_attention(void* key_cache, void* value_cache, const int* pos0, const
   if (rope_inv_freq && (T != 1 || !attention_fuses_rope(head_dim)))
     throw Error("cuda attention: RoPE inside attention needs one token and heads of a multiple of 16 dimensions (" +
                 std::to_string(T) + " tokens, " + std::to_string(head_dim) + " dimensions)");
-  if (head_dim < 8 || head_dim % 8 != 0 || head_dim > kMaxAttentionHeadDim || n_kv_heads < 1 ||
+  if (!attention_supports_head_dim(head_dim) || n_kv_heads < 1 ||
       n_heads % n_kv_heads != 0)
     throw Error("cuda attention: head_dim " + std::to_string(head_dim) + " with " + std::to_string(n_heads) +
                 " heads / " + std::to_string(n_kv_heads) + " kv heads (need head_dim a multiple of 8 up to " +

@@ -25,7 +25,7 @@ constexpr int kAttentionBlocksPerSm = 2;
 // context. count and span follow the cache's capacity, not the position, so the grid of a
 // captured decode step stays valid as the context grows: the kernel reads the position,
 // shrinks the span to the context so far (attention_step_span), and only the splits that
-// hold positions take part (blocks past the context leave at once; the last live one
+// hold positions take part (blocks past the context leave right after the PDL wait; the last live one
 // merges, or the only one writes out directly).
 struct AttentionSplits {
   int count = 1;

@@ -61,7 +61,7 @@ class CudaKVCache final : public KVCache {
  private:
   static std::string what(int n_layers, int capacity, const char* part) {
     return std::string("the KV cache's ") + part + " (" + std::to_string(n_layers) + " layers x " +
-           std::to_string(capacity) + " positions; lower -c/--ctx-size)";
+           std::to_string(capacity) + " positions; a shorter context: -c/--ctx-size, or gemlite-bench's -d/-p/-n)";
   }
 };
 
@@ -131,7 +131,7 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<KVCache> make_kv_cache(int n_layers, int capacity, const AttentionShape& shape) override {
     // Here, at load, rather than at the first decode step: the attention kernel's limits.
-    if (shape.head_dim % 8 != 0 || shape.head_dim > kMaxAttentionHeadDim)
+    if (!attention_supports_head_dim(shape.head_dim))
       throw Error("cuda backend: attention heads of " + std::to_string(shape.head_dim) +
                   " dimensions (the CUDA attention takes multiples of 8 up to " +
                   std::to_string(kMaxAttentionHeadDim) + "; --device cpu runs any)");

@@ -70,6 +70,10 @@ void launch_attention(void* key_cache, void* value_cache, const int* pos0, const
                       int n_heads, int n_kv_heads, int head_dim, const AttentionSplits& splits, void* out, DType act,
                       cudaStream_t stream, const float* rope_inv_freq = nullptr);
 inline bool attention_fuses_rope(int head_dim) { return head_dim % 16 == 0; }
+// The heads launch_attention takes (the backend checks a model's at load).
+inline bool attention_supports_head_dim(int head_dim) {
+  return head_dim >= 8 && head_dim % 8 == 0 && head_dim <= kMaxAttentionHeadDim;
+}
 
 // y [M, N] (act) = x [M, K] (act) · Wᵀ (+ bias [N] F32 or null), W [N, K] (act), M = 1..8
 // (Error otherwise): the dense formats' decode path (gemv_dense.cu).

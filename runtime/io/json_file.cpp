@@ -1,15 +1,14 @@
 #include "runtime/io/json_file.h"
 
-#include <filesystem>
 #include <fstream>
 
 #include "runtime/error.h"
+#include "runtime/io/readable_file.h"
 
 namespace gemlite {
 
 nlohmann::json read_json_file(const std::string& path) {
-  if (std::filesystem::exists(path) && !std::filesystem::is_regular_file(path))
-    fail(path, "not a regular file");  // a directory read as a stream threw a bare filebuf error
+  require_readable_file(path);
   std::ifstream in(path);
   if (!in) fail(path, "cannot open");
   try {

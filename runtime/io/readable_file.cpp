@@ -3,12 +3,18 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "runtime/error.h"
 
 namespace gemlite {
 
 void require_readable_file(const std::string& path) {
+  std::error_code code;
+  const std::filesystem::file_status status = std::filesystem::status(path, code);  // follows links
+  if (!code && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    fail(path, "not a regular file");
   if (std::FILE* file = std::fopen(path.c_str(), "rb")) {
     std::fclose(file);
     return;

@@ -1,11 +1,14 @@
 #pragma once
-// Whether a file can be opened for reading, checked before a library that reports every
-// failure alike (sentencepiece says "not found" for an unreadable file too).
+// The one check that a file the programs read is there, is a regular file and can be
+// opened, made before a reader whose own failures say less: sentencepiece says "not found"
+// for an unreadable file too, a stream over a directory threw a bare filebuf error, and a
+// link to /dev/zero read forever.
 #include <string>
 
 namespace gemlite {
 
-// Throws Error("<path>: no such file") or Error("<path>: cannot open: <reason>"), e.g.
+// Throws Error("<path>: no such file"), Error("<path>: not a regular file") (a directory,
+// a device or a FIFO, or a link to one), or Error("<path>: cannot open: <reason>"), e.g.
 // "Permission denied".
 void require_readable_file(const std::string& path);
 
