@@ -60,13 +60,13 @@ int main(int argc, char** argv) {
     const bool from_text = args.count("prompt") > 0;
     // The prompt is tokenized before the model is loaded, so that the KV cache is only as
     // long as the prompt (not the model's whole context: tens of GB for a 128k-context model).
-    const PackedCheckpoint header = load_packed_checkpoint(model_dir);  // mapped: cheap
+    const PackedCheckpoint checkpoint = load_packed_checkpoint(model_dir);  // mapped: cheap
     const std::vector<int> ids =
-        from_text ? load_checkpoint_tokenizer(header, model_dir).encode(args["prompt"].as<std::string>(), true)
+        from_text ? load_checkpoint_tokenizer(checkpoint, model_dir).encode(args["prompt"].as<std::string>(), true)
                   : parse_ids(args["ids"].as<std::string>());
-    if (int64_t(ids.size()) > header.config.max_seq_len)
+    if (int64_t(ids.size()) > checkpoint.config.max_seq_len)
       throw Error("the prompt has " + std::to_string(ids.size()) + " tokens; the model's context is " +
-                  std::to_string(header.config.max_seq_len));
+                  std::to_string(checkpoint.config.max_seq_len));
     LoadedModel loaded = load_model(model_dir, args["device"].as<std::string>(), std::max<int>(3, int(ids.size())),
                                     /*need_tokenizer=*/false, backend_options(args));
 

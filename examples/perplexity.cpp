@@ -48,15 +48,15 @@ int main(int argc, char** argv) {
       writer.emplace(base_path);
     }
     const std::string model_dir = args["model"].as<std::string>();
-    const PackedCheckpoint header = load_packed_checkpoint(model_dir);
+    const PackedCheckpoint checkpoint = load_packed_checkpoint(model_dir);
     std::unique_ptr<KldBaseReader> base;
     std::vector<int> tokens;
     int n_chunks = 0;
     if (compare) {
       base = std::make_unique<KldBaseReader>(base_path);
-      if (base->header().n_vocab != header.config.vocab_size)
+      if (base->header().n_vocab != checkpoint.config.vocab_size)
         fail(base_path, "holds a vocabulary of " + std::to_string(base->header().n_vocab) + "; the model " +
-                            model_dir + " has " + std::to_string(header.config.vocab_size));
+                            model_dir + " has " + std::to_string(checkpoint.config.vocab_size));
       if (args.count("file")) std::fprintf(stderr, "warning: -f is ignored with --kl-divergence (the base file holds the tokens)\n");
       if (args.count("ctx-size") && n_ctx != base->header().n_ctx)
         std::fprintf(stderr, "warning: -c %d is ignored; the base file was made with -c %d\n", n_ctx, base->header().n_ctx);
@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
     } else {
       const std::string path = args["file"].as<std::string>();
       const std::string text = read_text_file(path);
-      const Tokenizer tokenizer = load_checkpoint_tokenizer(header, model_dir);
+      const Tokenizer tokenizer = load_checkpoint_tokenizer(checkpoint, model_dir);
       std::fprintf(stderr, "perplexity: tokenizing the input ..\n");
       const double start = now_seconds();
       tokens = tokenizer.encode(text, /*add_bos=*/true);

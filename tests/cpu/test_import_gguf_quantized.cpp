@@ -225,8 +225,9 @@ void expect_packed_equals_imported(const PackedCheckpoint& packed, const SourceM
   for (int i = 0; i < imported.config.n_layers; ++i) {
     const LayerTensorNames l = layer_tensor_names(i);
     const PackedLayer& layer = packed.layers[size_t(i)];
-    const std::vector<std::pair<std::string, const PackedWeight*>> modules = {{l.q, &layer.q}, {l.v, &layer.v},
-                                                                              {l.gate, &layer.gate}};
+    // Every module the file holds as blocks (ffn_down, rows of 172, it keeps as F32).
+    const std::vector<std::pair<std::string, const PackedWeight*>> modules = {
+        {l.q, &layer.q}, {l.k, &layer.k}, {l.v, &layer.v}, {l.o, &layer.o}, {l.gate, &layer.gate}, {l.up, &layer.up}};
     for (const auto& [name, weight] : modules) {
       const HostTensor want = imported.tensor(name + ".weight");
       std::vector<float> row(static_cast<size_t>(weight->cols));

@@ -63,14 +63,34 @@ TEST(PackedCheckpoint, SavedModulesLoadBackWithTheirFormatsAndBytes) {
   EXPECT_EQ(ckpt.embedding.dtype, DType::F16);
   EXPECT_EQ(ckpt.tokenizer_path, "");  // llama2.c source without --tokenizer
 
-  // Bytes equal what quantize_model produced in memory.
+  // Every tensor's bytes equal what quantize_model produced in memory with the same spec:
+  // each part of each projection (the overridden q8 / q6g32 / fp6 ones too), the
+  // classifier, the embedding and the norms.
   QuantizeSpec spec;
   spec.format = WeightFormat::parse("q4g64");
+  for (const char* o : {"lm_head=q8", "mlp.down_proj=q6g32", "layers.1=fp6"}) spec.overrides.push_back(parse_override(o));
   const PackedCheckpoint fresh = quantize_model(stories(), spec);
-  const HostTensor& saved = ckpt.layers[2].gate.part("qweight");
-  const HostTensor& made = fresh.layers[2].gate.part("qweight");
-  ASSERT_EQ(saved.nbytes(), made.nbytes());
-  EXPECT_EQ(std::memcmp(saved.data, made.data, saved.nbytes()), 0);
+  const auto expect_same_bytes = [](const HostTensor& saved, const HostTensor& made, const std::string& what) {
+    ASSERT_EQ(saved.nbytes(), made.nbytes()) << what;
+    EXPECT_EQ(std::memcmp(saved.data, made.data, saved.nbytes()), 0) << what;
+  };
+  const auto expect_same_weight = [&](const PackedWeight& saved, const PackedWeight& made, const std::string& what) {
+    EXPECT_EQ(saved.format.name(), made.format.name()) << what;
+    ASSERT_EQ(saved.parts.size(), made.parts.size()) << what;
+    for (const auto& [name, tensor] : made.parts) expect_same_bytes(saved.part(name), tensor, what + "." + name);
+  };
+  ASSERT_EQ(ckpt.layers.size(), fresh.layers.size());
+  const char* const names[] = {"q", "k", "v", "o", "gate", "up", "down"};
+  for (size_t l = 0; l < fresh.layers.size(); ++l) {
+    const std::string layer = "layers." + std::to_string(l) + ".";
+    const std::vector<const PackedWeight*> saved = ckpt.layers[l].linear_slots(), made = fresh.layers[l].linear_slots();
+    for (size_t i = 0; i < made.size(); ++i) expect_same_weight(*saved[i], *made[i], layer + names[i]);
+    expect_same_bytes(ckpt.layers[l].attn_norm, fresh.layers[l].attn_norm, layer + "attn_norm");
+    expect_same_bytes(ckpt.layers[l].ffn_norm, fresh.layers[l].ffn_norm, layer + "ffn_norm");
+  }
+  expect_same_weight(ckpt.lm_head, fresh.lm_head, "lm_head");
+  expect_same_bytes(ckpt.embedding, fresh.embedding, "embedding");
+  expect_same_bytes(ckpt.final_norm, fresh.final_norm, "final_norm");
   EXPECT_TRUE(leftovers_beside(dir).empty());
 }
 

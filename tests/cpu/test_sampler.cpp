@@ -110,7 +110,13 @@ TEST(Sampler, MinPExcludesTokensFarLessLikelyThanTheBest) {
   params.min_p = 0.05f;
   const std::vector<int> counts = histogram(draws(params, logits, 20000), 4);
   EXPECT_EQ(counts[3], 0);
-  EXPECT_GT(counts[2], 0);  // expected ~800 of 20000: kept tokens still appear
+  // The kept tokens in proportion to their renormalized probabilities, 0.5 / 0.44 / 0.04
+  // over 0.98; 20000 draws give a frequency's standard deviation under 0.0036, and 0.02 is
+  // over 5 sigma (a sampler drawing uniformly among the kept ones would give 1/3 each).
+  const double kept = 0.98;
+  EXPECT_NEAR(counts[0] / 20000.0, 0.5 / kept, 0.02);
+  EXPECT_NEAR(counts[1] / 20000.0, 0.44 / kept, 0.02);
+  EXPECT_NEAR(counts[2] / 20000.0, 0.04 / kept, 0.01);
 }
 
 // Cumulative probability reaches 0.9 >= 0.85 with ids 0 and 1, so id 2 never appears.
@@ -120,7 +126,9 @@ TEST(Sampler, TopPKeepsTheSmallestSetReachingP) {
   params.top_p = 0.85f;
   const std::vector<int> counts = histogram(draws(params, logits, 20000), 3);
   EXPECT_EQ(counts[2], 0);
-  EXPECT_GT(counts[1], 0);
+  // Ids 0 and 1 renormalized: 2/3 and 1/3 (0.02 is over 5 sigma at 20000 draws).
+  EXPECT_NEAR(counts[0] / 20000.0, 2.0 / 3.0, 0.02);
+  EXPECT_NEAR(counts[1] / 20000.0, 1.0 / 3.0, 0.02);
 }
 
 // With n = 100000 draws the standard deviation of a frequency is at most
