@@ -8,8 +8,9 @@
 // a bound on the magnitude of what the kernel rounds: it dequantizes a kept weight as
 // value7 * s + (-z s) with s and -z s stored in the activation type (value7 <= 127), a
 // dropped one to exactly 0. tol = 2^-9 (fp16) and 2^-7 (bf16) as in test_gemv_qn.cu: four
-// and two units of the output's roundoff. A wrong pair half, byte or group is an error of
-// order |x| |w| per weight, far above it. Outputs are poisoned (0xFF: NaN) before each launch.
+// and two units of the output's roundoff. A wrong pair half or byte throughout is an error
+// of order sqrt(K) |x| |w|, far above it; one confined to a group can pass at long K (the
+// known weakness test_gemv_qn.cu describes). Outputs are poisoned (0xFF: NaN) before each launch.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
