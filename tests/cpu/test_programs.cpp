@@ -1,6 +1,7 @@
 // The four programs as a user meets them: bad input gives exit code 1 and one line on
 // stderr that names the problem; good input runs end to end on stories260K.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -127,6 +128,16 @@ TEST(Programs, WrongKindsOfInputAreNamed) {
   std::ofstream(binary, std::ios::binary) << std::string("Once upon a time\0\x01\x02", 19);
   expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " -f " + binary, "is not text");
   expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -f " + binary, "is not text");
+  // Every file a program reads goes through one check (runtime/io/readable_file.h): a
+  // missing one, a directory and a FIFO (which a stream would wait on forever) are named.
+  const std::string dir = make_temp_dir();
+  expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " -f " + dir + "/absent.txt", "no such file");
+  expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " -f " + dir, "not a regular file");
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -f " + fifo, "not a regular file");
+  expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " --kl-divergence-base " + dir +
+                                              " --kl-divergence", "not a regular file");
 }
 
 TEST(Programs, MissingTokenizerIsNamed) {
