@@ -5,49 +5,81 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
-#include "kernels/qn/qn_format.h"
+#include "kernels/group_quant.h"
 #include "tests/gpu/gpu_test_helpers.h"
-#include "tests/gpu/qn_error_scales.h"
+#include "tests/gpu/qn_reference.h"
+#include "tests/gpu/reference_products.h"
 
 namespace gemlite {
 
-CheckResult launch_and_compare(const PackedWeight& packed, DType act, int64_t M, std::mt19937_64& rng,
-                               cudaStream_t stream, const QnLaunch& launch, int x_offset_elements,
-                               bool positive_x) {
+CheckResult compare_with_kernel_reference(const PackedWeight& packed, DType act, const std::vector<float>& x, int64_t M,
+                                          const std::vector<uint16_t>& y) {
   const int64_t N = packed.rows, K = packed.cols;
-  std::vector<uint16_t> x_bits;
-  std::vector<float> x;
-  random_activations(M, K, act, rng, &x_bits, &x, positive_x);
-  std::vector<float> ref(size_t(M * N));
-  linear_reference(packed, x.data(), M, ref.data());
-  const ErrorScales scales = error_scales(packed, x, M);
-
-  DeviceBuffer dx((size_t(M * K) + size_t(x_offset_elements)) * 2), dy(size_t(M * N) * 2);
-  uint16_t* x_dev = static_cast<uint16_t*>(dx.ptr) + x_offset_elements;
-  CUDA_CHECK(cudaMemcpyAsync(x_dev, x_bits.data(), x_bits.size() * 2, cudaMemcpyHostToDevice, stream));
-  CUDA_CHECK(cudaMemsetAsync(dy.ptr, 0xFF, size_t(M * N) * 2, stream));
-  launch(x_dev, dy.ptr);
-  std::vector<uint16_t> y_bits(size_t(M * N));
-  CUDA_CHECK(cudaMemcpyAsync(y_bits.data(), dy.ptr, y_bits.size() * 2, cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-
-  const double tol = act == DType::BF16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -9);
+  std::vector<double> ref, magnitude;  // [M, N]
+  reference_products(qn_kernel_row_decoder(packed, act), N, K, std::vector<double>(x.begin(), x.end()), M, &ref,
+                     &magnitude);
+  const auto found = packed.parts.find("bias");
+  const float* bias = found == packed.parts.end() ? nullptr : found->second.as<float>();  // [N] or null
   CheckResult result;
   for (int64_t i = 0; i < M * N; ++i) {
-    const float y = act == DType::BF16 ? bf16_to_float(y_bits[size_t(i)]) : half_to_float(y_bits[size_t(i)]);
-    const double err = std::abs(double(y) - double(ref[size_t(i)]));
-    const double s = std::max(double(scales.dequant[size_t(i)]), 1e-30);
-    const double ratio = std::isfinite(y) ? err / s : INFINITY;
+    const double got = act == DType::BF16 ? bf16_to_float(y[size_t(i)]) : half_to_float(y[size_t(i)]);
+    const double want = ref[size_t(i)] + (bias ? bias[i % N] : 0.0f);
+    const double tol = qn_tolerance(act, K, want, magnitude[size_t(i)]);
+    const double ratio = std::isfinite(got) ? std::abs(got - want) / tol : INFINITY;
     result.worst_ratio = std::max(result.worst_ratio, ratio);
-    result.worst_plain_ratio = std::max(result.worst_plain_ratio, err / std::max(double(scales.plain[size_t(i)]), 1e-30));
-    if (!(ratio <= tol)) {
-      if (result.failures++ == 0)
-        result.first_failure = "y[" + std::to_string(i / N) + ", " + std::to_string(i % N) + "] = " +
-                               std::to_string(y) + ", reference " + std::to_string(ref[size_t(i)]) +
-                               ", |error| / S2 = " + std::to_string(ratio) + " > " + std::to_string(tol);
-    }
+    if (!(ratio <= 1) && result.failures++ == 0)
+      result.first_failure = "y[" + std::to_string(i / N) + ", " + std::to_string(i % N) + "] = " +
+                             std::to_string(got) + ", reference " + std::to_string(want) + ", |error| " +
+                             std::to_string(std::abs(got - want)) + " > tolerance " + std::to_string(tol);
   }
   return result;
+}
+
+CheckResult launch_and_compare(const PackedWeight& packed, DType act, const Activations& x, int64_t M,
+                               cudaStream_t stream, const QnLaunch& launch, int x_offset_elements) {
+  const int64_t N = packed.rows, K = packed.cols;
+  DeviceBuffer dx((size_t(M * K) + size_t(x_offset_elements)) * 2), dy(size_t(M * N) * 2);
+  uint16_t* x_dev = static_cast<uint16_t*>(dx.ptr) + x_offset_elements;
+  CUDA_CHECK(cudaMemcpyAsync(x_dev, x.bits.data(), x.bits.size() * 2, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemsetAsync(dy.ptr, 0xFF, size_t(M * N) * 2, stream));
+  launch(x_dev, dy.ptr);
+  std::vector<uint16_t> y(size_t(M * N));
+  CUDA_CHECK(cudaMemcpyAsync(y.data(), dy.ptr, y.size() * 2, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return compare_with_kernel_reference(packed, act, x.values, M, y);
+}
+
+CheckResult launch_and_compare(const PackedWeight& packed, DType act, int64_t M, std::mt19937_64& rng,
+                               cudaStream_t stream, const QnLaunch& launch, int x_offset_elements, bool positive_x) {
+  Activations x;
+  random_activations(M, packed.cols, act, rng, &x.bits, &x.values, positive_x);
+  return launch_and_compare(packed, act, x, M, stream, launch, x_offset_elements);
+}
+
+CheckResult check_every_group(const PackedWeight& packed, DType act, int64_t M, std::mt19937_64& rng,
+                              cudaStream_t stream, const QnLaunch& launch) {
+  const int64_t K = packed.cols, G = group_size(packed.format.group, K), n_groups = group_count(packed.format.group, K);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  CheckResult all;
+  for (int64_t first = 0; first < n_groups; first += M) {
+    Activations x;
+    x.bits.assign(size_t(M * K), 0);  // +0 in fp16 and bf16
+    x.values.assign(size_t(M * K), 0.0f);
+    for (int64_t m = 0; m < M; ++m) {
+      const int64_t g = std::min(first + m, n_groups - 1);
+      for (int64_t k = g * G; k < std::min((g + 1) * G, K); ++k) {
+        const size_t i = size_t(m * K + k);
+        x.bits[i] = act == DType::BF16 ? float_to_bf16(normal(rng)) : float_to_half(normal(rng));
+        x.values[i] = act == DType::BF16 ? bf16_to_float(x.bits[i]) : half_to_float(x.bits[i]);
+      }
+    }
+    const CheckResult r = launch_and_compare(packed, act, x, M, stream, launch);
+    all.worst_ratio = std::max(all.worst_ratio, r.worst_ratio);
+    if (r.failures > 0 && all.failures == 0)
+      all.first_failure = "groups " + std::to_string(first) + "..: " + r.first_failure;
+    all.failures += r.failures;
+  }
+  return all;
 }
 
 }  // namespace gemlite

@@ -6,8 +6,11 @@ namespace gemlite {
 
 void reference_products(const PackedWeight& packed, const std::vector<double>& x, int64_t M, std::vector<double>* ref,
                         std::vector<double>* s) {
-  const int64_t N = packed.rows, K = packed.cols;
-  const RowDecoder decode = make_row_decoder(packed);
+  reference_products(make_row_decoder(packed), packed.rows, packed.cols, x, M, ref, s);
+}
+
+void reference_products(const RowDecoder& decode, int64_t N, int64_t K, const std::vector<double>& x, int64_t M,
+                        std::vector<double>* ref, std::vector<double>* s) {
   ref->assign(size_t(M * N), 0.0);
   s->assign(size_t(M * N), 0.0);
 #pragma omp parallel

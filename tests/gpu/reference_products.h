@@ -13,5 +13,9 @@ namespace gemlite {
 // Σ_k |x_k w_k| per output.
 void reference_products(const PackedWeight& packed, const std::vector<double>& x, int64_t M, std::vector<double>* ref,
                         std::vector<double>* s);
+// The same with W's rows from `decode` (W [N, K]), e.g. the qN kernels' own weights
+// (tests/gpu/qn_reference.h).
+void reference_products(const RowDecoder& decode, int64_t N, int64_t K, const std::vector<double>& x, int64_t M,
+                        std::vector<double>* ref, std::vector<double>* s);
 
 }  // namespace gemlite

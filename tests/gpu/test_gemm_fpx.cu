@@ -186,10 +186,8 @@ bool tiled_kernel_runs_here() {
 
 // Misaligned x (odd element offset: scalar loads), a bias added after the reduction, and
 // every split-K and n-tile setting of the register kernel, warps per block 1, 2, 3, 4, 5,
-// 6, 8 and 16 (every automatic choice and more), plus the tiled kernel at every cluster
-// size, on one shape.
+// 6, 8 and 16 (every automatic choice and more), on one shape.
 TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
-  const bool tiled_here = tiled_kernel_runs_here();
   std::mt19937_64 rng(test_seed() + 5);
   StreamGuard stream;
   const WeightFormat format = WeightFormat::parse("fp6");
@@ -224,17 +222,37 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
           r = check_random(packed, dw, act, M, rng, stream.stream, 0, config);
           EXPECT_EQ(r.failures, 0) << "m_tile " << m_tile << " tiles_ahead " << ahead << ": " << r.first_failure;
         }
-      for (int splits : {1, 2, 4, 8})  // both tiled shapes at small M too, at every cluster size
+    }
+    free_fpx_weight(&dw);
+  }
+}
+
+// Both tiled shapes forced at small M (the register kernel's M: 1 .. 70), at every
+// cluster size, with a bias; the register kernel's settings are the test above's.
+TEST(GemmFpxEdges, TiledKernelsAtSmallM) {
+  if (!tiled_kernel_runs_here()) GTEST_SKIP() << "the tiled kernel needs an H100 (sm_90a)";
+  std::mt19937_64 rng(test_seed() + 7);
+  StreamGuard stream;
+  const int64_t N = 520, K = 2048;
+  const std::vector<float> w = random_weight(N, K, rng, false);
+  PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse("fp6"));
+  std::vector<float> bias(static_cast<size_t>(N));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& b : bias) b = normal(rng);
+  packed.parts["bias"] = HostTensor::copy_of(DType::F32, {N}, bias.data());
+  for (DType act : {DType::F16, DType::BF16}) {
+    FpxDeviceWeight dw = upload_fpx_weight(packed, act);
+    for (int64_t M : {1, 5, 16, 40, 70})
+      for (int splits : {1, 2, 4, 8})
         for (int kernel : {1, 2}) {
-          if (!tiled_here) break;  // forced, it would run the register kernel again
+          SCOPED_TRACE(std::string(dtype_name(act)) + " M=" + std::to_string(M));
           GemmFpxConfig tiled;
           tiled.tiled = kernel;
           tiled.splits = splits;
-          r = check_random(packed, dw, act, M, rng, stream.stream, 0, tiled);
+          const CheckResult r = check_random(packed, dw, act, M, rng, stream.stream, 0, tiled);
           EXPECT_EQ(r.failures, 0) << (kernel == 1 ? "tiled" : "wide") << ", splits " << splits << ": "
                                    << r.first_failure;
         }
-    }
     free_fpx_weight(&dw);
   }
 }
@@ -468,16 +486,24 @@ TEST(GemmFpxEdges, RejectsWrongInputs) {
   GemmFpxConfig bad_tiled;
   bad_tiled.tiled = 4;
   EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 32, DType::F16, nullptr, bad_tiled), Error);
-  if (gemm_fpx_scratch_bytes(dw, 32) > 0) {  // where the tiled kernel runs, it needs the scratch
-    GemmFpxConfig tiled;
-    tiled.tiled = 1;
-    EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 32, DType::F16, nullptr, tiled), Error);
-    // and one that holds the launch's copy of x: a byte short is refused before any launch
-    void* aligned = reinterpret_cast<void*>(256);
-    const size_t needed = gemm_fpx_scratch_bytes(dw, 32) / 4;  // 32 x rows of the 128 it allows for
-    EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 32, DType::F16, nullptr, tiled, nullptr, aligned, needed - 1), Error);
-    EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 32, DType::F16, nullptr, tiled, nullptr, aligned, 0), Error);
-  }
+  free_fpx_weight(&dw);
+}
+
+// Where the tiled kernel runs it needs a scratch that holds the launch's copy of x: none, or
+// a byte short, is refused before any launch.
+TEST(GemmFpxEdges, TiledKernelRejectsAShortScratch) {
+  if (!tiled_kernel_runs_here()) GTEST_SKIP() << "the tiled kernel needs an H100 (sm_90a)";
+  const std::vector<float> w(16 * 64, 0.5f);
+  const PackedWeight packed = quantize_weight(w.data(), 16, 64, WeightFormat::parse("fp6"));
+  FpxDeviceWeight dw = upload_fpx_weight(packed, DType::F16);
+  ASSERT_GT(gemm_fpx_scratch_bytes(dw, 32), 0u);
+  GemmFpxConfig tiled;
+  tiled.tiled = 1;
+  EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 32, DType::F16, nullptr, tiled), Error);
+  void* aligned = reinterpret_cast<void*>(256);
+  const size_t needed = gemm_fpx_scratch_bytes(dw, 32) / 4;  // 32 x rows of the 128 it allows for
+  EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 32, DType::F16, nullptr, tiled, nullptr, aligned, needed - 1), Error);
+  EXPECT_THROW(gemm_fpx(dw, nullptr, nullptr, 32, DType::F16, nullptr, tiled, nullptr, aligned, 0), Error);
   free_fpx_weight(&dw);
 }
 
