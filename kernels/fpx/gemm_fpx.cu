@@ -253,8 +253,8 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   p.norm_weight = epilogue.norm_weight;
   p.sum_squares = epilogue.sum_squares;
   const bool fused_norm = p.norm.sum_squares || p.residual;
-  // M > kFpxMaxM: the tiled kernel on an H100-class device (wgmma), given a scratch buffer
-  // for the permuted copy of x and an x aligned for permute_x_kernel's 16-byte loads, in
+  // M > kFpxMaxM, and a wide weight's M 9..16 (gemm_fpx_runs_tiled): the tiled kernel on
+  // an H100-class device (wgmma), given a scratch buffer for the permuted copy of x and an x aligned for permute_x_kernel's 16-byte loads, in
   // the shape and cluster size fpx_tiled_launch picks.
   const bool tiled_ok = tiled_kernel_runs(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool automatic = config.tiled < 0 && config.m_tile == 0 && config.warps_k == 0;
@@ -262,7 +262,8 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
     throw Error("gemm_fpx: tiled = " + std::to_string(config.tiled) + " (expected -1, 0, 1, 2 or 3)");
   if (config.tiled > 0 && tiled_ok && !epilogue.scratch)
     throw Error("gemm_fpx: the tiled kernel needs a scratch buffer (gemm_fpx_scratch_bytes)");
-  const bool use_tiled = tiled_ok && epilogue.scratch && (config.tiled > 0 || (automatic && M > kFpxMaxM));
+  const bool use_tiled = tiled_ok && epilogue.scratch &&
+                         (config.tiled > 0 || (automatic && !fused_norm && gemm_fpx_runs_tiled(w, M)));
   if (use_tiled && reinterpret_cast<uintptr_t>(epilogue.scratch) % 16 != 0)
     throw Error("gemm_fpx: the scratch buffer must be 16-byte aligned");
   // The norm epilogues sit in the register kernel's one-chunk shape only (M <= kFpxMaxM).
@@ -324,6 +325,10 @@ int64_t gemm_fpx_norm_parts(const FpxDeviceWeight& w) { return w.row_blocks; }
 
 size_t gemm_fpx_scratch_bytes(const FpxDeviceWeight& w, int M) {
   return tiled_kernel_runs(w) ? size_t((M + 127) / 128 * 128) * size_t(w.k_tiles) * kFpxTileK * 2 : 0;
+}
+
+bool gemm_fpx_runs_tiled(const FpxDeviceWeight& w, int M) {
+  return tiled_kernel_runs(w) && (M > kFpxMaxM || fpx_tiled_at_small_m(w.N, w.K, M));
 }
 
 int gemm_fpx_max_m(const FpxDeviceWeight& w) { return tiled_kernel_runs(w) ? kFpxTiledMaxM : kFpxMaxM; }

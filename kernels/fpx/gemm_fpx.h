@@ -21,7 +21,8 @@ namespace gemlite {
 // kernels/fpx/BENCH.md, cuBLAS of the same dtype in the same run): at M = 16 it is
 // 1.1-1.8x faster than cuBLAS on every Llama shape but 4096 x 1024 (0.96-0.99x).
 // Above it the tiled kernel (W and x staged in shared memory, wgmma; sm_90), given a
-// scratch buffer for x (gemm_fpx_scratch_bytes).
+// scratch buffer for x (gemm_fpx_scratch_bytes); at M 9..16 too on weights with N >= 3.5 K
+// (fpx_tiled_at_small_m: 8192 x 57344 2.09x -> 2.32x cuBLAS, H100).
 constexpr int kFpxMaxM = 16;
 
 // Above kFpxMaxM the tiled kernel has three shapes: narrow (32 or 64 x rows, 256 rows of W
@@ -100,12 +101,16 @@ struct GemmFpxConfig : FpxLaunchOverrides {
 // the default does -- Error otherwise).
 //
 // `scratch` (scratch_bytes >= gemm_fpx_scratch_bytes(w, M), 16-byte aligned) takes a
-// permuted copy of x for the tiled kernel, which runs by itself above kFpxMaxM on an
-// H100; without it (null) such M run the register kernel (slower). A scratch smaller than
+// permuted copy of x for the tiled kernel, which runs by itself where gemm_fpx_runs_tiled
+// says so (above kFpxMaxM on an H100); without it (null) such M run the register kernel. A scratch smaller than
 // the launch's copy of x is an Error, not a write past its end.
 void gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
               const GemmFpxConfig& config = {}, const QnPendingNorm* norm = nullptr, void* scratch = nullptr,
               size_t scratch_bytes = 0);
+// Whether an automatic launch at M (no fused norm) runs the tiled kernel where given the
+// scratch: above kFpxMaxM, and at M 9..16 on a wide weight (fpx_tiled_at_small_m), on a
+// device that runs it.
+bool gemm_fpx_runs_tiled(const FpxDeviceWeight& w, int M);
 size_t gemm_fpx_scratch_bytes(const FpxDeviceWeight& w, int M);  // ceil(M / 128) * 128 * ceil(K / 128) * 256 where the tiled kernel runs, else 0
 
 // The RMSNorm between blocks, fused as in gemv_qn_residual (kernels/qn/gemv_qn.h has the

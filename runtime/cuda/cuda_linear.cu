@@ -132,8 +132,9 @@ class CudaLinear final : public QuantLinear {
   //     -> gemv_qn over slices of kGemvQnMaxRows rows, each reading the packed weight
   //     once, where that beats making the dense copy;
   //   fp6 / fp5, M <= gemm_fpx_max_m (kFpxTiledMaxM on an H100, else kFpxMaxM) -> gemm_fpx,
-  //     the tensor-core FPx matmul (bias too; above kFpxMaxM with x permuted into the
-  //     context's scratch first);
+  //     the tensor-core FPx matmul (bias too; where gemm_fpx_runs_tiled -- above kFpxMaxM,
+  //     and M 9..16 on a wide weight -- its tiled kernel, x permuted into the context's
+  //     scratch first);
   //   dense f16/bf16/f32, M <= 8 -> gemv_dense;
   //   everything larger (prefill) -> cuBLAS over a dense copy of W, then the bias.
   // qN's, s7's and fp6 / fp5's dense copies are transient: dequant_qn / dequant_fpx write
@@ -161,8 +162,8 @@ class CudaLinear final : public QuantLinear {
       return;
     }
     if (fpx_.packed && M <= gemm_fpx_max_m(fpx_)) {
-      // Above kFpxMaxM the tiled kernel permutes x into the scratch first.
-      const size_t scratch_bytes = M > kFpxMaxM ? gemm_fpx_scratch_bytes(fpx_, int(M)) : 0;
+      // The tiled kernel (gemm_fpx_runs_tiled) permutes x into the scratch first.
+      const size_t scratch_bytes = gemm_fpx_runs_tiled(fpx_, int(M)) ? gemm_fpx_scratch_bytes(fpx_, int(M)) : 0;
       void* scratch = scratch_bytes ? ctx_->scratch(scratch_bytes, "activations permuted for gemm_fpx") : nullptr;
       gemm_fpx(fpx_, x.data, y.data, int(M), act_, ctx_->stream, {}, nullptr, scratch, scratch_bytes);
       return;

@@ -228,7 +228,8 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
 }
 
 // Both tiled shapes forced at small M (the register kernel's M: 1 .. 70), at every
-// cluster size, with a bias; the register kernel's settings are the test above's.
+// cluster size, with a bias (the register kernel's settings are the test above's); and the
+// automatic launch at M 9..16 on a wide weight, which takes the tiled kernel.
 TEST(GemmFpxEdges, TiledKernelsAtSmallM) {
   if (!tiled_kernel_runs_here()) GTEST_SKIP() << "the tiled kernel needs an H100 (sm_90a)";
   std::mt19937_64 rng(test_seed() + 7);
@@ -253,6 +254,23 @@ TEST(GemmFpxEdges, TiledKernelsAtSmallM) {
           EXPECT_EQ(r.failures, 0) << (kernel == 1 ? "tiled" : "wide") << ", splits " << splits << ": "
                                    << r.first_failure;
         }
+    EXPECT_FALSE(gemm_fpx_runs_tiled(dw, 16)) << "N = 520 < 3.5 K: the register kernel at M = 16";
+    free_fpx_weight(&dw);
+  }
+  // The automatic launch on a wide weight (N >= 3.5 K) at M 9..16: the tiled kernel
+  // (fpx_tiled_at_small_m), with the scratch as the runtime gives it.
+  const int64_t wide_N = 2000, wide_K = 512;
+  const std::vector<float> wide_w = random_weight(wide_N, wide_K, rng, false);
+  const PackedWeight wide = quantize_weight(wide_w.data(), wide_N, wide_K, WeightFormat::parse("fp6"));
+  for (DType act : {DType::F16, DType::BF16}) {
+    FpxDeviceWeight dw = upload_fpx_weight(wide, act);
+    EXPECT_TRUE(gemm_fpx_runs_tiled(dw, 16));
+    EXPECT_FALSE(gemm_fpx_runs_tiled(dw, 8));
+    for (int64_t M : {9, 13, 16}) {
+      SCOPED_TRACE(std::string(dtype_name(act)) + " automatic, N = 2000, K = 512, M=" + std::to_string(M));
+      const CheckResult r = check_random(wide, dw, act, M, rng, stream.stream);
+      EXPECT_EQ(r.failures, 0) << r.first_failure;
+    }
     free_fpx_weight(&dw);
   }
 }
