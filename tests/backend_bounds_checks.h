@@ -34,7 +34,7 @@ inline void expect_embed_and_cache_bounds_checked(Backend& backend) {
   // Attention over a cache of 4 positions: position 4 is refused; positions 0..3 run, each
   // step's q, k, v put in place by embed from row p of a table. q = 0 makes every score 0,
   // so the output at position p is the mean of v_0 .. v_p exactly (whatever RoPE does to
-  // k), which only reading back every position written into the cache gives.
+  // k), which takes reading back every earlier position's entry in the cache.
   const AttentionShape shape{2, 2, 16};  // heads of 16: the CUDA decode kernel's fused RoPE
   constexpr int kPositions = 4, kWidth = 32 + 2 * 32;  // q [2 x 16], k [2 x 16], v [2 x 16]
   std::unique_ptr<KVCache> cache = backend.make_kv_cache(1, kPositions, shape);

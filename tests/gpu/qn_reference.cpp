@@ -45,11 +45,13 @@ RowDecoder qn_kernel_row_decoder(const PackedWeight& w, DType act, QnFma fma) {
   codes->parts["scales"] = HostTensor::copy_of(DType::F16, scales.shape, ones.data());
   codes->parts["zeros"] = HostTensor::copy_of(DType::F16, scales.shape, minus_ones.data());
   const RowDecoder decode_codes = make_row_decoder(*codes);
-  // {s, b} per group in the activation type, as upload_qn_weight stores them.
-  const uint16_t* s16 = w.part("scales").as<uint16_t>();  // [N, n_groups]
-  const uint16_t* z16 = w.part("zeros").as<uint16_t>();   // [N, n_groups]
+  // {s, b} per group in the activation type, as upload_qn_weight stores them. The tensors
+  // are held by value (their storage is shared), so the decoder may outlive w.
+  const HostTensor scales16 = w.part("scales"), zeros16 = w.part("zeros");  // [N, n_groups] F16
   return [=](int64_t n, float* out) {
     (void)codes;  // owns the scales and zeros decode_codes reads
+    const uint16_t* s16 = scales16.as<uint16_t>();
+    const uint16_t* z16 = zeros16.as<uint16_t>();
     decode_codes(n, out);
     for (int64_t k = 0; k < K; ++k) {
       if (out[k] == 0.0f) continue;  // pruned: +0
@@ -65,8 +67,8 @@ RowDecoder qn_kernel_row_decoder(const PackedWeight& w, DType act, QnFma fma) {
 
 double qn_tolerance(DType act, int64_t K, double ref, double magnitude) {
   const double u = act == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
-  return u * (1 + std::ldexp(1.0, -10)) * std::abs(ref) + 2 * double(K / 16 + 32) * std::ldexp(magnitude, -23) +
-         std::ldexp(1.0, -24);
+  return u * (1 + std::ldexp(1.0, -10)) * std::abs(ref) +
+         (1 + u) * 2 * double(K / 16 + 32) * std::ldexp(magnitude, -23) + std::ldexp(1.0, -24);
 }
 
 }  // namespace gemlite

@@ -11,7 +11,6 @@
 // grow with |q s| and |z s| rather than |w| (the old bound did, and with it an error
 // confined to one group of a long K passed).
 #include <cstdint>
-#include <vector>
 
 #include "kernels/packed_weight.h"
 #include "runtime/dtype.h"
@@ -28,12 +27,16 @@ RowDecoder qn_kernel_row_decoder(const PackedWeight& w, DType act, QnFma fma = Q
 
 // The bound on |y - ref| of a kernel output y whose exact value (with the kernel's weights)
 // is ref, S = Σ_k |x_k w_k|, over a K-long sum:
-//   u |ref| + 2 (K / 16 + 32) 2^-23 S + 2^-24,
+//   u |ref| + (1 + u) 2 (K / 16 + 32) 2^-23 S + 2^-24,
 // u = 2^-11 (fp16) or 2^-8 (bf16) the output's rounding (times 1 + 2^-10 for the fp32
-// adds of a bias or a residual before it). The accumulation is fp32 on the tensor cores:
-// K / 16 chained mma steps, each a truncating add that errs by < 2^-23 of a running sum
-// bounded by S, then the warps' and blocks' partial sums (32 more adds bounds them all);
-// twice that for the mma's internal alignment of its 16 products. 2^-24: an fp16
+// adds of a bias or a residual before it; 1 + u on the accumulation's error, which the
+// output rounds too). The accumulation is fp32 on the tensor cores: at most K / 16 chained
+// mma steps (one warp's whole K; warps split it), each a truncating add that errs by <
+// 2^-23 of a running sum bounded by S, then the warps' and blocks' partial sums (32 more
+// adds bound them all); twice that for the mma's internal alignment of its 16 products.
+// That factor 2 is an assumption about the hardware's adder (studies of V100 / A100 tensor
+// cores found addends truncated as they are aligned), confirmed only by the GPU runs on
+// sm_90 (H100, H200): worst |error| / tolerance 0.71-0.97, most of it the output's rounding. 2^-24: an fp16
 // subnormal output's rounding. At K = 4100 the accumulation term is 6.9e-5 S; the bound
 // it replaces, 2^-9 S2 with S2 = Σ |x_k| (|w_k| + |q_k s| + |z s|) ~ 2.5 S, was 70 times wider.
 double qn_tolerance(DType act, int64_t K, double ref, double magnitude);

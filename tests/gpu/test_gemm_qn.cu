@@ -1,5 +1,5 @@
-// gemm_qn (the tiled qN matmul of prompt chunks) against the CPU reference
-// on fresh random inputs, with the GEMV's reference and tolerance for the same reasons
+// gemm_qn (the tiled qN matmul of prompt chunks) against the CPU reference of its own
+// weights on fresh random inputs, with the GEMV's reference and tolerance for the same reasons
 // (tests/gpu/qn_reference.h: the kernel dequantizes each weight into the activation type
 // exactly as the GEMV does and sums in fp32 on the tensor cores): every
 // width it serves (2..8 bits) x group {32, 64, 128, per-channel} x {fp16, bf16}, at M that
@@ -151,6 +151,27 @@ TEST(GemmQnEdges, SwigluPairWritesStoredOrder) {
     SCOPED_TRACE(dtype_name(act));
     const CheckResult r = run_gemm_and_compare(packed, dw, act, 65, rng, stream.stream);
     EXPECT_EQ(r.failures, 0) << r.first_failure;
+    free_qn_weight(&dw);
+  }
+}
+
+// Each group with its own scale (check_every_group, as the GEMV's test), 32 x rows a
+// launch, K = 8200 (a last group of 8).
+TEST(GemmQnEdges, EveryGroupHasItsOwnScale) {
+  SKIP_UNLESS_GEMM_QN_RUNS();
+  std::mt19937_64 rng(test_seed() + 23);
+  StreamGuard stream;
+  const int64_t K = 8200, N = 300, M = 32;
+  const std::vector<float> w = random_weight(N, K, rng);
+  for (DType act : {DType::F16, DType::BF16}) {
+    const PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(4, 64));
+    QnDeviceWeight dw = upload_qn_weight(packed, act);
+    const size_t scratch_bytes = gemm_qn_scratch_bytes(dw, int(M));
+    DeviceBuffer scratch(scratch_bytes);
+    const CheckResult r = check_every_group(packed, act, M, rng, stream.stream, [&](const void* x, void* y) {
+      gemm_qn(dw, x, y, int(M), act, stream.stream, scratch.ptr, scratch_bytes);
+    });
+    EXPECT_EQ(r.failures, 0) << dtype_name(act) << ": " << r.first_failure;
     free_qn_weight(&dw);
   }
 }

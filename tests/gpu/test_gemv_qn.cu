@@ -1,4 +1,7 @@
-// gemv_qn against the CPU reference (linear_reference) on fresh random inputs: every bit
+// gemv_qn against the CPU reference of its own weights (tests/gpu/qn_reference.h: the
+// format's codes, scales and zeros as the kernel rounds them, in float64; the test
+// KernelWeightsAreTheFormatsWeights ties them to the library's decoder) on fresh random
+// inputs: every bit
 // width 1..8 x group {32, 64, 128, per-channel} x {fp16, bf16} x M {1, 3, 8, 9, 13, 16} (above
 // 8 the kernel that takes the activations as the mma's A; not on the square), on shapes
 // that are multiples of nothing (K = 33, 4100), thin (N = 7, 32, 64), long (K = 57344:
@@ -163,19 +166,22 @@ TEST(GemvQnEdges, EveryPartOfALongKIsSummed) {
 // ~u |y| + 8.6e-4 S at K = 57344), while a neighbour's scale (random_weight's per-97-column
 // outliers make groups' ranges differ) or a pair read from the wrong place in the opt-in
 // shared memory errs by a share of y. In both kernels (M = 8: the weights as the mma's A;
-// M = 16: x as A).
+// M = 16: x as A), the bf16 8-bit path, and K = 4100 (a last group of 4).
 TEST(GemvQnEdges, EveryGroupHasItsOwnScale) {
   std::mt19937_64 rng(test_seed() + 59);
   StreamGuard stream;
-  const int64_t K = 57344, N = 40;
-  const std::vector<float> w = random_weight(N, K, rng);
+  const int64_t N = 40;
   const size_t shared_per_block = device_shared_memory_per_block();
   struct Case {
+    int64_t K;
     int bits, group;
     DType act;
   };
-  for (const Case c : {Case{4, 64, DType::F16}, Case{4, 64, DType::BF16}, Case{2, 32, DType::F16},
-                       Case{3, 128, DType::BF16}}) {
+  for (const Case c : {Case{57344, 4, 64, DType::F16}, Case{57344, 4, 64, DType::BF16}, Case{57344, 2, 32, DType::F16},
+                       Case{57344, 3, 128, DType::BF16}, Case{57344, 8, 128, DType::BF16},
+                       Case{4100, 4, 64, DType::F16}}) {  // the last: a partial last group of 4
+    const int64_t K = c.K;
+    const std::vector<float> w = random_weight(N, K, rng);
     const PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(c.bits, c.group));
     if (size_t(group_count(c.group, K)) * 64 + (10u << 10) > shared_per_block) continue;  // refused (MatchesCpuReference)
     QnDeviceWeight dw = upload_qn_weight(packed, c.act);
@@ -254,6 +260,50 @@ std::vector<uint16_t> dequantize_on_device(const PackedWeight& packed, DType act
   CUDA_CHECK(cudaStreamSynchronize(stream));
   free_qn_weight(&dw);
   return got;
+}
+
+// The reference's weights (qn_kernel_row_decoder) are the format's (the library's row
+// decoder, (q - z) s in fp32) but for the kernels' roundings of s, of -z s and of the fma,
+// each at most u (2^-11 fp16, 2^-8 bf16) of |q s|, |z s| and |w|: within 2u times their
+// sum, and a pruned s7 element 0 in both. Host code only, so the emulation cannot drift
+// from the checkpoint format unseen. Every bit width and group, s7, K = 4100 (a partial
+// last group).
+TEST(DequantQn, KernelWeightsAreTheFormatsWeights) {
+  std::mt19937_64 rng(test_seed() + 61);
+  const int64_t N = 21, K = 4100;
+  const std::vector<float> w = random_weight(N, K, rng);
+  std::vector<WeightFormat> formats;
+  for (int bits = 1; bits <= 8; ++bits)
+    for (int group : {32, 64, 128, 0}) formats.push_back(qn_format(bits, group));
+  formats.push_back(WeightFormat::parse("s7g64"));
+  for (const WeightFormat& format : formats) {
+    const PackedWeight packed = quantize_weight(w.data(), N, K, format);
+    const int64_t G = group_size(format.group, K), n_groups = group_count(format.group, K);
+    const uint16_t* scales = packed.part("scales").as<uint16_t>();  // [N, n_groups]
+    const uint16_t* zeros = packed.part("zeros").as<uint16_t>();    // [N, n_groups]
+    const RowDecoder library = make_row_decoder(packed);
+    const int max_code = format.kind == FormatKind::S7 ? 127 : (1 << format.bits) - 1;
+    for (DType act : {DType::F16, DType::BF16}) {
+      SCOPED_TRACE(format.name() + " " + dtype_name(act));
+      const RowDecoder kernel = qn_kernel_row_decoder(packed, act);
+      const double u = act == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+      std::vector<float> want(static_cast<size_t>(K)), got(static_cast<size_t>(K));
+      int64_t failures = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        library(n, want.data());
+        kernel(n, got.data());
+        for (int64_t k = 0; k < K; ++k) {
+          const double s = half_to_float(scales[n * n_groups + k / G]), z = half_to_float(zeros[n * n_groups + k / G]);
+          const double tol = 2 * u * (std::abs(want[size_t(k)]) + std::abs(max_code * s) + std::abs(z * s));
+          const bool pruned_both = want[size_t(k)] == 0.0f && got[size_t(k)] == 0.0f;
+          if (!(pruned_both || std::abs(double(got[size_t(k)]) - want[size_t(k)]) <= tol) && failures++ == 0)
+            ADD_FAILURE() << "w[" << n << ", " << k << "]: format " << want[size_t(k)] << ", kernel's "
+                          << got[size_t(k)] << " (tol " << tol << ")";
+        }
+      }
+      EXPECT_EQ(failures, 0);
+    }
+  }
 }
 
 // dequant_qn's weights, bit for bit, against what its fp32 fma and one rounding make of

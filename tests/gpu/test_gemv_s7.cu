@@ -1,5 +1,5 @@
-// gemv_s7 (the qN kernel on 1:2-sparse 7-bit pair bytes) against the CPU reference
-// (linear_reference) on fresh random inputs: groups {64, 128} x {fp16, bf16} x M {1, 3, 8, 13, 16},
+// gemv_s7 (the qN kernel on 1:2-sparse 7-bit pair bytes) against the CPU reference of its
+// own weights (tests/gpu/qn_reference.h) on fresh random inputs: groups {64, 128} x {fp16, bf16} x M {1, 3, 8, 13, 16},
 // on shapes that are multiples of nothing (K = 33, 100, 4100: pairs whose second element
 // lies past K, a last tile of one block), thin (N = 7, 64), long (K = 57344) and square.
 //
@@ -15,9 +15,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
-#include <functional>
 #include <iostream>
 #include <random>
 #include <string>
@@ -26,7 +23,6 @@
 
 #include "kernels/cuda_check.h"
 #include "tests/gpu/gpu_test_helpers.h"
-#include "kernels/group_quant.h"
 #include "kernels/packed_weight.h"
 #include "kernels/qn/gemm_qn.h"
 #include "kernels/s7/gemv_s7.h"
