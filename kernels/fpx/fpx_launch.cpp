@@ -107,19 +107,6 @@ int fpx_tiled_row_blocks(FpxTiledShape shape) { return shape == FpxTiledShape::k
 
 FpxAllowedShapes fpx_automatic_shapes(int M) { return {M <= kFpxNarrowMaxM, true, true}; }
 
-// One H100, fp6 fp16, M = 16, cold L2 (GEMLITE_BENCH_FPX_SWEEP=1 GEMLITE_BENCH_M=16
-// GEMLITE_BENCH_ACT=fp16 gemlite-bench --kernels --kernel-set fpx, 2026-11-28), us of the
-// register kernel / the best tiled setting (fpx_tiled_launch's pick): where N >= 3.5 K the
-// tiled one wins, 8192 x 57344 157.4 / 141.9 (narrow, 1 split; 2.09x -> 2.32x cuBLAS fp16),
-// 4096 x 14336 26.1 / 23.3 (narrow, 2; 1.63x -> 1.83x); below it loses, 4096 x 11008 (N =
-// 2.7 K) 20.8 / 21.9, 8192 x 10240 29.6 / 37.2, 8192 x 8192 23.8 / 34.8, 4096 x 4096 8.7 /
-// 13.1, 28672 x 8192 74.9 / 100.7, 11008 x 4096 18.4 / 27.1, 14336 x 4096 22.6 / 33.3,
-// 4096 x 1024 7.6 / 8.8. An H200 sweep (twenty-ninth session, kernels/fpx/BENCH.md) split
-// the shapes the same way.
-bool fpx_tiled_at_small_m(int64_t N, int64_t K, int M) {
-  return M > 8 && M <= 16 && 2 * N >= 7 * K;  // the register kernel's MT = 2 range (fpx_register_launch)
-}
-
 // The fewest waves x (tiles a block x a tile's cost + a block's start and end), in quarters
 // of a wide tile; a wave holds resident.of_size[z] blocks, so clusters of 4 and 8 get 120
 // of the 132 SMs. Ties go to the wide shape, then the tall one, then to fewer splits --
@@ -179,6 +166,31 @@ FpxTiledLaunch fpx_tiled_launch(int64_t row_blocks, int64_t k_tiles, int M, cons
     }
   }
   return best;
+}
+
+// One H100, fp6, M = 16, cold L2 (GEMLITE_BENCH_FPX_SWEEP=1 GEMLITE_BENCH_M=16
+// GEMLITE_BENCH_FORMATS=fp6 gemlite-bench --kernels --kernel-set fpx, 2026-11-28), us of the
+// register kernel / the tiled kernel at fpx_tiled_launch's pick (narrow everywhere), fp16:
+//  - taken, N >= 3.5 K and waves >= 80 % full: 8192 x 57344 157.4 / 141.9 (224 blocks in 2
+//    waves of 132: 85 %), 4096 x 14336 26.1 / 23.3 (2 splits, 112 blocks: 85 %), 4096 x
+//    28672 43.3 / 37.7 (85 %), 8192 x 28672 84.1 / 69.0 (85 %), 4096 x 32000 48.9 / 41.2
+//    (95 %), 5120 x 27648 51.9 / 44.8 (82 %); bf16 likewise (e.g. 4096 x 28672 44.0 / 40.1);
+//  - not taken, N >= 3.5 K but 65 % full: 4096 x 22016 34.6 / 35.0 (86 blocks; bf16 35.2 /
+//    38.9);
+//  - not taken, N < 3.5 K (the tiled kernel lost every one): 4096 x 11008 20.8 / 21.9,
+//    4096 x 12288 21.0 / 22.3, 4096 x 6144 11.3 / 13.9, 8192 x 10240 29.6 / 37.2, 8192 x
+//    8192 23.8 / 34.8, 4096 x 4096 8.7 / 13.1, 28672 x 8192 74.9 / 100.7, 11008 x 4096
+//    18.4 / 27.1, 14336 x 4096 22.6 / 33.3, 4096 x 1024 7.6 / 8.8.
+// An H200 sweep (twenty-ninth session, kernels/fpx/BENCH.md) split its shapes the same way.
+bool fpx_tiled_at_small_m(int64_t N, int64_t K, int M, const FpxClusterBlocks& resident) {
+  if (M <= 8 || M > 16 || 2 * N < 7 * K) return false;  // the register kernel's MT = 2 range (fpx_register_launch)
+  const FpxTiledLaunch pick = fpx_tiled_launch((N + 15) / 16, (K + 127) / 128, M, resident, fpx_automatic_shapes(M));
+  const int64_t blocks = ((N + 15) / 16 + fpx_tiled_row_blocks(pick.shape) - 1) / fpx_tiled_row_blocks(pick.shape) *
+                         pick.splits;  // one chunk of x rows
+  const int64_t per_wave =
+      std::max(1, resident.of_size[pick.splits == 1 ? 0 : pick.splits == 2 ? 1 : pick.splits == 4 ? 2 : 3]);
+  const int64_t waves = (blocks + per_wave - 1) / per_wave;
+  return 5 * blocks >= 4 * waves * per_wave;
 }
 
 }  // namespace gemlite

@@ -44,11 +44,6 @@ FpxRegisterLaunch fpx_register_launch(int64_t row_blocks, int64_t k_tiles, int M
 // rows of W a block), wide (128 x rows, 128 rows of W), wide and tall (128 x rows, 256 rows
 // of W). One block an SM (their shared memory).
 enum class FpxTiledShape { kNarrow, kWide, kWideTall };
-// Whether an automatic launch at M 9..16 (kFpxMaxM), where the register kernel runs 16 x
-// rows a warp, takes the tiled kernel instead: on weights whose N is at least 3.5 K, whose
-// row blocks fill the SMs while the tiled kernel's shared-memory pipeline walks a short K
-// (fpx_launch.cpp has the sweep).
-bool fpx_tiled_at_small_m(int64_t N, int64_t K, int M);
 // Automatic launches consider the narrow shape up to this M (one chunk of x rows, where its
 // sweep measured it), the wide ones at every M.
 constexpr int kFpxNarrowMaxM = 64;
@@ -81,4 +76,8 @@ struct FpxTiledLaunch {
 // (so a forced cluster size may change an automatic launch's shape).
 FpxTiledLaunch fpx_tiled_launch(int64_t row_blocks, int64_t k_tiles, int M, const FpxClusterBlocks& resident,
                                 FpxAllowedShapes allowed, int splits = 0);
+// Whether an automatic launch at M 9..16 (kFpxMaxM), where the register kernel runs 16 x
+// rows a warp, takes the tiled kernel instead: on weights whose N is at least 3.5 K and
+// whose fpx_tiled_launch pick fills its waves to >= 80 % (fpx_launch.cpp has the sweep).
+bool fpx_tiled_at_small_m(int64_t N, int64_t K, int M, const FpxClusterBlocks& resident);
 }  // namespace gemlite

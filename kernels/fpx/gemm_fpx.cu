@@ -328,7 +328,9 @@ size_t gemm_fpx_scratch_bytes(const FpxDeviceWeight& w, int M) {
 }
 
 bool gemm_fpx_runs_tiled(const FpxDeviceWeight& w, int M) {
-  return tiled_kernel_runs(w) && (M > kFpxMaxM || fpx_tiled_at_small_m(w.N, w.K, M));
+  return tiled_kernel_runs(w) &&
+         (M > kFpxMaxM ||
+          fpx_tiled_at_small_m(w.N, w.K, M, tiled_cluster_blocks(w.ebits, w.mbits, w.act == DType::BF16)));
 }
 
 int gemm_fpx_max_m(const FpxDeviceWeight& w) { return tiled_kernel_runs(w) ? kFpxTiledMaxM : kFpxMaxM; }

@@ -22,7 +22,8 @@ namespace gemlite {
 // 1.1-1.8x faster than cuBLAS on every Llama shape but 4096 x 1024 (0.96-0.99x).
 // Above it the tiled kernel (W and x staged in shared memory, wgmma; sm_90), given a
 // scratch buffer for x (gemm_fpx_scratch_bytes); at M 9..16 too on weights with N >= 3.5 K
-// (fpx_tiled_at_small_m: 8192 x 57344 2.09x -> 2.32x cuBLAS, H100).
+// whose tiled grid fills its waves (fpx_tiled_at_small_m: 8192 x 57344 2.09x -> 2.36x
+// cuBLAS, H100).
 constexpr int kFpxMaxM = 16;
 
 // Above kFpxMaxM the tiled kernel has three shapes: narrow (32 or 64 x rows, 256 rows of W

@@ -257,9 +257,10 @@ TEST(GemmFpxEdges, TiledKernelsAtSmallM) {
     EXPECT_FALSE(gemm_fpx_runs_tiled(dw, 16)) << "N = 520 < 3.5 K: the register kernel at M = 16";
     free_fpx_weight(&dw);
   }
-  // The automatic launch on a wide weight (N >= 3.5 K) at M 9..16: the tiled kernel
-  // (fpx_tiled_at_small_m), with the scratch as the runtime gives it.
-  const int64_t wide_N = 2000, wide_K = 512;
+  // The automatic launch on a wide weight at M 9..16: the tiled kernel (fpx_tiled_at_small_m:
+  // N >= 3.5 K, and 112 blocks of 16 row blocks fill 85 % of a wave), with the scratch as
+  // the runtime gives it.
+  const int64_t wide_N = 28672, wide_K = 1024;
   const std::vector<float> wide_w = random_weight(wide_N, wide_K, rng, false);
   const PackedWeight wide = quantize_weight(wide_w.data(), wide_N, wide_K, WeightFormat::parse("fp6"));
   for (DType act : {DType::F16, DType::BF16}) {
@@ -267,7 +268,7 @@ TEST(GemmFpxEdges, TiledKernelsAtSmallM) {
     EXPECT_TRUE(gemm_fpx_runs_tiled(dw, 16));
     EXPECT_FALSE(gemm_fpx_runs_tiled(dw, 8));
     for (int64_t M : {9, 13, 16}) {
-      SCOPED_TRACE(std::string(dtype_name(act)) + " automatic, N = 2000, K = 512, M=" + std::to_string(M));
+      SCOPED_TRACE(std::string(dtype_name(act)) + " automatic, N = 28672, K = 1024, M=" + std::to_string(M));
       const CheckResult r = check_random(wide, dw, act, M, rng, stream.stream);
       EXPECT_EQ(r.failures, 0) << r.first_failure;
     }
