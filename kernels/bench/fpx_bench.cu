@@ -208,7 +208,7 @@ void run_fpx_benchmarks(FILE* out, const FpxBenchOptions& given) {
             ahead1.tiles_ahead = 1;
             settings.push_back({" ahead=1", ahead1});
           }
-          if (options.sweep_variants && M >= 16) {
+          if (options.sweep_variants && M > 8) {
             GemmFpxConfig mt2;
             mt2.m_tile = 2;
             mt2.tiled = 0;

@@ -28,8 +28,8 @@ struct FpxBenchOptions {
   std::vector<int> batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
   std::vector<DType> activations = {DType::F16, DType::BF16};
   // Also time the variants the automatic choice decides between, in the same run: with
-  // fp16 at M <= 8 one tile loaded ahead (" ahead=1"); with either activation type at M >=
-  // 16 the register kernel with MT = 2 (" mt=2") and the tiled kernel in each shape at each
+  // fp16 at M <= 8 one tile loaded ahead (" ahead=1"); with either activation type above M =
+  // 8 the register kernel with MT = 2 (" mt=2") and the tiled kernel in each shape at each
   // cluster size (" narrow splits=S", " wide splits=S", " tall splits=S").
   bool sweep_variants = false;
   // Launch settings to time instead of the automatic choice (GemmFpxConfig's warps_k,

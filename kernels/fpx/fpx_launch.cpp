@@ -149,7 +149,7 @@ FpxTiledLaunch fpx_tiled_launch(int64_t row_blocks, int64_t k_tiles, int M, cons
                          {FpxTiledShape::kWideTall, allowed.tall, 7, 48},
                          {FpxTiledShape::kNarrow, allowed.narrow, narrow_tile, 32}};
   FpxTiledLaunch best{allowed.wide ? FpxTiledShape::kWide : allowed.tall ? FpxTiledShape::kWideTall : FpxTiledShape::kNarrow,
-                      splits > 0 ? splits : 1};
+                      splits > 0 ? splits : 1, 0, 1};
   int64_t best_cost = -1;
   for (const Cost& c : shapes) {
     if (!c.allowed) continue;
@@ -157,11 +157,11 @@ FpxTiledLaunch fpx_tiled_launch(int64_t row_blocks, int64_t k_tiles, int M, cons
     const int64_t groups = (row_blocks + fpx_tiled_row_blocks(c.shape) - 1) / fpx_tiled_row_blocks(c.shape);
     for (int i = 0, z = 1; z <= kFpxTiledMaxSplits; ++i, z *= 2) {
       if (splits > 0 && z != splits) continue;
-      const int64_t cost = fpx_wave_cost(m_chunks * groups * z, std::max(1, resident.of_size[i]),
-                                         (k_tiles + z - 1) / z * c.tile, c.block);
+      const int64_t blocks = m_chunks * groups * z, per_wave = std::max(1, resident.of_size[i]);
+      const int64_t cost = fpx_wave_cost(blocks, per_wave, (k_tiles + z - 1) / z * c.tile, c.block);
       if (best_cost < 0 || cost < best_cost) {
         best_cost = cost;
-        best = {c.shape, z};
+        best = {c.shape, z, blocks, per_wave};
       }
     }
   }
@@ -170,7 +170,8 @@ FpxTiledLaunch fpx_tiled_launch(int64_t row_blocks, int64_t k_tiles, int M, cons
 
 // One H100, fp6, M = 16, cold L2 (GEMLITE_BENCH_FPX_SWEEP=1 GEMLITE_BENCH_M=16
 // GEMLITE_BENCH_FORMATS=fp6 gemlite-bench --kernels --kernel-set fpx, 2026-11-28), us of the
-// register kernel / the tiled kernel at fpx_tiled_launch's pick (narrow everywhere), fp16:
+// register kernel / the tiled kernel at fpx_tiled_launch's pick (narrow on every shape the
+// rule takes), fp16:
 //  - taken, N >= 3.5 K and waves >= 80 % full: 8192 x 57344 157.4 / 141.9 (224 blocks in 2
 //    waves of 132: 85 %), 4096 x 14336 26.1 / 23.3 (2 splits, 112 blocks: 85 %), 4096 x
 //    28672 43.3 / 37.7 (85 %), 8192 x 28672 84.1 / 69.0 (85 %), 4096 x 32000 48.9 / 41.2
@@ -183,14 +184,10 @@ FpxTiledLaunch fpx_tiled_launch(int64_t row_blocks, int64_t k_tiles, int M, cons
 //    18.4 / 27.1, 14336 x 4096 22.6 / 33.3, 4096 x 1024 7.6 / 8.8.
 // An H200 sweep (twenty-ninth session, kernels/fpx/BENCH.md) split its shapes the same way.
 bool fpx_tiled_at_small_m(int64_t N, int64_t K, int M, const FpxClusterBlocks& resident) {
-  if (M <= 8 || M > 16 || 2 * N < 7 * K) return false;  // the register kernel's MT = 2 range (fpx_register_launch)
+  if (!fpx_small_m_may_tile(M) || 2 * N < 7 * K) return false;
   const FpxTiledLaunch pick = fpx_tiled_launch((N + 15) / 16, (K + 127) / 128, M, resident, fpx_automatic_shapes(M));
-  const int64_t blocks = ((N + 15) / 16 + fpx_tiled_row_blocks(pick.shape) - 1) / fpx_tiled_row_blocks(pick.shape) *
-                         pick.splits;  // one chunk of x rows
-  const int64_t per_wave =
-      std::max(1, resident.of_size[pick.splits == 1 ? 0 : pick.splits == 2 ? 1 : pick.splits == 4 ? 2 : 3]);
-  const int64_t waves = (blocks + per_wave - 1) / per_wave;
-  return 5 * blocks >= 4 * waves * per_wave;
+  const int64_t waves = (pick.blocks + pick.per_wave - 1) / pick.per_wave;
+  return 5 * pick.blocks >= 4 * waves * pick.per_wave;
 }
 
 }  // namespace gemlite

@@ -68,7 +68,9 @@ struct FpxAllowedShapes {
 FpxAllowedShapes fpx_automatic_shapes(int M);
 struct FpxTiledLaunch {
   FpxTiledShape shape;
-  int splits;  // blocks of a cluster splitting K: 1, 2, 4 or 8
+  int splits;            // blocks of a cluster splitting K: 1, 2, 4 or 8
+  int64_t blocks = 0;    // of the grid: chunks of x rows x groups of row blocks x splits
+  int64_t per_wave = 1;  // blocks resident at once in clusters of `splits` (FpxClusterBlocks)
 };
 // The shape and the cluster size chosen together (fpx_launch.cpp has the cost and its
 // sweeps); row_blocks = ceil(N / 16), k_tiles = ceil(K / 128). PRECOND: at least one shape
@@ -76,8 +78,11 @@ struct FpxTiledLaunch {
 // (so a forced cluster size may change an automatic launch's shape).
 FpxTiledLaunch fpx_tiled_launch(int64_t row_blocks, int64_t k_tiles, int M, const FpxClusterBlocks& resident,
                                 FpxAllowedShapes allowed, int splits = 0);
-// Whether an automatic launch at M 9..16 (kFpxMaxM), where the register kernel runs 16 x
-// rows a warp, takes the tiled kernel instead: on weights whose N is at least 3.5 K and
-// whose fpx_tiled_launch pick fills its waves to >= 80 % (fpx_launch.cpp has the sweep).
+// The small M where an automatic launch may take the tiled kernel: 9..16 (kFpxMaxM), the
+// register kernel's MT = 2 range (fpx_register_launch), 16 x rows a warp.
+constexpr bool fpx_small_m_may_tile(int M) { return M > 8 && M <= 16; }
+// Whether an automatic launch at such an M takes the tiled kernel: on weights whose N is at
+// least 3.5 K and whose fpx_tiled_launch pick fills its waves to >= 80 % (fpx_launch.cpp
+// has the sweep).
 bool fpx_tiled_at_small_m(int64_t N, int64_t K, int M, const FpxClusterBlocks& resident);
 }  // namespace gemlite

@@ -254,16 +254,21 @@ void launch_gemm_fpx(const FpxDeviceWeight& w, const void* x, void* y, int M, DT
   p.sum_squares = epilogue.sum_squares;
   const bool fused_norm = p.norm.sum_squares || p.residual;
   // M > kFpxMaxM, and a wide weight's M 9..16 (gemm_fpx_runs_tiled): the tiled kernel on
-  // an H100-class device (wgmma), given a scratch buffer for the permuted copy of x and an x aligned for permute_x_kernel's 16-byte loads, in
-  // the shape and cluster size fpx_tiled_launch picks.
+  // an H100-class device (wgmma), given a scratch buffer for the permuted copy of x and an x
+  // aligned for permute_x_kernel's 16-byte loads, in the shape and cluster size
+  // fpx_tiled_launch picks.
   const bool tiled_ok = tiled_kernel_runs(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool automatic = config.tiled < 0 && config.m_tile == 0 && config.warps_k == 0;
   if (config.tiled < -1 || config.tiled > 3)
     throw Error("gemm_fpx: tiled = " + std::to_string(config.tiled) + " (expected -1, 0, 1, 2 or 3)");
   if (config.tiled > 0 && tiled_ok && !epilogue.scratch)
     throw Error("gemm_fpx: the tiled kernel needs a scratch buffer (gemm_fpx_scratch_bytes)");
-  const bool use_tiled = tiled_ok && epilogue.scratch &&
-                         (config.tiled > 0 || (automatic && !fused_norm && gemm_fpx_runs_tiled(w, M)));
+  // At M <= kFpxMaxM a cluster size asked for (config.splits) is the register kernel's
+  // split-K; above, the tiled kernel's cluster (automatic: the shape is picked for it).
+  const bool register_splits = M <= kFpxMaxM && config.splits > 0;
+  const bool use_tiled =
+      tiled_ok && epilogue.scratch &&
+      (config.tiled > 0 || (automatic && !register_splits && !fused_norm && gemm_fpx_runs_tiled(w, M)));
   if (use_tiled && reinterpret_cast<uintptr_t>(epilogue.scratch) % 16 != 0)
     throw Error("gemm_fpx: the scratch buffer must be 16-byte aligned");
   // The norm epilogues sit in the register kernel's one-chunk shape only (M <= kFpxMaxM).
@@ -328,9 +333,10 @@ size_t gemm_fpx_scratch_bytes(const FpxDeviceWeight& w, int M) {
 }
 
 bool gemm_fpx_runs_tiled(const FpxDeviceWeight& w, int M) {
-  return tiled_kernel_runs(w) &&
-         (M > kFpxMaxM ||
-          fpx_tiled_at_small_m(w.N, w.K, M, tiled_cluster_blocks(w.ebits, w.mbits, w.act == DType::BF16)));
+  if (M > kFpxMaxM) return tiled_kernel_runs(w);
+  // Asked only where the rule may take the tiled kernel: the residency is a locked lookup.
+  return fpx_small_m_may_tile(M) && tiled_kernel_runs(w) &&
+         fpx_tiled_at_small_m(w.N, w.K, M, tiled_cluster_blocks(w.ebits, w.mbits, w.act == DType::BF16));
 }
 
 int gemm_fpx_max_m(const FpxDeviceWeight& w) { return tiled_kernel_runs(w) ? kFpxTiledMaxM : kFpxMaxM; }

@@ -366,10 +366,12 @@ TEST(LaunchRules, ForcedNarrowSplitsNearTheBestMeasured) {
 }
 
 // At M 9..16 the tiled kernel takes over from the register kernel exactly where it won
-// (fpx_tiled_at_small_m), at fpx_tiled_launch's automatic pick, which is there the best
-// narrow setting measured (the narrow shape was the fastest tiled one on every shape whose
-// wide and tall settings were timed too). One H100, fp6 fp16, M = 16, cold L2
+// (fpx_tiled_at_small_m), at fpx_tiled_launch's automatic pick, which is there narrow and
+// the best narrow setting measured (on 8192 x 57344, 4096 x 14336 and 4096 x 11008, whose
+// wide and tall settings were timed too, narrow was the fastest tiled shape; elsewhere, as
+// on 8192 x 8192, the wide one can be). One H100, fp6 fp16, M = 16, cold L2
 // (kernels/fpx/fpx_launch.cpp), us: the register kernel, then narrow at 1, 2, 4, 8 splits.
+// The rule holds for M 9..15 by the same kernels' work (16 x rows either way), not by a sweep.
 TEST(LaunchRules, TiledKernelAtM16OnlyWhereItWon) {
   struct M16Sweep {
     int64_t K, N;

@@ -227,6 +227,29 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
   }
 }
 
+// Whether an automatic gemm_fpx at M wrote the scratch it was given (poisoned first): the
+// tiled kernel's copy of x (x all ones, whose fp16 / bf16 bits are not the poison's). With
+// `norm`, a pending RMSNorm (sums of squares of ones); `splits`: a register-kernel split-K.
+bool writes_scratch(const FpxDeviceWeight& dw, DType act, int M, cudaStream_t stream, bool norm, int splits = 0) {
+  const uint16_t one = act == DType::BF16 ? float_to_bf16(1.0f) : float_to_half(1.0f);
+  const std::vector<uint16_t> x(size_t(M) * size_t(dw.K), one);
+  const int64_t parts = gemm_fpx_norm_parts(dw);
+  const std::vector<float> sum_squares(size_t(M * parts), 1.0f);
+  const size_t scratch_bytes = gemm_fpx_scratch_bytes(dw, M);
+  DeviceBuffer dx(x.size() * 2), dy(size_t(M) * size_t(dw.N) * 2), dss(sum_squares.size() * 4), scratch(scratch_bytes);
+  CUDA_CHECK(cudaMemcpyAsync(dx.ptr, x.data(), x.size() * 2, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(dss.ptr, sum_squares.data(), sum_squares.size() * 4, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemsetAsync(scratch.ptr, 0xFF, scratch_bytes, stream));
+  const QnPendingNorm pending{static_cast<const float*>(dss.ptr), int(parts), 1e-5f};
+  GemmFpxConfig config;
+  config.splits = splits;
+  gemm_fpx(dw, dx.ptr, dy.ptr, M, act, stream, config, norm ? &pending : nullptr, scratch.ptr, scratch_bytes);
+  std::vector<uint16_t> image(std::min<size_t>(scratch_bytes / 2, 4096));
+  CUDA_CHECK(cudaMemcpyAsync(image.data(), scratch.ptr, image.size() * 2, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return std::any_of(image.begin(), image.end(), [](uint16_t v) { return v != 0xFFFF; });
+}
+
 // Both tiled shapes forced at small M (the register kernel's M: 1 .. 70), at every
 // cluster size, with a bias (the register kernel's settings are the test above's); and the
 // automatic launch at M 9..16 on a wide weight, which takes the tiled kernel.
@@ -271,7 +294,12 @@ TEST(GemmFpxEdges, TiledKernelsAtSmallM) {
       SCOPED_TRACE(std::string(dtype_name(act)) + " automatic, N = 28672, K = 1024, M=" + std::to_string(M));
       const CheckResult r = check_random(wide, dw, act, M, rng, stream.stream);
       EXPECT_EQ(r.failures, 0) << r.first_failure;
+      EXPECT_TRUE(writes_scratch(dw, act, int(M), stream.stream, false)) << "the tiled kernel did not run";
     }
+    // A fused RMSNorm (the model's decode and short prompts) keeps the register kernel, which
+    // alone has that epilogue, even given a scratch; so does a split-K asked of it.
+    EXPECT_FALSE(writes_scratch(dw, act, 16, stream.stream, true));
+    EXPECT_FALSE(writes_scratch(dw, act, 16, stream.stream, false, 2));
     free_fpx_weight(&dw);
   }
 }
