@@ -23,7 +23,8 @@
 # and tg128 there without the split decode attention),
 # GEMLITE_GPU_SKIP_COMPARE=1 (transformers), GEMLITE_GPU_SKIP_SANITIZER=1, GEMLITE_GPU_TEST_FILTER=<gtest filter>,
 # GEMLITE_BENCH_ARGS=<extra arguments of gemlite-bench --kernels>,
-# GEMLITE_GPU_SASS=1 (disassemble the qN GEMV kernels into sass.txt),
+# GEMLITE_GPU_SASS=1 (disassemble the qN GEMV kernels into sass.txt; offline,
+# scripts/sass_histogram.py counts a cubin's instructions by opcode),
 # GEMLITE_GPU_BASE_REV=<git revision> (pack also builds that revision's gemlite-bench into
 # <dir>/base/; run then times it against this build on the same machine, interleaved,
 # instead of the plain benchmarks: the kernel benchmarks and the models' tg128, two rounds
