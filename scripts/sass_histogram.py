@@ -16,6 +16,7 @@ below was read from cuobjdump -sass of the 36 gemv_qn kernels on the H100 machin
 prints as hex.
 """
 import collections
+import signal
 import struct
 import sys
 
@@ -53,6 +54,7 @@ def sections(data):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet when piped into head
     if len(sys.argv) != 3:
         sys.exit("usage: sass_histogram.py CUBIN NAME_PATTERN")
     path, pattern = sys.argv[1], sys.argv[2]
