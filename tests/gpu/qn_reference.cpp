@@ -2,8 +2,9 @@
 
 #include <cmath>
 #include <cstring>
-#include <string>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "kernels/group_quant.h"
 #include "runtime/error.h"
