@@ -2,6 +2,10 @@
 // attention 3:1, tied embeddings, transformers 5 config keys) converted and run on the
 // CPU backend must continue "Once upon a time," exactly as transformers does (greedy
 // reference ids in ../shared/models/README.md, fp32 compute on the bf16 weights).
+// Greedy ids are a coarse check: a small numeric error (RMSNorm's epsilon dropped, an
+// attention scale of 1 / sqrt(hd + 1): an audit's mutants) keeps every argmax here. The
+// numeric checks of the CPU reference are HfRoundTrip.CpuForwardMatchesFloat64Reference and
+// the logits / perplexity / KL-divergence program tests.
 #include <gtest/gtest.h>
 
 #include "models/import_hf.h"

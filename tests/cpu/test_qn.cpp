@@ -169,17 +169,20 @@ TEST(QnQuantize, ConstantRowsAndGroupsDequantizeWithinFp16Rounding) {
   for (int bits : {1, 2, 4, 8}) {
     for (int group : kGroups) {
       SCOPED_TRACE(qn(bits, group).name());
-      // Rows: all zero, all 0.3, all -7.25, all 1e-3, and one whose first 128 elements are
-      // 1.5 (whole constant groups for every group size) followed by a ramp.
-      std::vector<float> w(5 * K);
+      // Rows: all zero, all 0.3, all -7.25, all 1e-3, one whose first 128 elements are 1.5
+      // (whole constant groups for every group size) followed by a ramp, and a nearly
+      // constant one, 1 + 1e-6 k: a spread so small against its magnitude that -lo / scale
+      // overflows fp16 (fit_group's second fallback; without it the zero is inf).
+      std::vector<float> w(6 * K);
       for (int64_t k = 0; k < K; ++k) {
         w[0 * K + k] = 0;
         w[1 * K + k] = 0.3f;
         w[2 * K + k] = -7.25f;
         w[3 * K + k] = 1e-3f;
         w[4 * K + k] = k < 128 ? 1.5f : float(k) / K;
+        w[5 * K + k] = 1.0f + 1e-6f * float(k);
       }
-      const PackedWeight packed = quantize_weight(w.data(), 5, K, qn(bits, group));
+      const PackedWeight packed = quantize_weight(w.data(), 6, K, qn(bits, group));
       const std::vector<double> dequantized = oracle::dequantize(packed);
       for (int64_t k = 0; k < K; ++k) {
         EXPECT_EQ(dequantized[0 * K + k], 0.0);
@@ -189,7 +192,13 @@ TEST(QnQuantize, ConstantRowsAndGroupsDequantizeWithinFp16Rounding) {
         if (group && k < 128) {
           EXPECT_EQ(dequantized[4 * K + k], 1.5);
         }
+        // Within half the row's spread (2e-4) and fp16's rounding of ~1 (2^-11) of the input.
+        EXPECT_NEAR(dequantized[5 * K + k], w[5 * K + k], 1e-4 + std::ldexp(1.0, -11)) << k;
       }
+      const uint16_t* zeros = packed.part("zeros").as<uint16_t>();  // [6, n_groups]
+      const int64_t n_groups = packed.part("zeros").shape[1];
+      for (int64_t g = 0; g < n_groups; ++g)
+        EXPECT_TRUE(std::isfinite(half_to_float(zeros[5 * n_groups + g]))) << "zero of group " << g;
     }
   }
 }

@@ -89,10 +89,17 @@ TEST(Safetensors, TensorsKeepTheMappingAliveAfterTheFileIsGone) {
 TEST(Safetensors, AcceptsGapsBetweenTensors) {
   ScratchDir dir;
   const std::string path = dir.file("gaps.safetensors");
-  write_bytes(path, raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                             R"("b":{"dtype":"U8","shape":[2],"data_offsets":[8,10]}})", 12));
+  std::string bytes = raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                               R"("b":{"dtype":"U8","shape":[2],"data_offsets":[8,10]}})", 12);
+  const size_t data = bytes.size() - 12;  // the data section: a at 0..4, a gap, b at 8..10
+  for (size_t i = 0; i < 12; ++i) bytes[data + i] = char(0x10 + i);
+  write_bytes(path, bytes);
   const SafetensorsFile file = SafetensorsFile::open(path);
-  EXPECT_EQ(file.get("b").shape, std::vector<int64_t>{2});
+  const HostTensor b = file.get("b");
+  EXPECT_EQ(b.shape, std::vector<int64_t>{2});
+  ASSERT_EQ(b.nbytes(), 2u);
+  EXPECT_EQ(b.as<uint8_t>()[0], 0x18);  // data bytes 8 and 9, past the gap
+  EXPECT_EQ(b.as<uint8_t>()[1], 0x19);
 }
 
 TEST(Safetensors, CopiesMisalignedTensorsIntoAlignedMemory) {

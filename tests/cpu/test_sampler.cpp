@@ -98,9 +98,14 @@ TEST(Sampler, RepetitionPenaltyTurnsTheChoice) {
   // Negative logits are multiplied: -1.0 * 1.1 = -1.1 < -1.05.
   const std::vector<float> negative = {-1.0f, -1.05f};
   EXPECT_EQ(Sampler(params).sample(negative.data(), 2, {0}), 1);
-  // Without token 0 among the last repeat_last_n tokens, nothing changes.
+  // Only the last repeat_last_n tokens are penalized: with {0, 2, 2} and a window of 2,
+  // token 0 keeps its 2.0 and wins; a sampler penalizing every recent token would take 0
+  // down to 1.82 and return 1.
+  const std::vector<float> three = {2.0f, 1.9f, -5.0f};
   params.repeat_last_n = 2;
-  EXPECT_EQ(Sampler(params).sample(positive.data(), 2, {0, 1, 1}), 0);
+  EXPECT_EQ(Sampler(params).sample(three.data(), 3, {0, 2, 2}), 0);
+  params.repeat_last_n = 3;
+  EXPECT_EQ(Sampler(params).sample(three.data(), 3, {0, 2, 2}), 1);
 }
 
 // p / p_max for id 2 is 0.04 / 0.5 = 0.08 and for id 3 it is 0.02 / 0.5 = 0.04 < 0.05.
@@ -129,6 +134,35 @@ TEST(Sampler, TopPKeepsTheSmallestSetReachingP) {
   // Ids 0 and 1 renormalized: 2/3 and 1/3 (0.02 is over 5 sigma at 20000 draws).
   EXPECT_NEAR(counts[0] / 20000.0, 2.0 / 3.0, 0.02);
   EXPECT_NEAR(counts[1] / 20000.0, 1.0 / 3.0, 0.02);
+}
+
+// llama.cpp's order: top-p (and min-p) choose the tokens from the probabilities at
+// temperature 1, then the temperature reshapes the kept ones. At temperature 0.5, {0.6,
+// 0.3, 0.1} with top_p 0.65 keeps ids 0 and 1 (0.6 < 0.65 <= 0.9) and draws them as 0.6^2 :
+// 0.3^2, 0.8 / 0.2; a sampler that applied the temperature first would keep id 0 alone
+// (its sharpened probability 0.78 already reaches 0.65) and never draw id 1.
+TEST(Sampler, TopPChoosesBeforeTheTemperatureReshapes) {
+  const std::vector<float> logits = log_probabilities({0.6f, 0.3f, 0.1f});
+  SamplerParams params = plain(0.5f, 3);
+  params.top_p = 0.65f;
+  const std::vector<int> counts = histogram(draws(params, logits, 20000), 3);
+  EXPECT_EQ(counts[2], 0);
+  EXPECT_NEAR(counts[0] / 20000.0, 0.8, 0.02);  // 0.02: over 5 sigma at 20000 draws
+  EXPECT_NEAR(counts[1] / 20000.0, 0.2, 0.02);
+}
+
+// The same for min-p: {0.5, 0.3, 0.2} with min_p 0.35 keeps all three at temperature 1
+// (0.2 / 0.5 = 0.4 >= 0.35), and the draw at 0.5 follows 0.25 : 0.09 : 0.04 over 0.38; a
+// sampler that applied the temperature first would drop id 2 (0.04 / 0.25 = 0.16 < 0.35).
+TEST(Sampler, MinPChoosesBeforeTheTemperatureReshapes) {
+  const std::vector<float> logits = log_probabilities({0.5f, 0.3f, 0.2f});
+  SamplerParams params = plain(0.5f, 4);
+  params.min_p = 0.35f;
+  const std::vector<int> counts = histogram(draws(params, logits, 20000), 3);
+  EXPECT_GT(counts[2], 0) << "id 2 dropped: min-p applied after the temperature";
+  EXPECT_NEAR(counts[0] / 20000.0, 0.25 / 0.38, 0.02);
+  EXPECT_NEAR(counts[1] / 20000.0, 0.09 / 0.38, 0.02);
+  EXPECT_NEAR(counts[2] / 20000.0, 0.04 / 0.38, 0.01);
 }
 
 // With n = 100000 draws the standard deviation of a frequency is at most
