@@ -151,8 +151,8 @@ void gemm_lines(FILE* out, const std::string& name, DType act, const std::vector
   CUDA_CHECK(cudaFree(dense));
 }
 
-// GEMLITE_BENCH_{FORMATS,SHAPES,ACT,M,WARPS} narrow a run: "q4g64,q2g64",
-// "8192x8192,8192x57344", "fp16", "1,2,4,8", "4,8" (bench_util.h). GEMLITE_BENCH_WARM_L2=1
+// GEMLITE_BENCH_{FORMATS,SHAPES,ACT,M,WARPS,STAGE_X} narrow a run: "q4g64,q2g64",
+// "8192x8192,8192x57344", "fp16", "1,2,4,8", "4,8", "0,1" (bench_util.h). GEMLITE_BENCH_WARM_L2=1
 // times one weight copy read again by every launch instead of a cold L2: how much of a
 // kernel's time is waiting on DRAM (an experiment's measure, not the table's).
 GemvBenchOptions with_environment(GemvBenchOptions options) {
@@ -161,6 +161,7 @@ GemvBenchOptions with_environment(GemvBenchOptions options) {
   env_activations("GEMLITE_BENCH_ACT", &options.activations);
   env_ints("GEMLITE_BENCH_M", &options.Ms);
   env_ints("GEMLITE_BENCH_WARPS", &options.warps_per_block);
+  env_ints("GEMLITE_BENCH_STAGE_X", &options.stage_x);
   env_ints("GEMLITE_BENCH_GEMM_WARPS", &options.gemm_warps);
   env_ints("GEMLITE_BENCH_GEMM_ROWS", &options.gemm_rows);
   env_ints("GEMLITE_BENCH_GEMM_SPLITS", &options.gemm_splits);
@@ -202,15 +203,18 @@ void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& given) {
         if (M > kGemvQnMaxRows) {
           gemm_lines(out, name, act, weights, M, x, y, dense_us, handle, options, copy_gbs, stream);
         } else {
-          for (int warps : options.warps_per_block) {
+          for (int warps : options.warps_per_block)
+          for (int stage_x : options.stage_x) {
             GemvQnConfig config;
             config.warps_per_block = warps;
+            config.stage_x = stage_x;
             const double us = time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
               gemv_qn(weights[size_t(i % copies)], x, y, M, act, stream, config);
             });
             const double total = double(bytes) + io_bytes;
             std::string setting;
             if (options.warps_per_block.size() > 1) setting += " warps=" + std::to_string(warps);
+            if (options.stage_x.size() > 1) setting += " stage_x=" + std::to_string(stage_x);
             std::fprintf(out, "gemv %s %s K=%lld N=%lld M=%d%s: %.1f us, %.0f GB/s, %.1f %% of copy, %.2fx cuBLAS\n",
                          name.c_str(), act_name(act), (long long)K, (long long)N, M, setting.c_str(), us,
                          total / (us * 1e3), 100.0 * total / (us * 1e3) / copy_gbs, dense_us / us);

@@ -35,6 +35,9 @@ struct GemvBenchOptions {
   // gemv_qn warps per block to sweep; 0 = the kernel's automatic choice. With more than
   // one value each line names its setting ("warps=4").
   std::vector<int> warps_per_block = {0};
+  // gemv_qn's stage_x (GemvQnConfig) to sweep at M = 1: -1 automatic, 0 x from global
+  // memory, 1 staged in shared memory where it fits; lines name it when more than one.
+  std::vector<int> stage_x = {-1};
   // Above 16 rows, gemm_qn's launch overrides to sweep (GemmQnConfig): warps (8, 16), x
   // rows a block (32, 64, 128) and cluster sizes (1, 2, 4, 8); 0 = automatic. Lines name
   // the settings they force; combinations a width does not have are skipped.
@@ -46,7 +49,7 @@ struct GemvBenchOptions {
 // Runs everything on the current device; throws Error on any CUDA/cuBLAS failure. The
 // environment narrows or widens `options` (see with_environment in gemv_bench.cu):
 // GEMLITE_BENCH_FORMATS=q4g64,q2g64 GEMLITE_BENCH_SHAPES=8192x8192 GEMLITE_BENCH_ACT=fp16
-// GEMLITE_BENCH_M=1,2,4,8 GEMLITE_BENCH_WARPS=4,8 GEMLITE_BENCH_GEMM_WARPS=8,16
+// GEMLITE_BENCH_M=1,2,4,8 GEMLITE_BENCH_WARPS=4,8 GEMLITE_BENCH_STAGE_X=0,1 GEMLITE_BENCH_GEMM_WARPS=8,16
 // GEMLITE_BENCH_GEMM_ROWS=64,128 GEMLITE_BENCH_GEMM_SPLITS=1,2,4,8; GEMLITE_BENCH_WARM_L2=1
 // reads one weight copy in every launch (warm L2) instead of rotating copies (cold).
 void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& options = {});

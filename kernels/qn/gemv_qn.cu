@@ -28,20 +28,33 @@ namespace {
 
 using KernelFn = void (*)(GemvQnParams);
 
-template <bool BF16, int XROWS>
+template <bool BF16, int XROWS, bool XS>
 KernelFn pick_kernel(int bits, bool sparse) {
-  if (sparse) return gemv_qn_kernel<8, BF16, true, XROWS>;
+  if (sparse) return gemv_qn_kernel<8, BF16, true, XROWS, XS>;
   switch (bits) {
-    case 1: return gemv_qn_kernel<1, BF16, false, XROWS>;
-    case 2: return gemv_qn_kernel<2, BF16, false, XROWS>;
-    case 3: return gemv_qn_kernel<3, BF16, false, XROWS>;
-    case 4: return gemv_qn_kernel<4, BF16, false, XROWS>;
-    case 5: return gemv_qn_kernel<5, BF16, false, XROWS>;
-    case 6: return gemv_qn_kernel<6, BF16, false, XROWS>;
-    case 7: return gemv_qn_kernel<7, BF16, false, XROWS>;
-    case 8: return gemv_qn_kernel<8, BF16, false, XROWS>;
+    case 1: return gemv_qn_kernel<1, BF16, false, XROWS, XS>;
+    case 2: return gemv_qn_kernel<2, BF16, false, XROWS, XS>;
+    case 3: return gemv_qn_kernel<3, BF16, false, XROWS, XS>;
+    case 4: return gemv_qn_kernel<4, BF16, false, XROWS, XS>;
+    case 5: return gemv_qn_kernel<5, BF16, false, XROWS, XS>;
+    case 6: return gemv_qn_kernel<6, BF16, false, XROWS, XS>;
+    case 7: return gemv_qn_kernel<7, BF16, false, XROWS, XS>;
+    case 8: return gemv_qn_kernel<8, BF16, false, XROWS, XS>;
   }
   throw Error("gemv_qn: bits " + std::to_string(bits) + " not in 1..8");
+}
+
+// The kernel of a weight's width, sparsity and activation type: the 16-row kernel (M >
+// kGemvMaxM) or the 8-row one, the latter with x staged in shared memory or not.
+template <bool BF16>
+KernelFn pick_kernel(int bits, bool sparse, bool wide, bool staged_x) {
+  if (wide) return pick_kernel<BF16, kGemvQnMaxRows, false>(bits, sparse);
+  if (staged_x) return pick_kernel<BF16, kGemvMaxM, true>(bits, sparse);
+  return pick_kernel<BF16, kGemvMaxM, false>(bits, sparse);
+}
+KernelFn pick_kernel(const QnDeviceWeight& w, bool wide, bool staged_x) {
+  return w.act == DType::BF16 ? pick_kernel<true>(w.bits, w.sparse, wide, staged_x)
+                              : pick_kernel<false>(w.bits, w.sparse, wide, staged_x);
 }
 
 int log2_exact(int64_t v) {  // -1 when v is not a power of two
@@ -89,12 +102,10 @@ int resident_blocks(KernelFn kernel, int warps, size_t slab) {
   return known[key] = blocks;
 }
 
-// The kernels that may run a weight: its width and sparsity, the 8- and 16-row versions.
+// The kernels that may run a weight past 32 KB of scales (those never stage x): the 8- and
+// 16-row versions.
 std::array<KernelFn, 2> kernels_of(const QnDeviceWeight& w) {
-  const bool bf16 = w.act == DType::BF16;
-  return {bf16 ? pick_kernel<true, kGemvMaxM>(w.bits, w.sparse) : pick_kernel<false, kGemvMaxM>(w.bits, w.sparse),
-          bf16 ? pick_kernel<true, kGemvQnMaxRows>(w.bits, w.sparse)
-               : pick_kernel<false, kGemvQnMaxRows>(w.bits, w.sparse)};
+  return {pick_kernel(w, false, false), pick_kernel(w, true, false)};
 }
 
 }  // namespace
@@ -268,21 +279,24 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   const int64_t tiles = w.Kw / 32;
   const int64_t blocks = (w.N + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t slab = gemv_qn_scale_slab_bytes(w);
+  // One activation row staged in shared memory after the slab (the kernel's XS), where
+  // both fit the 48 KB a block has without the opt-in: K up to ~13k at group 64.
+  const size_t x_bytes = size_t(w.K) * 2;
+  const bool x_fits = M == 1 && p.x_vectorized && slab + x_bytes + kStaticSharedBound <= kDefaultSharedBytes;
+  const bool x_shared = config.stage_x != 0 && x_fits;
+  const size_t dynamic_shared = slab + (x_shared ? x_bytes : 0);
   int warps = config.warps_per_block;
   if (warps <= 0) {
     int device = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const KernelFn narrow = kernels_of(w)[0];
-    warps = qn_warps_per_block(blocks, sms, [&](int per_block) { return resident_blocks(narrow, per_block, slab); });
+    warps = qn_warps_per_block(blocks, sms,
+                               [&](int per_block) { return resident_blocks(narrow, per_block, dynamic_shared); });
   }
-  constexpr int kWide = kGemvQnMaxRows, kNarrow = kGemvMaxM;
-  const bool wide = M > kNarrow;  // the 16-row kernel
-  warps = int(std::clamp<int64_t>(std::min<int64_t>(warps, tiles), 1, wide ? kMaxWarpsOf<kWide> : kMaxWarps));
-  const bool bf16 = act == DType::BF16;
-  const KernelFn kernel =
-      wide ? (bf16 ? pick_kernel<true, kWide>(w.bits, w.sparse) : pick_kernel<false, kWide>(w.bits, w.sparse))
-           : (bf16 ? pick_kernel<true, kNarrow>(w.bits, w.sparse) : pick_kernel<false, kNarrow>(w.bits, w.sparse));
+  const bool wide = M > kGemvMaxM;  // the 16-row kernel
+  warps = int(std::clamp<int64_t>(std::min<int64_t>(warps, tiles), 1, wide ? kMaxWarpsOf<kGemvQnMaxRows> : kMaxWarps));
+  const KernelFn kernel = pick_kernel(w, wide, x_shared);
   if (slab > kScaleSlabDefaultBytes) {
     const std::lock_guard<std::mutex> lock(allowed_mutex);
     const auto allowed = allowed_slab.find(kernel);
@@ -291,7 +305,7 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
                   " KB of scales were not allowed their shared memory (gemv_qn_allow_scale_slab; upload_qn_weight "
                   "does it)");
   }
-  launch_pdl("gemv_qn_kernel", kernel, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)), slab, stream, p);
+  launch_pdl("gemv_qn_kernel", kernel, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)), dynamic_shared, stream, p);
 }
 
 }  // namespace

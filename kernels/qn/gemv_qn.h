@@ -124,6 +124,11 @@ void gemv_qn_allow_scale_slab(const QnDeviceWeight& w, const std::string& where)
 struct GemvQnConfig {
   int warps_per_block = 0;  // warps that split K for one block of 16 rows; 0 = automatic
                             // (at most 16; at most 8 when M > kGemvMaxM, larger values clamped)
+  // At M = 1 each block stages x in shared memory, where x is 16-byte aligned, K % 8 == 0
+  // and x fits beside the scale slab in 48 KB (K up to ~13k at group 64, ~19k per
+  // channel): -1 (automatic) and 1 do so, 0 reads x from global memory as at M > 1 (for
+  // tests and A/Bs; gemv_qn_kernel.cuh has the measurements).
+  int stage_x = -1;
 };
 
 // A norm whose last step is left to the projection that reads it (norm != null in gemv_qn

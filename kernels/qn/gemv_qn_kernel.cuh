@@ -74,6 +74,21 @@
 // predicated-off address arithmetic and loads the shared path issued too (the SASS of the
 // q4 fp16 loop: 34 of ~408 instructions a tile).
 //
+// At M = 1 (decode) each block also copies x (8 KB at K = 4096) into shared memory after
+// the slab, once its PDL wait is over (XS; GemvQnConfig::stage_x has where it fits), and
+// the loop reads x there: one 16-byte shared load a 32-k block at a 32-bit address, no L1
+// prefetches of the next tile's x lines, no 64-bit address per chunk (the q4 fp16 kernel's
+// SASS 3640 -> 3112 instructions). One H200, fp16, cold L2, µs, x from global memory ->
+// staged (`GEMLITE_BENCH_STAGE_X=0,1 gemlite-bench --kernels --kernel-set gemv`; two
+// interleaved rounds agreed within 0.1): q4g64 4096 x 12288 13.1 -> 12.4, 4096 x 22016
+// 20.6 -> 18.3, 11008 x 4096 10.0 -> 9.2; q3g64, q6g64, q2g64 and s7 likewise (4096 x 22016
+// q2g64 18.5 -> 15.8, s7 20.5 -> 18.1); q8 16.1 -> 15.7 at 4096 x 12288. It loses where the
+// copy before the first tile is not hidden: 4096 x 4096 (one wave, two tiles a warp) q4g64
+// 4.8 -> 5.1, q8 5.8 -> 6.2, q2g64 4.3 -> 4.9; and q8 at K >= 11008 (12.4 -> 12.7), near
+// the copy bandwidth already. llama2-7b tg128 (`-p 0 -n 128 -r 2`, two rounds each way):
+// q4g64 523.9 / 525.7 -> 582.5 / 581.1 tok/s (+11 %), q8 440.3 / 440.3 -> 452.6 / 452.9
+// (+3 %): more than the kernels alone add up to (kernels/qn/MEASURED.md).
+//
 // What limits it, in short (kernels/qn/MEASURED.md has each version's A/B on the H100 and
 // the variants built and dropped: register and shared-memory rings, TMA copies, stream-K,
 // blocks looping over row blocks, int8 activations, fp16 accumulation, 96 registers, L2
@@ -115,6 +130,7 @@ constexpr int kMaxWarpsOf = XROWS == kGemvMaxM ? kMaxWarps : kMaxWarps / 2;
 // (gemv_qn_allow_scale_slab).
 constexpr size_t kScaleSlabDefaultBytes = 32 << 10;
 constexpr size_t kStaticSharedBound = 10 << 10;  // the kernels' static shared memory, rounded up
+constexpr size_t kDefaultSharedBytes = 48 << 10;  // a block's shared memory without the opt-in
 
 struct GemvQnParams {
   const uint32_t* qweight;     // [N16 / 16, Kw / 32, 512] tiles (qn_tile_word_index)
@@ -152,11 +168,14 @@ __device__ __forceinline__ uint4 load_streaming(const uint32_t* p) {  // 16 byte
 // kernel) and its two block rows' scale/bias pairs. Lanes whose m >= M read row 0 and rows past N read row N - 1: an mma output
 // element depends only on its own row of A and column of B, so those lanes produce
 // garbage only in outputs that are never stored, and need no masking.
-template <int XROWS>
+// XS (one activation row, M = 1): the block has staged x in shared memory (x_shared), and
+// the loads below K read it there.
+template <int XROWS, bool XS = false>
 struct LaneInputs {
   // [xh]: activation row gid + 8 xh.
   const uint16_t* x_row[XROWS / 8];   // [K]
   const uint16_t* x_lane[XROWS / 8];  // x_row + 8 tig: the lane's first activation of each 32-k block
+  uint32_t x_shared;  // XS: the shared-memory address of x_lane[0]'s element (16 tig bytes into x)
   // Group 0's {row gid, row gid + 8} pair: this shared-memory address of the block's slab
   // (group g at + 64 g bytes).
   uint32_t sb_slab;
@@ -178,8 +197,8 @@ struct ChunkInputs {
 // loaded next to each use, behind branches, and ran at ~40 % of copy). FULL: the chunk
 // lies below K (decided once per tile in the kernel's loop, per chunk in last_tile);
 // otherwise groups are clamped and x is zero for k >= K.
-template <int JC, bool FULL, int CAP, int XROWS>
-__device__ __forceinline__ void load_chunk_scales(const GemvQnParams& p, const LaneInputs<XROWS>& in, int b0,
+template <int JC, bool FULL, int CAP, int XROWS, bool XS>
+__device__ __forceinline__ void load_chunk_scales(const GemvQnParams& p, const LaneInputs<XROWS, XS>& in, int b0,
                                                   ChunkInputs<CAP, XROWS>& ci) {
   static_assert(JC <= CAP, "chunk larger than its buffer");
 #pragma unroll
@@ -226,8 +245,8 @@ template <int XROWS>
 struct LaneX {  // a pointer per activation row of the lane: x_lane + 32 b for some block b
   const uint16_t* at[XROWS / 8];
 };
-template <int XROWS>
-__device__ __forceinline__ LaneX<XROWS> lane_x_at(const LaneInputs<XROWS>& in, int block32) {
+template <int XROWS, bool XS>
+__device__ __forceinline__ LaneX<XROWS> lane_x_at(const LaneInputs<XROWS, XS>& in, int block32) {
   LaneX<XROWS> x;
 #pragma unroll
   for (int xh = 0; xh < XROWS / 8; ++xh) x.at[xh] = in.x_lane[xh] + int64_t(block32) * 32;
@@ -241,51 +260,64 @@ __device__ __forceinline__ LaneX<XROWS> offset_by(const LaneX<XROWS>& base, int 
   return x;
 }
 
-template <int JC, bool FULL, int CAP, int XROWS>
-__device__ __forceinline__ void load_chunk_x(const GemvQnParams& p, const LaneInputs<XROWS>& in, int b0,
+template <int JC, bool FULL, int CAP, int XROWS, bool XS>
+__device__ __forceinline__ void load_chunk_x(const GemvQnParams& p, const LaneInputs<XROWS, XS>& in, int b0,
                                              ChunkInputs<CAP, XROWS>& ci) {
   static_assert(JC <= CAP, "chunk larger than its buffer");
+  if constexpr (XS && FULL) {  // x staged in shared memory: one 16-byte load a block, 64 bytes apart
 #pragma unroll
-  for (int xh = 0; xh < XROWS / 8; ++xh) {
-    const uint16_t* x = in.x_lane[xh] + uint32_t(b0) * 32u;  // + 32 j + 4 c + i: k
-    auto& xb = ci.xb[xh];
-    if (FULL && p.x_vectorized) {
+    for (int j = 0; j < JC; ++j) {
+      uint4 v;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(in.x_shared + 64u * uint32_t(b0 + j)));
+      ci.xb[0][j][0] = make_uint2(v.x, v.y);
+      ci.xb[0][j][1] = make_uint2(v.z, v.w);
+    }
+  } else {
 #pragma unroll
-      for (int j = 0; j < JC; ++j) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + 32 * j));
-        xb[j][0] = make_uint2(v.x, v.y);
-        xb[j][1] = make_uint2(v.z, v.w);
-      }
-    } else if (FULL) {
+    for (int xh = 0; xh < XROWS / 8; ++xh) {
+      const uint16_t* x = in.x_lane[xh] + uint32_t(b0) * 32u;  // + 32 j + 4 c + i: k
+      auto& xb = ci.xb[xh];
+      if (FULL && p.x_vectorized) {
 #pragma unroll
-      for (int j = 0; j < JC; ++j)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const uint16_t* e = x + 32 * j + 4 * c;
-          xb[j][c] = make_uint2(__ldg(e) | uint32_t(__ldg(e + 1)) << 16, __ldg(e + 2) | uint32_t(__ldg(e + 3)) << 16);
+        for (int j = 0; j < JC; ++j) {
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + 32 * j));
+          xb[j][0] = make_uint2(v.x, v.y);
+          xb[j][1] = make_uint2(v.z, v.w);
         }
-    } else {  // the chunk reaching past K: x zero for k >= K
-      const int k0 = b0 * 32 + 8 * (threadIdx.x % 4);
+      } else if (FULL) {
 #pragma unroll
-      for (int j = 0; j < JC; ++j) {
+        for (int j = 0; j < JC; ++j)
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int k = k0 + 32 * j + 4 * c;
-          uint32_t e[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const uint32_t v = __ldg(in.x_row[xh] + min(k + i, p.K - 1));
-            e[i] = k + i < p.K ? v : 0u;
+          for (int c = 0; c < 2; ++c) {
+            const uint16_t* e = x + 32 * j + 4 * c;
+            xb[j][c] =
+                make_uint2(__ldg(e) | uint32_t(__ldg(e + 1)) << 16, __ldg(e + 2) | uint32_t(__ldg(e + 3)) << 16);
           }
-          xb[j][c] = make_uint2(e[0] | e[1] << 16, e[2] | e[3] << 16);
+      } else {  // the chunk reaching past K: x zero for k >= K
+        const int k0 = b0 * 32 + 8 * (threadIdx.x % 4);
+#pragma unroll
+        for (int j = 0; j < JC; ++j) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int k = k0 + 32 * j + 4 * c;
+            uint32_t e[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const uint32_t v = __ldg(in.x_row[xh] + min(k + i, p.K - 1));
+              e[i] = k + i < p.K ? v : 0u;
+            }
+            xb[j][c] = make_uint2(e[0] | e[1] << 16, e[2] | e[3] << 16);
+          }
         }
       }
     }
   }
 }
 
-template <int JC, bool FULL, int CAP, int XROWS>
-__device__ __forceinline__ void load_chunk_inputs(const GemvQnParams& p, const LaneInputs<XROWS>& in, int b0,
+template <int JC, bool FULL, int CAP, int XROWS, bool XS>
+__device__ __forceinline__ void load_chunk_inputs(const GemvQnParams& p, const LaneInputs<XROWS, XS>& in, int b0,
                                                   ChunkInputs<CAP, XROWS>& ci) {
   load_chunk_scales<JC, FULL>(p, in, b0, ci);
   load_chunk_x<JC, FULL>(p, in, b0, ci);
@@ -300,8 +332,8 @@ __device__ __forceinline__ void load_chunk_inputs(const GemvQnParams& p, const L
 // two pairs (the registers that are a0 and a2 of the 8-row kernel) for rows 0..7 into
 // acc[0], and block row gid + 8's (a1, a3 there) for rows 8..15 into acc[1]: 4 JC mmas,
 // each accumulator a chain of 2 JC, the same dequantization for twice the rows.
-template <int BITS, bool BF16, bool SPARSE, int J0, int JC, int CAP, int XROWS>
-__device__ __forceinline__ void compute_chunk(const LaneInputs<XROWS>& in, const WordPair (&words)[2][2][2],
+template <int BITS, bool BF16, bool SPARSE, int J0, int JC, int CAP, int XROWS, bool XS>
+__device__ __forceinline__ void compute_chunk(const LaneInputs<XROWS, XS>& in, const WordPair (&words)[2][2][2],
                                               const ChunkInputs<CAP, XROWS>& ci, float (&acc)[2][4]) {
   static_for<0, JC>([&](auto jj) {
     constexpr int B = J0 + decltype(jj)::value, j = decltype(jj)::value;
@@ -334,19 +366,21 @@ __device__ __forceinline__ void prefetch_l1(const void* p) {
 
 
 // Pulls tile t's x lines into L1 a tile ahead, so that tile_chunk's loads hit.
-template <int BITS, bool SPARSE, int XROWS>
-__device__ __forceinline__ void prefetch_tile_x(const GemvQnParams& p, const LaneInputs<XROWS>& in, int t,
+template <int BITS, bool SPARSE, int XROWS, bool XS>
+__device__ __forceinline__ void prefetch_tile_x(const GemvQnParams& p, const LaneInputs<XROWS, XS>& in, int t,
                                                 int lane) {
-  constexpr int E = kTileBlocks<BITS, SPARSE>;
-  const int first = t * E;  // k block
-  // The lanes of activation row gid + 8 xh (all of them read row 0 where that is >= M)
-  // share the 128-byte lines covering its 32 E halves at any alignment.
-  constexpr int kLines = E / 2 + 1;
+  if constexpr (!XS) {  // staged x is in shared memory already
+    constexpr int E = kTileBlocks<BITS, SPARSE>;
+    const int first = t * E;  // k block
+    // The lanes of activation row gid + 8 xh (all of them read row 0 where that is >= M)
+    // share the 128-byte lines covering its 32 E halves at any alignment.
+    constexpr int kLines = E / 2 + 1;
 #pragma unroll
-  for (int xh = 0; xh < XROWS / 8; ++xh)
+    for (int xh = 0; xh < XROWS / 8; ++xh)
 #pragma unroll
-    for (int line = lane % 4; line < kLines; line += 4)
-      prefetch_l1(in.x_row[xh] + min(first * 32 + line * 64, p.K - 1));
+      for (int line = lane % 4; line < kLines; line += 4)
+        prefetch_l1(in.x_row[xh] + min(first * 32 + line * 64, p.K - 1));
+  }
 }
 
 // Blocks per chunk: 2, and the inputs of the next chunk (or of the next tile's first) are
@@ -366,8 +400,8 @@ constexpr int kFirstChunkBlocks = E < kChunkBlocks ? E : kChunkBlocks;
 // it takes the fast loads, across K the clamped ones, past K it is skipped.
 // PRECOND: `a` holds the inputs of the tile's first chunk. POSTCOND: when next_block32 >= 0,
 // `a` holds those of the tile starting there.
-template <int BITS, bool BF16, bool SPARSE, bool FULL, int XROWS>
-__device__ __forceinline__ void tile_step(const GemvQnParams& p, const LaneInputs<XROWS>& in,
+template <int BITS, bool BF16, bool SPARSE, bool FULL, int XROWS, bool XS>
+__device__ __forceinline__ void tile_step(const GemvQnParams& p, const LaneInputs<XROWS, XS>& in,
                                           const uint4 (&words)[2][2], int block32, int next_block32,
                                           ChunkInputs<kChunkBlocks, XROWS>& a, ChunkInputs<kChunkBlocks, XROWS>& b,
                                           float (&acc)[2][4]) {
@@ -386,7 +420,7 @@ __device__ __forceinline__ void tile_step(const GemvQnParams& p, const LaneInput
   // SASS 3696 -> 3640 instructions; H200: 0-2 % faster GEMVs, llama2-7b q4g64 tg128 +0.4 %,
   // kernels/qn/MEASURED.md). Only where it does not spill (ptxas, sm_90a): the 8-row kernels
   // but for 1 and 3 bits.
-  constexpr bool kTileBase = XROWS == kGemvMaxM && BITS != 1 && BITS != 3;
+  constexpr bool kTileBase = !XS && XROWS == kGemvMaxM && BITS != 1 && BITS != 3;
   const LaneX<XROWS> x_tile = lane_x_at(in, kTileBase ? block32 : 0);
   static_for<0, H>([&](auto hh) {
     constexpr int h = decltype(hh)::value, J0 = h * kChunkBlocks;
@@ -439,8 +473,8 @@ struct TileWords {
 // The last tile t of a row block, reaching past K (its words loaded), added to `sum`. Out
 // of line: inlined into the kernel's loop, its slow path made the loop spill at 128
 // registers.
-template <int BITS, bool BF16, bool SPARSE, int XROWS>
-__device__ __noinline__ Accumulators last_tile(const GemvQnParams& p, const LaneInputs<XROWS> in,
+template <int BITS, bool BF16, bool SPARSE, int XROWS, bool XS>
+__device__ __noinline__ Accumulators last_tile(const GemvQnParams& p, const LaneInputs<XROWS, XS> in,
                                                const TileWords words, int t, Accumulators sum) {
   constexpr int E = kTileBlocks<BITS, SPARSE>;
   ChunkInputs<kChunkBlocks, XROWS> inputs_a, inputs_b;
@@ -457,14 +491,16 @@ __device__ __noinline__ Accumulators last_tile(const GemvQnParams& p, const Lane
 // 16: x as A, see compute_chunk).
 // PRECOND: blockDim.x = 32 * warps with warps <= kMaxWarpsOf<XROWS>, grid.x = ceil(N / 16),
 // K <= 2^31 - 1024; p.paired_half = 0, or N = 2 * p.paired_half with p.paired_half % 8 == 0.
-template <int BITS, bool BF16, bool SPARSE, int XROWS>
+// XS (XROWS = 8, M = 1, p.x_vectorized): x staged in shared memory after the scale slab.
+template <int BITS, bool BF16, bool SPARSE, int XROWS, bool XS>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_constant__ GemvQnParams p) {
+  static_assert(!XS || XROWS == kGemvMaxM, "x is staged for the 8-row kernel only");
   constexpr int E = kTileBlocks<BITS, SPARSE>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int gid = lane / 4, tig = lane % 4;
   const int64_t row_base = int64_t(blockIdx.x) * kRowsPerBlock;  // block rows (scale_bias)
   const uint32_t* block_words = p.qweight + row_base * p.Kw + 4 * lane;  // the block's tiles, + lane
-  LaneInputs<XROWS> in;
+  LaneInputs<XROWS, XS> in;
 #pragma unroll
   for (int xh = 0; xh < XROWS / 8; ++xh) {
     const int m = gid + 8 * xh;
@@ -474,6 +510,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // [n_groups, 4]: the block's 16 rows' pairs of each group, 64 bytes (gemv_qn_scale_slab_bytes).
   extern __shared__ uint4 scale_slab[];
   in.sb_slab = uint32_t(__cvta_generic_to_shared(scale_slab)) + 8u * uint32_t(gid);
+  uint4* x_stage = scale_slab + 4 * p.n_groups;  // XS: [ceil(K / 8)] 16-byte pieces of x row 0
+  in.x_shared = uint32_t(__cvta_generic_to_shared(x_stage)) + 16u * uint32_t(tig);
   asm volatile("mov.b32 %0, %1;" : "=r"(in.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
   const int tiles = int(p.Kw / 32);
 
@@ -516,6 +554,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   const int64_t norm_row = min(row_base + threadIdx.x % kRowsPerBlock, p.N - 1);
   const float norm_weight = p.residual ? p.norm_weight[norm_row] : 0.0f;
   pdl_wait();
+  if constexpr (XS) {
+    const uint4* x16 = reinterpret_cast<const uint4*>(p.x);
+    for (int i = threadIdx.x; i < p.K / 8; i += blockDim.x) cp_async16(&x_stage[i], x16 + i);
+    cp_async_commit();
+  }
   cp_async_wait<0>();
   __syncthreads();
   if (warp < full_tiles) {
@@ -556,7 +599,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     for (int c = 0; c < 2; ++c)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum.v[c][i] = acc[c][i];
-    sum = last_tile<BITS, BF16, SPARSE, XROWS>(p, in, words, t, sum);
+    sum = last_tile<BITS, BF16, SPARSE, XROWS, XS>(p, in, words, t, sum);
 #pragma unroll
     for (int c = 0; c < 2; ++c)
 #pragma unroll
