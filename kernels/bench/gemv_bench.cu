@@ -205,6 +205,7 @@ void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& given) {
         } else {
           for (int warps : options.warps_per_block)
           for (int stage_x : options.stage_x) {
+            if (M > 1 && stage_x != options.stage_x.front()) continue;  // staging is M = 1's only
             GemvQnConfig config;
             config.warps_per_block = warps;
             config.stage_x = stage_x;
@@ -214,7 +215,7 @@ void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& given) {
             const double total = double(bytes) + io_bytes;
             std::string setting;
             if (options.warps_per_block.size() > 1) setting += " warps=" + std::to_string(warps);
-            if (options.stage_x.size() > 1) setting += " stage_x=" + std::to_string(stage_x);
+            if (M == 1 && options.stage_x.size() > 1) setting += " stage_x=" + std::to_string(stage_x);
             std::fprintf(out, "gemv %s %s K=%lld N=%lld M=%d%s: %.1f us, %.0f GB/s, %.1f %% of copy, %.2fx cuBLAS\n",
                          name.c_str(), act_name(act), (long long)K, (long long)N, M, setting.c_str(), us,
                          total / (us * 1e3), 100.0 * total / (us * 1e3) / copy_gbs, dense_us / us);

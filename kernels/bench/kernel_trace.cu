@@ -107,8 +107,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 #endif
 
 // The name without its namespaces, return type and parameter list, template arguments
-// kept: "void gemlite::(anonymous namespace)::gemv_qn_kernel<4, false, false, 8>(...)" ->
-// "gemv_qn_kernel<4, false, false, 8>".
+// kept: "void gemlite::(anonymous namespace)::gemv_qn_kernel<4, false, false, 8, true>(...)" ->
+// "gemv_qn_kernel<4, false, false, 8, true>".
 std::string short_name(std::string s) {
   const std::string anonymous = "(anonymous namespace)::";
   for (size_t at; (at = s.find(anonymous)) != std::string::npos;) s.erase(at, anonymous.size());

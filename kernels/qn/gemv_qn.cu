@@ -63,6 +63,13 @@ int log2_exact(int64_t v) {  // -1 when v is not a power of two
   return (int64_t(1) << s) == v ? s : -1;
 }
 
+// Whether a block's x fragments may be 16-byte loads (GemvQnParams::x_vectorized). K % 8 ==
+// 4 (K = 4100 in the tests) takes the scalar path too since x became one 16-byte load per
+// block; every model's K is a multiple of 64.
+bool x_vectorized(const QnDeviceWeight& w, const void* x) {
+  return w.K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
 uint16_t to_activation_bits(float v, DType act) {
   return act == DType::BF16 ? float_to_bf16(v) : float_to_half(v);
 }
@@ -73,32 +80,35 @@ uint16_t to_activation_bits(float v, DType act) {
 std::mutex allowed_mutex;
 std::map<KernelFn, size_t> allowed_slab;
 
-// Blocks of `warps` warps an SM holds with `slab` bytes of scale slab. Up to 32 KB a slab:
+// Blocks of `warps` warps an SM holds with `dynamic` bytes of dynamic shared memory (the
+// scale slab, and a staged x at M = 1). Up to 32 KB:
 // 16 warps an SM (the kernel's 128 registers a thread, measured with ncu on the H100),
 // fewer blocks where their shared memory (static + slab + 1 KB the driver keeps) does not
 // fit the SM's: on the H100 five blocks of 3 warps fit every such slab; on an A100 (164
-// KB) or sm_86 / sm_89 (100 KB) the larger slabs do not. Past 32 KB (the opt-in): the
-// driver's occupancy of the kernel, once per (kernel, warps, slab).
-int resident_blocks(KernelFn kernel, int warps, size_t slab) {
-  if (slab <= kScaleSlabDefaultBytes) {
+// KB) or sm_86 / sm_89 (100 KB) the larger slabs do not. Past 32 KB (a slab in the opt-in
+// memory, or slab and x): the driver's occupancy of the kernel, once per (kernel, warps,
+// bytes); `kernel` is the 8-row kernel without staging, whose registers bound the staged
+// one's too (126 and 116, both under the launch bounds' 128).
+int resident_blocks(KernelFn kernel, int warps, size_t dynamic) {
+  if (dynamic <= kScaleSlabDefaultBytes) {
     static const size_t sm_shared = [] {
       int device = 0, bytes = 0;
       CUDA_CHECK(cudaGetDevice(&device));
       CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
       return size_t(bytes);
     }();
-    const int fit = int(sm_shared / (kStaticSharedBound + slab + 1024));
+    const int fit = int(sm_shared / (kStaticSharedBound + dynamic + 1024));
     return std::min(16 / warps, fit);
   }
   static std::mutex mutex;
   static std::map<std::tuple<KernelFn, int, size_t>, int> known;
   const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(kernel, warps, slab);
+  const auto key = std::make_tuple(kernel, warps, dynamic);
   const auto it = known.find(key);
   if (it != known.end()) return it->second;
   int blocks = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reinterpret_cast<const void*>(kernel), warps * 32,
-                                                           slab));
+                                                           dynamic));
   return known[key] = blocks;
 }
 
@@ -263,9 +273,7 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   p.sb_group_stride = uint32_t(qn_padded_rows(w.N) / 2);
   p.group_shift = w.group_shift;
   p.M = M;
-  // K % 8 == 4 (K = 4100 in the tests) takes the scalar path too since x became one 16-byte
-  // load per block; every model's K is a multiple of 64.
-  p.x_vectorized = w.K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  p.x_vectorized = x_vectorized(w, x);
   p.paired_half = w.paired_half;
   p.swiglu = epilogue.swiglu;
   p.norm = epilogue.norm ? *epilogue.norm : QnPendingNorm{};
@@ -279,12 +287,8 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   const int64_t tiles = w.Kw / 32;
   const int64_t blocks = (w.N + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t slab = gemv_qn_scale_slab_bytes(w);
-  // One activation row staged in shared memory after the slab (the kernel's XS), where
-  // both fit the 48 KB a block has without the opt-in: K up to ~13k at group 64.
-  const size_t x_bytes = size_t(w.K) * 2;
-  const bool x_fits = M == 1 && p.x_vectorized && slab + x_bytes + kStaticSharedBound <= kDefaultSharedBytes;
-  const bool x_shared = config.stage_x != 0 && x_fits;
-  const size_t dynamic_shared = slab + (x_shared ? x_bytes : 0);
+  const bool x_shared = gemv_qn_stages_x(w, M, x, config);  // the kernel's XS
+  const size_t dynamic_shared = slab + (x_shared ? size_t(w.K) * 2 : 0);
   int warps = config.warps_per_block;
   if (warps <= 0) {
     int device = 0, sms = 0;
@@ -309,6 +313,13 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
 }
 
 }  // namespace
+
+// One activation row staged in shared memory after the slab, where both fit the 48 KB a
+// block has without the opt-in: K up to ~13k at group 64.
+bool gemv_qn_stages_x(const QnDeviceWeight& w, int M, const void* x, const GemvQnConfig& config) {
+  const size_t bytes = gemv_qn_scale_slab_bytes(w) + size_t(w.K) * 2 + kStaticSharedBound;
+  return config.stage_x != 0 && M == 1 && x_vectorized(w, x) && bytes <= kDefaultSharedBytes;
+}
 
 void gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,
              const GemvQnConfig& config, const QnPendingNorm* norm) {

@@ -130,6 +130,8 @@ struct GemvQnConfig {
   // tests and A/Bs; gemv_qn_kernel.cuh has the measurements).
   int stage_x = -1;
 };
+// Whether gemv_qn of `w` at M rows of x stages x in shared memory (GemvQnConfig::stage_x).
+bool gemv_qn_stages_x(const QnDeviceWeight& w, int M, const void* x, const GemvQnConfig& config = {});
 
 // A norm whose last step is left to the projection that reads it (norm != null in gemv_qn
 // and gemv_qn_swiglu, see gemv_qn_residual below): y is scaled by

@@ -81,11 +81,12 @@
 // SASS 3640 -> 3112 instructions). One H200, fp16, cold L2, µs, x from global memory ->
 // staged (`GEMLITE_BENCH_STAGE_X=0,1 gemlite-bench --kernels --kernel-set gemv`; two
 // interleaved rounds agreed within 0.1): q4g64 4096 x 12288 13.1 -> 12.4, 4096 x 22016
-// 20.6 -> 18.3, 11008 x 4096 10.0 -> 9.2; q3g64, q6g64, q2g64 and s7 likewise (4096 x 22016
-// q2g64 18.5 -> 15.8, s7 20.5 -> 18.1); q8 16.1 -> 15.7 at 4096 x 12288. It loses where the
-// copy before the first tile is not hidden: 4096 x 4096 (one wave, two tiles a warp) q4g64
-// 4.8 -> 5.1, q8 5.8 -> 6.2, q2g64 4.3 -> 4.9; and q8 at K >= 11008 (12.4 -> 12.7), near
-// the copy bandwidth already. llama2-7b tg128 (`-p 0 -n 128 -r 2`, two rounds each way):
+// 20.6 -> 18.3, 11008 x 4096 10.0 -> 9.2; q3g64, q6g64 and s7 likewise (4096 x 22016 s7
+// 20.5 -> 18.1), q2g64 at K = 4096 (4096 x 22016 18.5 -> 15.8); q8 16.1 -> 15.7 at 4096 x
+// 12288. It loses where the copy before the first tile is not hidden: 4096 x 4096 (one
+// wave, two tiles a warp; q6g64 excepted) q4g64 4.8 -> 5.1, q8 5.8 -> 6.2, q2g64 4.3 -> 4.9;
+// and at K = 11008 q8 (12.4 -> 12.7, near the copy bandwidth already) and q2g64 (9.5 ->
+// 9.7). llama2-7b tg128 (`-p 0 -n 128 -r 2`, two rounds each way):
 // q4g64 523.9 / 525.7 -> 582.5 / 581.1 tok/s (+11 %), q8 440.3 / 440.3 -> 452.6 / 452.9
 // (+3 %): more than the kernels alone add up to (kernels/qn/MEASURED.md).
 //
@@ -510,7 +511,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // [n_groups, 4]: the block's 16 rows' pairs of each group, 64 bytes (gemv_qn_scale_slab_bytes).
   extern __shared__ uint4 scale_slab[];
   in.sb_slab = uint32_t(__cvta_generic_to_shared(scale_slab)) + 8u * uint32_t(gid);
-  uint4* x_stage = scale_slab + 4 * p.n_groups;  // XS: [ceil(K / 8)] 16-byte pieces of x row 0
+  uint4* x_stage = scale_slab + 4 * p.n_groups;  // XS: [K / 8] 16-byte pieces of x row 0
   in.x_shared = uint32_t(__cvta_generic_to_shared(x_stage)) + 16u * uint32_t(tig);
   asm volatile("mov.b32 %0, %1;" : "=r"(in.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
   const int tiles = int(p.Kw / 32);

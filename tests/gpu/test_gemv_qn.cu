@@ -249,27 +249,35 @@ TEST(GemvQnEdges, EveryWarpCount) {
 }
 
 // At M = 1 x is staged in shared memory where it fits (GemvQnConfig::stage_x): both ways of
-// reading it, with a partial last tile (K = 4104: 16-byte rows of x, 16.03 q4 tiles, 12.8 q3
-// tiles), a last row block of 8 rows, several warp counts, fp16 and bf16, and s7.
+// reading it, with a partial last tile whose first chunks lie below K (read from the staged
+// copy in last_tile) -- K = 4104 for q3g64 (tiles of 320 k), 4168 for the tiles of 256 and
+// 128 k (q4g64, s7, q8) -- a last row block of 8 rows, several warp counts, fp16 and bf16.
 TEST(GemvQnEdges, StagedAndGlobalActivationsAtM1) {
   std::mt19937_64 rng(test_seed() + 29);
   StreamGuard stream;
-  const int64_t N = 1000, K = 4104;
-  for (const char* name : {"q4g64", "q3g64", "q8", "s7"}) {
+  const int64_t N = 1000;
+  const std::vector<std::pair<const char*, int64_t>> cases = {
+      {"q3g64", 4104}, {"q4g64", 4168}, {"s7", 4168}, {"q8", 4168}};
+  for (const auto& [name, K] : cases) {
     const std::vector<float> w = random_weight(N, K, rng);
     const PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse(name));
     for (DType act : {DType::F16, DType::BF16}) {
       QnDeviceWeight dw = upload_qn_weight(packed, act);
-      for (int stage_x : {0, 1})
+      for (int stage_x : {0, 1}) {
+        GemvQnConfig config;
+        config.stage_x = stage_x;
+        // launch_and_compare's x is 16-byte aligned at offset 0 (as in the model): staged at 1 only.
+        DeviceBuffer aligned(size_t(K) * 2);
+        EXPECT_EQ(gemv_qn_stages_x(dw, 1, aligned.ptr, config), stage_x == 1) << name;
+        EXPECT_FALSE(gemv_qn_stages_x(dw, 2, aligned.ptr, config)) << name << ": staged at M = 2";
         for (int warps : {0, 1, 3, 16}) {
           SCOPED_TRACE(std::string(name) + " " + dtype_name(act) + " stage_x=" + std::to_string(stage_x) +
                        " warps=" + std::to_string(warps) + " seed=" + std::to_string(test_seed()));
-          GemvQnConfig config;
-          config.stage_x = stage_x;
           config.warps_per_block = warps;
           const CheckResult r = run_and_compare(packed, dw, act, 1, rng, stream.stream, 0, config);
           EXPECT_EQ(r.failures, 0) << r.first_failure;
         }
+      }
       free_qn_weight(&dw);
     }
   }
