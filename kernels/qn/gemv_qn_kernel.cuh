@@ -93,8 +93,10 @@
 // What limits it, in short (kernels/qn/MEASURED.md has each version's A/B on the H100 and
 // the variants built and dropped: register and shared-memory rings, TMA copies, stream-K,
 // blocks looping over row blocks, int8 activations, fp16 accumulation, 96 registers, L2
-// prefetches): the q4 fp16 loop issues ~392 instructions a tile per warp, ~3 per weight
-// (a lop3 and two fma2 per pair, 16 mmas, permutes, the loads), at 16 warps an SM (128
+// prefetches): the q4 fp16 loop issued ~348 instructions a tile per warp (SASS of the
+// thirty-first session, before the tile base and the staged x took more of the addressing
+// away), ~2.7 per weight, 192 of them the dequantization (a lop3 and two fma2 per pair),
+// 16 mmas, then permutes, loads and their addresses, at 16 warps an SM (128
 // registers a thread); the largest stall is long scoreboard (the x and scale loads of the
 // dequantization chain), then fixed-latency dependencies. It is bound by issue and latency,
 // not by bytes in flight: 92 % of the copy bandwidth at q4g64 8192 x 57344, 53-70 % on the
