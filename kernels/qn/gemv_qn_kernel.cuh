@@ -216,7 +216,9 @@ __device__ __forceinline__ void load_chunk_scales(const GemvQnParams& p, const L
 
 // The lane's x of a chunk lying below K, whose first block is at x[xh] (x_lane + 32 b0):
 // callers that pass a tile's base plus a constant let the compiler fold the chunk's offset
-// into the loads' immediate offsets.
+// into the loads' immediate offsets. load_chunk_x's own below-K path is the same loads from
+// x_lane + 32 b0; routed through this function it changed every kernel's code (sm_90a SASS,
+// q4 fp16 8-row 3640 -> 3696 instructions, other kernels' spills moved), so both stay.
 template <int JC, int CAP, int XROWS>
 __device__ __forceinline__ void load_chunk_x_below_k(const GemvQnParams& p, const uint16_t* const (&x_at)[XROWS / 8],
                                                      ChunkInputs<CAP, XROWS>& ci) {
