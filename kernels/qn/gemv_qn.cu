@@ -75,29 +75,51 @@ uint16_t to_activation_bits(float v, DType act) {
 }
 
 // The dynamic shared memory each kernel may launch with past the default 48 KB (its
-// cudaFuncAttributeMaxDynamicSharedMemorySize, set by gemv_qn_allow_scale_slab), recorded
-// on the host so that a launch can check it without a driver call.
+// cudaFuncAttributeMaxDynamicSharedMemorySize, set by gemv_qn_allow_shared_memory),
+// recorded on the host so that a launch can check it without a driver call.
 std::mutex allowed_mutex;
-std::map<KernelFn, size_t> allowed_slab;
+std::map<KernelFn, size_t> allowed_dynamic;
 
-// Blocks of `warps` warps an SM holds with `dynamic` bytes of dynamic shared memory (the
-// scale slab, and a staged x at M = 1). Up to 32 KB:
+// The attribute only ever grows: an earlier weight's larger slab stays allowed. The caller
+// holds allowed_mutex.
+void allow_dynamic(KernelFn kernel, size_t bytes) {
+  size_t& allowed = allowed_dynamic[kernel];
+  if (allowed >= bytes) return;
+  CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(bytes)));
+  allowed = bytes;
+}
+
+size_t allowed_dynamic_of(KernelFn kernel) {
+  const std::lock_guard<std::mutex> lock(allowed_mutex);
+  const auto it = allowed_dynamic.find(kernel);
+  return it == allowed_dynamic.end() ? 0 : it->second;
+}
+
+// The dynamic shared memory of a launch with x staged: the scale slab, then x row 0.
+size_t staged_dynamic_bytes(const QnDeviceWeight& w) { return gemv_qn_scale_slab_bytes(w) + size_t(w.K) * 2; }
+
+size_t sm_shared_bytes() {
+  static const size_t bytes = [] {
+    int device = 0, value = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    return size_t(value);
+  }();
+  return bytes;
+}
+
+// Blocks of `warps` warps of `kernel` an SM holds with `dynamic` bytes of dynamic shared
+// memory (the scale slab, and a staged x at M = 1). Up to 32 KB:
 // 16 warps an SM (the kernel's 128 registers a thread, measured with ncu on the H100),
 // fewer blocks where their shared memory (static + slab + 1 KB the driver keeps) does not
 // fit the SM's: on the H100 five blocks of 3 warps fit every such slab; on an A100 (164
 // KB) or sm_86 / sm_89 (100 KB) the larger slabs do not. Past 32 KB (a slab in the opt-in
 // memory, or slab and x): the driver's occupancy of the kernel, once per (kernel, warps,
-// bytes); `kernel` is the 8-row kernel without staging, whose registers bound the staged
-// one's too (126 and 116, both under the launch bounds' 128).
+// bytes).
 int resident_blocks(KernelFn kernel, int warps, size_t dynamic) {
   if (dynamic <= kScaleSlabDefaultBytes) {
-    static const size_t sm_shared = [] {
-      int device = 0, bytes = 0;
-      CUDA_CHECK(cudaGetDevice(&device));
-      CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-      return size_t(bytes);
-    }();
-    const int fit = int(sm_shared / (kStaticSharedBound + dynamic + 1024));
+    const int fit = int(sm_shared_bytes() / (kStaticSharedBound + dynamic + 1024));
     return std::min(16 / warps, fit);
   }
   static std::mutex mutex;
@@ -122,9 +144,9 @@ std::array<KernelFn, 2> kernels_of(const QnDeviceWeight& w) {
 
 size_t gemv_qn_scale_slab_bytes(const QnDeviceWeight& w) { return size_t(w.n_groups) * 64; }
 
-void gemv_qn_allow_scale_slab(const QnDeviceWeight& w, const std::string& where) {
-  const size_t slab = gemv_qn_scale_slab_bytes(w);
-  if (slab <= kScaleSlabDefaultBytes) return;
+void gemv_qn_allow_shared_memory(const QnDeviceWeight& w, const std::string& where) {
+  const size_t slab = gemv_qn_scale_slab_bytes(w), staged = staged_dynamic_bytes(w);
+  if (slab <= kScaleSlabDefaultBytes && staged + kStaticSharedBound <= kDefaultSharedBytes) return;
   int device = 0, optin = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
@@ -133,16 +155,12 @@ void gemv_qn_allow_scale_slab(const QnDeviceWeight& w, const std::string& where)
                 std::to_string((slab + kStaticSharedBound + 1023) >> 10) +
                 " KB of shared memory a block for its scales; this GPU offers " + std::to_string(optin >> 10) +
                 " KB (a larger group or per-channel scales would fit)");
-  // The attribute only ever grows: an earlier weight's larger slab stays allowed. Not at
-  // launch: it is not a stream operation, and launches may be captured into a graph.
+  // Not at launch: it is not a stream operation, and launches may be captured into a graph.
   const std::lock_guard<std::mutex> lock(allowed_mutex);
-  for (const KernelFn kernel : kernels_of(w)) {
-    size_t& allowed = allowed_slab[kernel];
-    if (allowed >= slab) continue;
-    CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(slab)));
-    allowed = slab;
-  }
+  if (slab > kScaleSlabDefaultBytes)
+    for (const KernelFn kernel : kernels_of(w)) allow_dynamic(kernel, slab);
+  if (staged + kStaticSharedBound > kDefaultSharedBytes && staged + kStaticSharedBound <= size_t(optin))
+    allow_dynamic(pick_kernel(w, false, true), staged);
 }
 
 void check_pending_norm(const QnPendingNorm& norm, const char* who) {
@@ -184,7 +202,7 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired
     if (d.group % 32 != 0 || d.group_shift < 0)
       fail(where, "group " + std::to_string(d.group) + " not supported on the GPU (expected 32 * 2^i or per-channel)");
   }
-  gemv_qn_allow_scale_slab(d, where);
+  gemv_qn_allow_shared_memory(d, where);
   const HostTensor& qweight = w.part("qweight");
   const uint16_t* scales = w.part("scales").as<uint16_t>();  // [N, n_groups]
   const uint16_t* zeros = w.part("zeros").as<uint16_t>();    // [N, n_groups]
@@ -288,37 +306,39 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   const int64_t blocks = (w.N + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t slab = gemv_qn_scale_slab_bytes(w);
   const bool x_shared = gemv_qn_stages_x(w, M, x, config);  // the kernel's XS
-  const size_t dynamic_shared = slab + (x_shared ? size_t(w.K) * 2 : 0);
+  const size_t dynamic_shared = x_shared ? staged_dynamic_bytes(w) : slab;
   int warps = config.warps_per_block;
   if (warps <= 0) {
     int device = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const KernelFn narrow = kernels_of(w)[0];
+    const KernelFn narrow = pick_kernel(w, false, x_shared);  // the 16-row kernel's occupancy: close enough
     warps = qn_warps_per_block(blocks, sms,
                                [&](int per_block) { return resident_blocks(narrow, per_block, dynamic_shared); });
   }
   const bool wide = M > kGemvMaxM;  // the 16-row kernel
   warps = int(std::clamp<int64_t>(std::min<int64_t>(warps, tiles), 1, wide ? kMaxWarpsOf<kGemvQnMaxRows> : kMaxWarps));
   const KernelFn kernel = pick_kernel(w, wide, x_shared);
-  if (slab > kScaleSlabDefaultBytes) {
-    const std::lock_guard<std::mutex> lock(allowed_mutex);
-    const auto allowed = allowed_slab.find(kernel);
-    if (allowed == allowed_slab.end() || allowed->second < slab)
-      throw Error("gemv_qn: the weight's " + std::to_string(slab >> 10) +
-                  " KB of scales were not allowed their shared memory (gemv_qn_allow_scale_slab; upload_qn_weight "
-                  "does it)");
-  }
+  if (slab > kScaleSlabDefaultBytes && allowed_dynamic_of(kernel) < dynamic_shared)
+    throw Error("gemv_qn: the weight's " + std::to_string(slab >> 10) +
+                " KB of scales were not allowed their shared memory (gemv_qn_allow_shared_memory; upload_qn_weight "
+                "does it)");
   launch_pdl("gemv_qn_kernel", kernel, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)), dynamic_shared, stream, p);
 }
 
 }  // namespace
 
-// One activation row staged in shared memory after the slab, where both fit the 48 KB a
-// block has without the opt-in: K up to ~13k at group 64.
+// One activation row staged in shared memory after the slab: where both fit the 48 KB a
+// block has without the opt-in (K up to ~13k at group 64), and past that in the opt-in
+// (gemv_qn_allow_shared_memory) while an SM still holds four blocks, the 16 warps of 4-warp
+// blocks the registers allow (K up to ~15.7k at group 64: Llama-3-8B's down projection);
+// stage_x = 1 takes all the opt-in gives.
 bool gemv_qn_stages_x(const QnDeviceWeight& w, int M, const void* x, const GemvQnConfig& config) {
-  const size_t bytes = gemv_qn_scale_slab_bytes(w) + size_t(w.K) * 2 + kStaticSharedBound;
-  return config.stage_x != 0 && M == 1 && x_vectorized(w, x) && bytes <= kDefaultSharedBytes;
+  if (config.stage_x == 0 || M != 1 || !x_vectorized(w, x)) return false;
+  const size_t dynamic = staged_dynamic_bytes(w);
+  if (dynamic + kStaticSharedBound <= kDefaultSharedBytes) return true;
+  if (allowed_dynamic_of(pick_kernel(w, false, true)) < dynamic) return false;
+  return config.stage_x == 1 || 4 * (dynamic + kStaticSharedBound + 1024) <= sm_shared_bytes();
 }
 
 void gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DType act, cudaStream_t stream,

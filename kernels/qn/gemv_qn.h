@@ -113,21 +113,24 @@ void free_qn_weight(QnDeviceWeight* w);  // frees and clears; safe on an empty w
 // The shared memory a block stages a weight's scale/bias pairs in: 64 bytes a group (16
 // rows). Over 32 KB (K > 32768 at group 64, > 16384 at group 32) the kernels need the
 // opt-in (up to ~217 KB of slab a block on the H100, ~89 KB on sm_86 / sm_89), which
-// gemv_qn_allow_scale_slab grants; upload_qn_weight calls it, and gemv_qn* throw for a
+// gemv_qn_allow_shared_memory grants; upload_qn_weight calls it, and gemv_qn* throw for a
 // weight whose slab was not allowed.
 size_t gemv_qn_scale_slab_bytes(const QnDeviceWeight& w);
+// Grants the kernels of `w` the opt-in shared memory they need past 48 KB: the slab's, and
+// at M = 1 the slab and a staged x row's (GemvQnConfig::stage_x; where the GPU has it).
 // Throws Error (prefixed with `where`) when the GPU cannot give a block the weight's slab.
 // Not for use inside a graph capture.
-void gemv_qn_allow_scale_slab(const QnDeviceWeight& w, const std::string& where);
+void gemv_qn_allow_shared_memory(const QnDeviceWeight& w, const std::string& where);
 
 // Launch tuning; the defaults are what run_gemv_benchmarks measured best.
 struct GemvQnConfig {
   int warps_per_block = 0;  // warps that split K for one block of 16 rows; 0 = automatic
                             // (at most 16; at most 8 when M > kGemvMaxM, larger values clamped)
   // At M = 1 each block stages x in shared memory, where x is 16-byte aligned, K % 8 == 0
-  // and x fits beside the scale slab in 48 KB (K up to ~13k at group 64, ~19k per
-  // channel): -1 (automatic) and 1 do so, 0 reads x from global memory as at M > 1 (for
-  // tests and A/Bs; gemv_qn_kernel.cuh has the measurements).
+  // and x fits beside the scale slab: -1 (automatic) while an SM still holds four blocks
+  // (K up to ~15.7k at group 64, ~23k per channel), 1 wherever the opt-in has room, 0 never,
+  // reading x from global memory as at M > 1 (for tests and A/Bs; kernels/qn/MEASURED.md
+  // has the measurements).
   int stage_x = -1;
 };
 // Whether gemv_qn of `w` at M rows of x stages x in shared memory (GemvQnConfig::stage_x).

@@ -130,7 +130,7 @@ constexpr int kMaxWarpsOf = XROWS == kGemvMaxM ? kMaxWarps : kMaxWarps / 2;
 // KB that needs no opt-in, and four blocks of 4 warps an SM (the register limit) keep ~65
 // KB of L1 for x on the H100 (five blocks of 3 warps, ~25 KB; the launch counts the blocks
 // that fit, resident_blocks in gemv_qn.cu); larger slabs take the opt-in
-// (gemv_qn_allow_scale_slab).
+// (gemv_qn_allow_shared_memory).
 constexpr size_t kScaleSlabDefaultBytes = 32 << 10;
 constexpr size_t kStaticSharedBound = 10 << 10;  // the kernels' static shared memory, rounded up
 constexpr size_t kDefaultSharedBytes = 48 << 10;  // a block's shared memory without the opt-in

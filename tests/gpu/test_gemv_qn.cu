@@ -251,28 +251,45 @@ TEST(GemvQnEdges, EveryWarpCount) {
 // At M = 1 x is staged in shared memory where it fits (GemvQnConfig::stage_x): both ways of
 // reading it, with a partial last tile whose first chunks lie below K (read from the staged
 // copy in last_tile) -- K = 4104 for q3g64 (tiles of 320 k), 4168 for the tiles of 256 and
-// 128 k (q4g64, s7, q8) -- a last row block of 8 rows, several warp counts, fp16 and bf16.
+// 128 k (q4g64, s7, q8), 14408 and 40008 (q4g64) past the 48 KB a block has without the
+// opt-in (automatically where an SM holds four such blocks: 228 KB, the H100's and H200's;
+// the latter only when asked, stage_x = 1: 39 KB of slab and 78 KB of x, one block an SM)
+// -- a last row block of 8 rows, several warp counts, fp16 and bf16.
 TEST(GemvQnEdges, StagedAndGlobalActivationsAtM1) {
   std::mt19937_64 rng(test_seed() + 29);
   StreamGuard stream;
   const int64_t N = 1000;
-  const std::vector<std::pair<const char*, int64_t>> cases = {
-      {"q3g64", 4104}, {"q4g64", 4168}, {"s7", 4168}, {"q8", 4168}};
-  for (const auto& [name, K] : cases) {
+  int device = 0, sm_shared = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sm_shared, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  struct Case {
+    const char* name;
+    int64_t K;
+    bool staged_automatically;
+  };
+  const std::vector<Case> cases = {{"q3g64", 4104, true},
+                                   {"q4g64", 4168, true},
+                                   {"s7", 4168, true},
+                                   {"q8", 4168, true},
+                                   {"q4g64", 14408, sm_shared >= (228 << 10)},
+                                   {"q4g64", 40008, false}};
+  for (const auto& [name, K, staged_automatically] : cases) {
     const std::vector<float> w = random_weight(N, K, rng);
     const PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse(name));
     for (DType act : {DType::F16, DType::BF16}) {
       QnDeviceWeight dw = upload_qn_weight(packed, act);
+      // launch_and_compare's x is 16-byte aligned at offset 0 (as in the model).
+      DeviceBuffer aligned(size_t(K) * 2);
+      EXPECT_EQ(gemv_qn_stages_x(dw, 1, aligned.ptr), staged_automatically) << name << " K = " << K;
       for (int stage_x : {0, 1}) {
         GemvQnConfig config;
         config.stage_x = stage_x;
-        // launch_and_compare's x is 16-byte aligned at offset 0 (as in the model): staged at 1 only.
-        DeviceBuffer aligned(size_t(K) * 2);
-        EXPECT_EQ(gemv_qn_stages_x(dw, 1, aligned.ptr, config), stage_x == 1) << name;
+        EXPECT_EQ(gemv_qn_stages_x(dw, 1, aligned.ptr, config), stage_x == 1) << name << " K = " << K;
         EXPECT_FALSE(gemv_qn_stages_x(dw, 2, aligned.ptr, config)) << name << ": staged at M = 2";
         for (int warps : {0, 1, 3, 16}) {
-          SCOPED_TRACE(std::string(name) + " " + dtype_name(act) + " stage_x=" + std::to_string(stage_x) +
-                       " warps=" + std::to_string(warps) + " seed=" + std::to_string(test_seed()));
+          SCOPED_TRACE(std::string(name) + " K=" + std::to_string(K) + " " + dtype_name(act) +
+                       " stage_x=" + std::to_string(stage_x) + " warps=" + std::to_string(warps) +
+                       " seed=" + std::to_string(test_seed()));
           config.warps_per_block = warps;
           const CheckResult r = run_and_compare(packed, dw, act, 1, rng, stream.stream, 0, config);
           EXPECT_EQ(r.failures, 0) << r.first_failure;
