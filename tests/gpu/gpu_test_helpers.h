@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "kernels/packed_weight.h"
 #include "runtime/dtype.h"
 
 namespace gemlite {
@@ -42,6 +43,15 @@ inline std::vector<float> random_weight(int64_t N, int64_t K, std::mt19937_64& r
     }
   }
   return w;
+}
+
+// A bias [N] drawn from N(0, 1), stored as the weight's "bias" part (F32); its values.
+inline std::vector<float> add_random_bias(PackedWeight* w, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> bias(static_cast<size_t>(w->rows));
+  for (float& b : bias) b = normal(rng);
+  w->parts["bias"] = HostTensor::copy_of(DType::F32, {w->rows}, bias.data());
+  return bias;
 }
 
 // x [M, K] drawn from N(0, 1), or with `positive` uniform in [0.5, 1] (a sum of positive

@@ -194,10 +194,7 @@ TEST(GemmFpxEdges, MisalignedActivationsBiasAndLaunchSettings) {
   const int64_t N = 520, K = 2048;
   const std::vector<float> w = random_weight(N, K, rng, false);
   PackedWeight packed = quantize_weight(w.data(), N, K, format);
-  std::vector<float> bias(static_cast<size_t>(N));
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (float& b : bias) b = normal(rng);
-  packed.parts["bias"] = HostTensor::copy_of(DType::F32, {N}, bias.data());
+  add_random_bias(&packed, rng);
   for (DType act : {DType::F16, DType::BF16}) {
     FpxDeviceWeight dw = upload_fpx_weight(packed, act);
     for (int64_t M : {1, 5, 16, 40, 70}) {
@@ -260,10 +257,7 @@ TEST(GemmFpxEdges, TiledKernelsAtSmallM) {
   const int64_t N = 520, K = 2048;
   const std::vector<float> w = random_weight(N, K, rng, false);
   PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse("fp6"));
-  std::vector<float> bias(static_cast<size_t>(N));
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (float& b : bias) b = normal(rng);
-  packed.parts["bias"] = HostTensor::copy_of(DType::F32, {N}, bias.data());
+  add_random_bias(&packed, rng);
   for (DType act : {DType::F16, DType::BF16}) {
     FpxDeviceWeight dw = upload_fpx_weight(packed, act);
     for (int64_t M : {1, 5, 16, 40, 70})
@@ -385,11 +379,9 @@ TEST(GemmFpxFusedNorm, ResidualThenPendingNormMatchFloat64) {
     for (float& v : w1) v *= 1.0f / 32;  // keeps the residual inside fp16's range at K = 8192
     const PackedWeight p1 = quantize_weight(w1.data(), D, K, WeightFormat::parse("fp6"));
     PackedWeight p2 = quantize_weight(w2.data(), N2, D, WeightFormat::parse("fp5"));
-    std::vector<float> bias(static_cast<size_t>(N2));
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (float& b : bias) b = normal(rng);
-    p2.parts["bias"] = HostTensor::copy_of(DType::F32, {N2}, bias.data());
+    const std::vector<float> bias = add_random_bias(&p2, rng);
     FpxDeviceWeight d1 = upload_fpx_weight(p1, c.act), d2 = upload_fpx_weight(p2, c.act);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> g(static_cast<size_t>(D));
     std::uniform_real_distribution<float> around_one(0.5f, 1.5f);
     for (float& v : g) v = around_one(rng);

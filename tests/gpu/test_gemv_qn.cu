@@ -207,10 +207,7 @@ TEST(GemvQnEdges, MisalignedActivationsAndBias) {
   for (const Shape shape : {Shape{4096, 300}, Shape{1030, 45}}) {
     const std::vector<float> w = random_weight(shape.N, shape.K, rng);
     PackedWeight packed = quantize_weight(w.data(), shape.N, shape.K, qn_format(4, 128));
-    std::vector<float> bias(size_t(shape.N));
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (float& b : bias) b = normal(rng);
-    packed.parts["bias"] = HostTensor::copy_of(DType::F32, {shape.N}, bias.data());
+    add_random_bias(&packed, rng);
     for (DType act : {DType::F16, DType::BF16}) {
       QnDeviceWeight dw = upload_qn_weight(packed, act);
       for (int offset : {0, 1}) {
@@ -492,12 +489,7 @@ TEST(GemvQnSwiglu, PairedLayoutMatchesPlainBitwise) {
     std::vector<float> w = random_weight(N, K, rng);
     for (float& v : w) v *= 1.0f / 16;
     PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(c.bits, c.group));
-    if (c.bias) {
-      std::vector<float> bias(static_cast<size_t>(N));
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      for (float& b : bias) b = normal(rng);
-      packed.parts["bias"] = HostTensor::copy_of(DType::F32, {N}, bias.data());
-    }
+    if (c.bias) add_random_bias(&packed, rng);
     QnDeviceWeight plain = upload_qn_weight(packed, c.act), paired = upload_qn_weight(packed, c.act, c.half);
     const auto to_float = [&](uint16_t v) { return c.act == DType::BF16 ? bf16_to_float(v) : half_to_float(v); };
     for (int M : {1, 3, 8, 11, 16}) {
@@ -573,10 +565,7 @@ TEST(GemvQnFusedNorm, ResidualThenPendingNormMatchTheCpu) {
     const PackedWeight p1 = quantize_weight(w1.data(), D, K, qn_format(4, 64));
     PackedWeight p2 = quantize_weight(w2.data(), N2, D, qn_format(6, 32));
     const PackedWeight p3 = quantize_weight(w3.data(), 2 * N2, D, qn_format(3, 128));
-    std::vector<float> bias(static_cast<size_t>(N2));
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (float& b : bias) b = normal(rng);
-    p2.parts["bias"] = HostTensor::copy_of(DType::F32, {N2}, bias.data());
+    const std::vector<float> bias = add_random_bias(&p2, rng);
     QnDeviceWeight d1 = upload_qn_weight(p1, c.act), d2 = upload_qn_weight(p2, c.act),
                    d3 = upload_qn_weight(p3, c.act), d3_paired = upload_qn_weight(p3, c.act, N2);
     std::vector<float> g(static_cast<size_t>(D));
