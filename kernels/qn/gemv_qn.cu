@@ -76,7 +76,9 @@ uint16_t to_activation_bits(float v, DType act) {
 
 // The dynamic shared memory each kernel may launch with past the default 48 KB (its
 // cudaFuncAttributeMaxDynamicSharedMemorySize, set by gemv_qn_allow_shared_memory),
-// recorded on the host so that a launch can check it without a driver call.
+// recorded on the host so that a launch can check it without a driver call. One device:
+// the attribute is the current device's, and nothing here calls cudaSetDevice; a runtime
+// over several GPUs would key these records by device.
 std::mutex allowed_mutex;
 std::map<KernelFn, size_t> allowed_dynamic;
 
@@ -134,8 +136,9 @@ int resident_blocks(KernelFn kernel, int warps, size_t dynamic) {
   return known[key] = blocks;
 }
 
-// The kernels that may run a weight past 32 KB of scales (those never stage x): the 8- and
-// 16-row versions.
+// The kernels that run a weight without staging x, which past 32 KB of scales take the
+// opt-in: the 8- and 16-row versions (the staged kernel's allowance, slab and x, is
+// gemv_qn_allow_shared_memory's second).
 std::array<KernelFn, 2> kernels_of(const QnDeviceWeight& w) {
   return {pick_kernel(w, false, false), pick_kernel(w, true, false)};
 }
@@ -319,10 +322,10 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   const bool wide = M > kGemvMaxM;  // the 16-row kernel
   warps = int(std::clamp<int64_t>(std::min<int64_t>(warps, tiles), 1, wide ? kMaxWarpsOf<kGemvQnMaxRows> : kMaxWarps));
   const KernelFn kernel = pick_kernel(w, wide, x_shared);
-  if (slab > kScaleSlabDefaultBytes && allowed_dynamic_of(kernel) < dynamic_shared)
-    throw Error("gemv_qn: the weight's " + std::to_string(slab >> 10) +
-                " KB of scales were not allowed their shared memory (gemv_qn_allow_shared_memory; upload_qn_weight "
-                "does it)");
+  if (dynamic_shared + kStaticSharedBound > kDefaultSharedBytes && allowed_dynamic_of(kernel) < dynamic_shared)
+    throw Error("gemv_qn: the weight's " + std::to_string(dynamic_shared >> 10) + " KB of shared memory a block (" +
+                (x_shared ? "scales and x" : "scales") +
+                ") were not allowed (gemv_qn_allow_shared_memory; upload_qn_weight does it)");
   launch_pdl("gemv_qn_kernel", kernel, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)), dynamic_shared, stream, p);
 }
 
