@@ -310,16 +310,16 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
   const size_t slab = gemv_qn_scale_slab_bytes(w);
   const bool x_shared = gemv_qn_stages_x(w, M, x, config);  // the kernel's XS
   const size_t dynamic_shared = x_shared ? staged_dynamic_bytes(w) : slab;
+  const bool wide = M > kGemvMaxM;  // the 16-row kernel
   int warps = config.warps_per_block;
   if (warps <= 0) {
     int device = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const KernelFn narrow = pick_kernel(w, false, x_shared);  // the 16-row kernel's occupancy: close enough
-    warps = qn_warps_per_block(blocks, sms,
+    warps = qn_warps_per_block(blocks, sms, wide,
                                [&](int per_block) { return resident_blocks(narrow, per_block, dynamic_shared); });
   }
-  const bool wide = M > kGemvMaxM;  // the 16-row kernel
   warps = int(std::clamp<int64_t>(std::min<int64_t>(warps, tiles), 1, wide ? kMaxWarpsOf<kGemvQnMaxRows> : kMaxWarps));
   const KernelFn kernel = pick_kernel(w, wide, x_shared);
   if (dynamic_shared + kStaticSharedBound > kDefaultSharedBytes && allowed_dynamic_of(kernel) < dynamic_shared)

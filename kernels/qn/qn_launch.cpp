@@ -5,21 +5,38 @@
 
 namespace gemlite {
 
-// 4, 8 or 3 warps: the count whose last wave of blocks is fullest; 4 on a tie, then 8, then
-// 3. The first sweep on the H100 (q8, q4g64, q2g64, GEMLITE_BENCH_WARPS=2,4,8,16): 8 won at
+// The 8-row kernel (M <= 8): 4 warps once the grid holds two waves of 4-warp blocks or
+// more. Otherwise 4, 8 or 3 warps, the count whose last wave of blocks is fullest (4 on a
+// tie, then 8, then 3).
+// The two-wave clause came with an H200 sweep (2026-11-28, GEMLITE_BENCH_WARPS=0,3,4,8
+// GEMLITE_BENCH_M=1, fp16, cold L2; tests/cpu/test_launch_rules.cpp holds it): on long
+// grids the last wave weighs little, and 8-warp blocks (two tiles a warp at K = 4096 and 4
+// bits, two blocks an SM) hid each block's start and end behind one other block where
+// 4-warp ones have three. M = 1, 8 -> 4 warps: q4g64 4096 x 28672 (1792 blocks, Llama-3-8B's
+// gate/up) 25.5 -> 22.9 us, 4096 x 128256 (Llama-3's classifier) 101.9 -> 87.9; q6g64 and
+// q2g64 there 7-22 % faster; q8 within 1 % at 28672, 11 % faster at 128256; M = 2 and 8
+// the same way (q4g64 4096 x 128256 at M = 8 128.9 -> 109.1). llama3-8b tg128 (one H200,
+// interleaved, `gemlite-bench --device cuda --synthetic llama3-8b -f q4g64 -p 0 -n 128 -r
+// 2`): q4g64 509.1 / 511.3 -> 554.3 / 554.3 tok/s (+8.6 %), q8 403.5 -> 411.2. At 768
+// blocks (4096 x 12288, under two waves) q8 still ran 7 % faster at 8 warps (15.8 against
+// 17.0 us), so the clause starts at two waves; and the 16-row kernel (M = 16) lost 9 % at 4
+// warps on 4096 x 28672 (q4g64 50.8 -> 55.4 us, q8 50.7 -> 56.1), so it keeps the fill rule.
+// The first sweep on the H100 (q8, q4g64, q2g64, GEMLITE_BENCH_WARPS=2,4,8,16): 8 won at
 // N = 4096 (0.5 waves with 4), 4 at N = 8192 and 57344. 3 came with the sixteenth
 // session's sweep (GEMLITE_BENCH_WARPS=0,2,3,4,5,6,8 GEMLITE_BENCH_M=1,16, fp16, µs;
 // tests/cpu/test_launch_rules.cpp holds it): N = 10240 (640 blocks, 0.97 waves of 5 blocks
 // an SM), the sweep's automatic entries (8 warps) -> 3 warps: q4g64 M = 1 22.5 -> 19.5, q8
-// 31.8 -> 30.3, M = 16 q4g64 41.3 -> 34.1, q8 45.0 -> 39.6; on the Llama-2-7B shapes and 8192 x 8192 / 57344 the choice was the best or
-// within 6 % of it (4096 x 22016 at M = 16: q4g64 42.4 at 4, 41.0 at 8; q8 45.2, 42.8), and
-// 5 or 6 warps never beat it by more than 2 %.
-int qn_warps_per_block(int64_t blocks, int sms, const std::function<int(int warps)>& resident_blocks) {
+// 31.8 -> 30.3, M = 16 q4g64 41.3 -> 34.1, q8 45.0 -> 39.6; on the Llama-2-7B shapes and
+// 8192 x 8192 / 57344 the choice was the best or within 6 % of it (4096 x 22016 at M = 16:
+// q4g64 42.4 at 4, 41.0 at 8; q8 45.2, 42.8), and 5 or 6 warps never beat it by more than 2 %.
+int qn_warps_per_block(int64_t blocks, int sms, bool sixteen_rows,
+                       const std::function<int(int warps)>& resident_blocks) {
   const auto last_wave_fill = [&](int warps) {
     const int resident = std::max(resident_blocks(warps), 1);
     const double waves = double(blocks) / double(int64_t(sms) * resident);
     return waves / std::ceil(waves);
   };
+  if (!sixteen_rows && blocks >= 2 * int64_t(sms) * std::max(resident_blocks(4), 1)) return 4;
   int warps = 4;
   double fill = last_wave_fill(warps);
   for (int candidate : {8, 3}) {
