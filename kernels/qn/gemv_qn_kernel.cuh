@@ -1,7 +1,8 @@
 #pragma once
 // The fused qN dequantize + GEMV kernel on tensor cores (and s7 on the same kernel);
 // included by kernels/qn/gemv_qn.cu only, which uploads weights and launches it (gemv_qn.h
-// has the contract, kernels/qn/qn_launch.cpp the launch rule).
+// has the contract, kernels/qn/qn_launch.cpp the launch rule, kernels/qn/MEASURED.md the
+// measurements behind the choices below).
 //
 // Work split. A block owns 16 rows of W (one m16n8k16 A tile: rows 16b .. 16b + 15, or for
 // a SwiGLU pair the gate rows [8b, 8b + 8) and the up rows h + [8b, 8b + 8)); its warps split K by
@@ -44,63 +45,42 @@
 // instantiation, XROWS = 16, that turns the mma around: x is the A operand (16 rows) and
 // the dequantized weights, the same registers as above, are B of two n = 8 mmas (block
 // rows 0..7 and 8..15; compute_chunk). The dequantization, most of a tile's instructions,
-// is shared by twice the rows; a lane loads two x fragments per block instead of one.
-// H100, fp16, cold L2, one run (gemlite-bench --kernels, GEMLITE_BENCH_M=8,16), µs of one
-// M = 16 launch against two M = 8 launches: q4g64 4096 x 4096 10.7 vs 2 x 7.3, 4096 x
-// 22016 45.9 vs 2 x 29.7, 11008 x 4096 25.3 vs 2 x 17.2; q8 10.9 vs 2 x 8.6, 46.8 vs 2 x
-// 37.8, 29.4 vs 2 x 22.3 (1.3-1.6x less time per row); 1.41-1.48x (q4g64) and 1.22-1.46x
-// (q8) faster than cuBLAS fp16 at M = 16 on a dense weight. At 128 registers ptxas spills
-// 0-64 bytes in it (q4 fp16 64, 1-bit fp16 52, s7 96) and none in the 8-row kernel, whose
-// code the template left as it was (the same PTX but for one shift in the prologue).
+// is shared by twice the rows: one M = 16 launch cost 0.62-0.77x two M = 8 launches on the
+// H100 (kernels/qn/MEASURED.md). At 128 registers ptxas spills 0-96 bytes in it, none in
+// the 8-row kernel, whose code the template left as it was.
 //
 // Per chunk of 2 k blocks a lane loads one 8-byte {scale, bias} pair per block (rows gid
 // and gid + 8 side by side: the device layout of scale_bias, see gemv_qn.h) and one
-// 16-byte x fragment per block (two in the 16-row kernel); the next chunk's (or next tile's first chunk's) loads are issued
-// before this chunk's dequantization and mmas.
+// 16-byte x fragment per block (two in the 16-row kernel); the next chunk's (or next
+// tile's first chunk's) loads are issued before this chunk's dequantization and mmas.
 //
 // The pairs come from shared memory: each block copies all of its pairs (64 bytes a group,
 // 4 KB at K = 4096 and group 64) with cp.async before its PDL wait, beside its first tile
-// of W. ncu (q4g64 4096 x 22016, fp16, M = 1, per-instruction warp stall samples) had found
-// 48 % of the samples on long scoreboard and two thirds of those in the dequantizing fma2
-// waiting for a pair loaded from global memory one chunk earlier (the L1 hit rate of the
-// kernel was 21 %: the pairs are 64-byte pieces of lines, a tile prefetch ahead was not
-// enough). A/B in one device session (fp16, M = 1, cold L2, two rounds each, µs): q4g64
-// 4096 x 4096 6.0 -> 5.5, 11008 x 4096 12.3 -> 11.6, 8192 x 8192 17.1 -> 16.0, 28672 x 8192
-// 52.4 -> 50.4; q3g64 4096 x 12288 18.3 -> 16.8, 28672 x 8192 49.0 -> 45.4; q8 within 1 %;
-// q2g64 4096 x 4096 4.9 -> 4.7; llama2-7b q4g64 tg128 453.2 / 454.0 -> 467.8 / 467.1 tok/s
-// (+3.1 %). Shared memory is the only path: slabs over 32 KB (K > 32768 at group 64,
-// > 16384 at group 32) take the opt-in shared memory (up to 227 KB a block on the H100,
-// fewer blocks an SM), where a global-memory path behind a uniform branch had been, whose
-// predicated-off address arithmetic and loads the shared path issued too (the SASS of the
-// q4 fp16 loop: 34 of ~408 instructions a tile).
+// of W. From global memory they had been the largest stall (ncu, q4g64 4096 x 22016: 48 %
+// of warp stall samples on long scoreboard, two thirds of them in the dequantizing fma2
+// waiting for a pair; the pairs are 64-byte pieces of lines, an L1 hit rate of 21 %); in
+// shared memory llama2-7b q4g64 decode ran 3 % faster. Slabs over 32 KB (K > 32768 at group
+// 64) take the opt-in shared memory, fewer blocks an SM.
 //
 // At M = 1 (decode) each block also copies x (8 KB at K = 4096) into shared memory after
 // the slab, once its PDL wait is over (XS; GemvQnConfig::stage_x has where it fits), and
 // the loop reads x there: one 16-byte shared load a 32-k block at a 32-bit address, no L1
 // prefetches of the next tile's x lines, no 64-bit address per chunk (the q4 fp16 kernel's
-// SASS 3640 -> 3112 instructions). One H200, fp16, cold L2, µs, x from global memory ->
-// staged (`GEMLITE_BENCH_STAGE_X=0,1 gemlite-bench --kernels --kernel-set gemv`; two
-// interleaved rounds agreed within 0.1): q4g64 4096 x 12288 13.1 -> 12.4, 4096 x 22016
-// 20.6 -> 18.3, 11008 x 4096 10.0 -> 9.2; q3g64, q6g64 and s7 likewise (4096 x 22016 s7
-// 20.5 -> 18.1), q2g64 at K = 4096 (4096 x 22016 18.5 -> 15.8); q8 16.1 -> 15.7 at 4096 x
-// 12288. It loses where the copy before the first tile is not hidden: 4096 x 4096 (one
-// wave, two tiles a warp; q6g64 excepted) q4g64 4.8 -> 5.1, q8 5.8 -> 6.2, q2g64 4.3 -> 4.9;
-// and at K = 11008 q8 (12.4 -> 12.7, near the copy bandwidth already) and q2g64 (9.5 ->
-// 9.7). llama2-7b tg128 (`-p 0 -n 128 -r 2`, two rounds each way):
-// q4g64 523.9 / 525.7 -> 582.5 / 581.1 tok/s (+11 %), q8 440.3 / 440.3 -> 452.6 / 452.9
-// (+3 %): more than the kernels alone add up to (kernels/qn/MEASURED.md).
+// SASS 3640 -> 3112 instructions; H200: q4g64 4096 x 22016 20.6 -> 18.3 µs, llama2-7b
+// q4g64 tg128 +11 %). Alone it loses 0.1-0.6 µs where the copy before the first tile is not
+// hidden (4096 x 4096, one wave of two tiles a warp), but in the model it gains there too,
+// so it runs wherever it fits.
 //
-// What limits it, in short (kernels/qn/MEASURED.md has each version's A/B on the H100 and
-// the variants built and dropped: register and shared-memory rings, TMA copies, stream-K,
-// blocks looping over row blocks, int8 activations, fp16 accumulation, 96 registers, L2
-// prefetches): the q4 fp16 loop issued ~348 instructions a tile per warp (SASS of the
-// thirty-first session, before the tile base and the staged x took more of the addressing
-// away), ~2.7 per weight, 192 of them the dequantization (a lop3 and two fma2 per pair),
-// 16 mmas, then permutes, loads and their addresses, at 16 warps an SM (128
-// registers a thread); the largest stall is long scoreboard (the x and scale loads of the
-// dequantization chain), then fixed-latency dependencies. It is bound by issue and latency,
-// not by bytes in flight: 92 % of the copy bandwidth at q4g64 8192 x 57344, 53-70 % on the
-// 4096-wide Llama shapes, whose grids are one to three waves of short blocks.
+// What limits it: the q4 fp16 loop issues ~300-350 instructions a tile per warp (2.3-2.7 a
+// weight), 192 of them the dequantization (a lop3 and two fma2 per pair: exact, and the
+// floor of this decoding), 16 mmas, then permutes, loads and their addresses, at 16 warps
+// an SM (128 registers a thread); the largest stall is long scoreboard (the x and scale
+// loads of the dequantization chain), then fixed-latency dependencies. It is bound by issue
+// and latency, not by bytes in flight: 92 % of the copy bandwidth at q4g64 8192 x 57344 on
+// the H100, 45-72 % on the 4096-wide Llama shapes on an H200 (README), whose grids are one
+// to three waves of short blocks. Register and shared-memory rings, TMA copies, stream-K,
+// blocks looping over row blocks, int8 activations, fp16 accumulation, 96 registers, folded
+// scales and L2 prefetches were each built, measured and dropped (kernels/qn/MEASURED.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
