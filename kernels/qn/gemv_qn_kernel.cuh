@@ -71,10 +71,10 @@
 // hidden (4096 x 4096, one wave of two tiles a warp), but in the model it gains there too,
 // so it runs wherever it fits.
 //
-// What limits it: the q4 fp16 loop issues ~300-350 instructions a tile per warp (2.3-2.7 a
-// weight), 192 of them the dequantization (a lop3 and two fma2 per pair: exact, and the
-// floor of this decoding), 16 mmas, then permutes, loads and their addresses, at 16 warps
-// an SM (128 registers a thread); the largest stall is long scoreboard (the x and scale
+// What limits it: the q4 fp16 loop issued ~348 instructions a tile per warp (2.7 a weight;
+// the SASS before x was staged, which took the kernel's 3640 -> 3112), 192 of them the
+// dequantization (a lop3 and two fma2 per pair: exact, and the floor of this decoding), 16
+// mmas, then permutes, loads and their addresses, at 16 warps an SM (128 registers a thread); the largest stall is long scoreboard (the x and scale
 // loads of the dequantization chain), then fixed-latency dependencies. It is bound by issue
 // and latency, not by bytes in flight: 92 % of the copy bandwidth at q4g64 8192 x 57344 on
 // the H100, 45-72 % on the 4096-wide Llama shapes on an H200 (README), whose grids are one

@@ -14,13 +14,14 @@ namespace gemlite {
 // bits, two blocks an SM) hid each block's start and end behind one other block where
 // 4-warp ones have three. M = 1, 8 -> 4 warps: q4g64 4096 x 28672 (1792 blocks, Llama-3-8B's
 // gate/up) 25.5 -> 22.9 us, 4096 x 128256 (Llama-3's classifier) 101.9 -> 87.9; q6g64 and
-// q2g64 there 7-22 % faster; q8 within 1 % at 28672, 11 % faster at 128256; M = 2 and 8
-// the same way (q4g64 4096 x 128256 at M = 8 128.9 -> 109.1). llama3-8b tg128 (one H200,
+// q2g64 there 8-23 % faster; q8 1 % slower at 28672 (33.3 -> 33.7), 7 % faster at 128256
+// (136.9 -> 128.0); M = 2 and 8 the same way (q4g64 4096 x 128256 at M = 8 128.9 -> 109.1). llama3-8b tg128 (one H200,
 // interleaved, `gemlite-bench --device cuda --synthetic llama3-8b -f q4g64 -p 0 -n 128 -r
 // 2`): q4g64 509.1 / 511.3 -> 554.3 / 554.3 tok/s (+8.6 %), q8 403.5 -> 411.2. At 768
 // blocks (4096 x 12288, under two waves) q8 still ran 7 % faster at 8 warps (15.8 against
-// 17.0 us), so the clause starts at two waves; and the 16-row kernel (M = 16) lost 9 % at 4
-// warps on 4096 x 28672 (q4g64 50.8 -> 55.4 us, q8 50.7 -> 56.1), so it keeps the fill rule.
+// 17.0 us), so the clause starts at two waves; and the 16-row kernel (M = 16) lost 9-11 % at
+// 4 warps on 4096 x 28672 (q4g64 50.8 -> 55.4 us, q8 50.7 -> 56.1; it gained 2-3 % on 4096 x
+// 128256), so it keeps the fill rule.
 // The first sweep on the H100 (q8, q4g64, q2g64, GEMLITE_BENCH_WARPS=2,4,8,16): 8 won at
 // N = 4096 (0.5 waves with 4), 4 at N = 8192 and 57344. 3 came with the sixteenth
 // session's sweep (GEMLITE_BENCH_WARPS=0,2,3,4,5,6,8 GEMLITE_BENCH_M=1,16, fp16, µs;

@@ -28,7 +28,7 @@ namespace {
 // paths' kernel benchmarks. With slices of 8 rows (the tenth session) the crossover lay at
 // 32 rows (README, "short prompts").
 // Since the eleventh session a slice takes 16 rows (gemv_qn's 16-row kernel: one pass of 16
-// rows costs 0.73-0.77x two passes of 8 at q4g64, 0.62-0.66x at q8, gemv_qn_kernel.cuh), which
+// rows costs 0.73-0.77x two passes of 8 at q4g64, 0.62-0.66x at q8, kernels/qn/MEASURED.md), which
 // moved the crossover up. Measured again (H100, one machine, the twelfth session,
 // `gemlite-bench --device cuda --synthetic llama2-7b -f q4g64,q8 -p 16,24,32,48,64,96 -n 0
 // -r 3`, GEMLITE_GEMV_SLICED_MAX_M=8 vs 128, tok/s):

@@ -1,11 +1,11 @@
 // The GPU kernels' automatic launch choices (kernels/qn/qn_launch.h, kernels/fpx/fpx_launch.h)
 // held against what was measured on the H100 (the tiled FPx shapes and part of gemv_qn's
-// sweeps: on an H200 of the same 132 SMs): for each shape, the time of every setting in a sweep (fp16, cold L2, µs; one
-// run each unless a test says otherwise; the commands are in qn_launch.cpp and
-// fpx_launch.cpp), and the rule's choice must be a measured setting within 5 % of the best
-// one -- or, for the few shapes where no rule found was better, within the bound named
-// with that shape. A rule that picks a setting measured slower, or one never measured,
-// fails here. Machines differ by ~5 % and single runs by a few %, so a bound is a check of
+// sweeps on an H200 of the same 132 SMs): for each shape, the time of every setting in a
+// sweep (fp16, cold L2, µs; one run each unless a test says otherwise; the commands are in
+// qn_launch.cpp and fpx_launch.cpp), and the rule's choice must be a measured setting within
+// 5 % of the best one -- or, for the few shapes where no rule found was better, within the
+// bound named with that shape. A rule that picks a setting measured slower, or one never
+// measured, fails here. Machines differ by ~5 % and single runs by a few %, so a bound is a check of
 // the rule against these numbers, not a promise about another run.
 #include <gtest/gtest.h>
 
