@@ -5,8 +5,8 @@
 // qn_launch.cpp and fpx_launch.cpp), and the rule's choice must be a measured setting within
 // 5 % of the best one -- or, for the few shapes where no rule found was better, within the
 // bound named with that shape. A rule that picks a setting measured slower, or one never
-// measured, fails here. Machines differ by ~5 % and single runs by a few %, so a bound is a check of
-// the rule against these numbers, not a promise about another run.
+// measured, fails here. Machines differ by ~5 % and single runs by a few %, so a bound is a
+// check of the rule against these numbers, not a promise about another run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
