@@ -86,21 +86,15 @@ __global__ void rope_store_kernel(Act* qkv, int64_t qkv_stride, Act* key_cache, 
 // find it at zero.
 //
 // A group of `lanes` threads (hd / 8 rounded up to a power of two) takes kPositionsPerGroup
-// positions per round, each thread 8 dimensions (one 16-byte load of the key and of the value row); the
-// group's score is a shuffle sum. Each group keeps its own online softmax (max, sum,
-// acc [8] per thread) over its positions, so the loop has no block-wide reduction; the
-// groups meet once, in shared memory, at the end. The kernel this replaced scored one
-// position per thread (a whole key row per thread) and summed values one dimension per
-// thread in rounds of 8 two-byte loads, each round waiting on memory: 7.9 us a layer at
-// Llama-2-7B decode with under 10 positions (ncu, H100), 4.4 % of a token. With this one
-// (and gemv_qn_swiglu, built in the same run): llama2-7b q4g64 tg128 347.4 -> 368.4 tok/s,
-// and at depth 4096 (-d 4096) 212.6 -> 288.5 tok/s (170.3 without the split).
-// Its rounds are bound by latency more than by issue: ncu found ~160 instructions issued
-// per position and lane (32/32 heads x 128 at ctx 4096, H200) at 16 warps an SM, 8.2
-// cycles between a warp's instructions. Cutting them (group_sum unrolled, exp2 on
-// log2-unit scores, k and v zeroed once) took ctx 512 11.3 -> 10.4 us and ctx 4096 27.0
-// -> 26.3 (one H200, interleaved with the code before), llama2-7b q4g64 tg128 501.4 /
-// 499.3 -> 504.9 / 504.3 tok/s (runtime/cuda/MEASURED.md).
+// positions per round, each thread 8 dimensions (one 16-byte load of the key and of the
+// value row); the group's score is a shuffle sum. Each group keeps its own online softmax
+// (max, sum, acc [8] per thread) over its positions, so the loop has no block-wide
+// reduction; the groups meet once at the end, by shuffles inside each warp and then in
+// shared memory. Against the kernel this replaced (a whole key row per thread, values one
+// dimension a thread: 7.9 us a layer at Llama-2-7B decode, ncu on the H100) llama2-7b q4g64
+// tg128 went 347.4 -> 368.4 tok/s. The rounds are bound by latency more than by issue (ncu,
+// H200, ctx 4096: ~160 instructions per position and lane, 8.2 cycles between a warp's
+// instructions at 16 warps an SM); runtime/cuda/MEASURED.md has each step.
 // PRECOND: head_dim % 8 == 0, head_dim <= kMaxAttentionHeadDim; q, caches 16-byte aligned
 // rows (checked by launch_attention).
 static_assert(kMaxAttentionHeadDim <= kAttentionThreads && kMaxAttentionHeadDim <= 8 * 32,
@@ -208,21 +202,12 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
 #pragma unroll
   for (int u = 0; u < kPositionsPerGroup; ++u) k[u] = v[u] = make_uint4(0, 0, 0, 0);
   // The first round's positions of earlier steps do not depend on the kernels before:
-  // fetched while they finish, and the rotation's cos and sin computed. Decode attention
-  // was ~10 % of a llama2-7b q4g64 token (tg128 452 -> 501 tok/s with the kernel returning
-  // right after the wait, an upper bound); this, with an L2 prefetch of the later rounds,
-  // took tg128 447.3 -> 461.9 (A/B on one machine, two rounds: 447.9 / 446.7 -> 461.8 /
-  // 462.1). The prefetch is gone: every block pulling its whole span into L2 flooded it at
-  // depth (32 layers x 64 MB of K/V at d4096 against a 50-60 MB L2), and without it (one
-  // H200, same binary, fp16) ctx 4096 took 26.4 -> 21.9 us (61 -> 73 % of the copy), ctx
-  // 16384 86.3 -> 65.4 (74 -> 98 %), 32/8 heads at 16384 63.4 -> 48.3, and llama2-7b q4g64
-  // tg128 @ d4096 377.8 -> 395.7 tok/s, tg128 504.5 -> 503.6 (runs of the code with it:
-  // 497.2-505.5). Only GQA at short contexts lost a little (32/8 heads ctx 512 9.4 -> 9.9
-  // us). Prefetching two rounds ahead, before the wait or inside the loop, measured between
-  // the two (d4096 382.6-391.0).
-  // Pulling the output projection's weights into L2 here, while DRAM idles, was tried and
-  // dropped: the GEMV after attention is bound by latency, not by where its bytes come from
-  // (kernels/qn/MEASURED.md, "L2 prefetch of the next projection during attention").
+  // fetched while they finish, and the rotation's cos and sin computed (with an L2 prefetch
+  // of the later rounds, since dropped, this took llama2-7b q4g64 tg128 447.3 -> 461.9 tok/s).
+  // Nothing more is fetched ahead: an L2 prefetch of the whole span flooded the L2 at depth
+  // (without it ctx 4096 26.4 -> 21.9 us, H200), two rounds ahead measured in between, and
+  // the next projection's weights pulled into L2 here did not speed up the GEMV after
+  // attention (runtime/cuda/MEASURED.md, kernels/qn/MEASURED.md).
   load_round(begin, begin, earlier_end);
   const bool live = int(blockIdx.y) < live_splits;  // the others leave after the wait
   const RopeAngles angles = fused_rope && live ? rope_angles(piece, pieces, pos, rope_inv_freq) : RopeAngles{};
