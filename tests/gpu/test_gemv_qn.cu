@@ -245,6 +245,25 @@ TEST(GemvQnEdges, EveryWarpCount) {
   }
 }
 
+// The automatic warp count on a grid long enough for qn_warps_per_block's two-wave clause
+// (1063 blocks of 16 rows >= 2 x 132 SMs x 4 blocks: 4 warps at M <= 8; the 16-row kernel
+// keeps the fill rule), with a last row block of 8 rows: the launches Llama-3's gate/up and
+// classifier take.
+TEST(GemvQnEdges, AutomaticWarpsOnALongGrid) {
+  std::mt19937_64 rng(test_seed() + 29);
+  StreamGuard stream;
+  const int64_t N = 17000, K = 4096;
+  const std::vector<float> w = random_weight(N, K, rng);
+  const PackedWeight packed = quantize_weight(w.data(), N, K, qn_format(4, 64));
+  QnDeviceWeight dw = upload_qn_weight(packed, DType::F16);
+  for (int64_t M : {1, 3, 16}) {
+    SCOPED_TRACE("q4g64 K=4096 N=17000 M=" + std::to_string(M) + " seed=" + std::to_string(test_seed()));
+    const CheckResult r = run_and_compare(packed, dw, DType::F16, M, rng, stream.stream);
+    EXPECT_EQ(r.failures, 0) << r.first_failure;
+  }
+  free_qn_weight(&dw);
+}
+
 // At M = 1 x is staged in shared memory where it fits (GemvQnConfig::stage_x): both ways of
 // reading it, with a partial last tile whose first chunks lie below K (read from the staged
 // copy in last_tile) -- K = 4104 for q3g64 (tiles of 320 k), 4168 for the tiles of 256 and
