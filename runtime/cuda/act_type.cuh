@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "runtime/dtype.h"
@@ -39,6 +41,15 @@ __device__ __forceinline__ void unpack8(const uint4& packed, float (&out)[8]) {
     out[2 * i] = f.x;
     out[2 * i + 1] = f.y;
   }
+}
+// Two fp32 values as one register of two Act (low half first): an mma fragment.
+template <typename Act>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  const Act l = from_float<Act>(lo), h = from_float<Act>(hi);
+  uint16_t bits_lo, bits_hi;
+  memcpy(&bits_lo, &l, 2);
+  memcpy(&bits_hi, &h, 2);
+  return uint32_t(bits_lo) | uint32_t(bits_hi) << 16;
 }
 template <typename Act>
 __device__ __forceinline__ uint4 pack8(const float (&v)[8]) {

@@ -13,6 +13,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/pdl.cuh"
 #include "runtime/cuda/act_type.cuh"
+#include "runtime/cuda/attention_merge.cuh"
 
 namespace gemlite {
 namespace {
@@ -361,18 +362,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  const float* all = splits.partials + int64_t(blockIdx.x) * splits.count * stride;  // [count, hd + 2]
-  float max_all = -INFINITY;
-  for (int s = 0; s < live_splits; ++s) max_all = fmaxf(max_all, __ldcg(all + s * stride + head_dim));
-  if (tid < head_dim) {
-    float sum = 0, weight = 0;
-    for (int s = 0; s < live_splits; ++s) {
-      const float w = exp2f(__ldcg(all + s * stride + head_dim) - max_all);  // split 0 holds position 0: max finite
-      sum += w * __ldcg(all + s * stride + tid);
-      weight += w * __ldcg(all + s * stride + head_dim + 1);
-    }
-    out[row + tid] = from_float<Act>(sum / weight);
-  }
+  merge_split_partials(splits, live_splits, int(blockIdx.x), 1, head_dim, out);
   if (tid == 0) splits.counters[blockIdx.x] = 0;  // ready for the next launch
 }
 

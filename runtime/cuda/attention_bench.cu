@@ -19,6 +19,7 @@ namespace {
 AttentionBenchOptions with_environment(AttentionBenchOptions options) {
   env_ints("GEMLITE_BENCH_CTX", &options.contexts);
   env_ints("GEMLITE_BENCH_CACHE", &options.caches);
+  env_ints("GEMLITE_BENCH_SPLITS", &options.split_counts);
   for (const int capacity : options.caches)
     if (capacity < 0) throw Error("GEMLITE_BENCH_CACHE: a cache of " + std::to_string(capacity) + " positions");
   env_activations("GEMLITE_BENCH_ACT", &options.activations);
@@ -26,9 +27,10 @@ AttentionBenchOptions with_environment(AttentionBenchOptions options) {
 }
 
 // One decode step's attention of one layer: the token at position ctx - 1 over a cache of
-// `capacity` positions (at least ctx), split as CudaKVCache splits it.
+// `capacity` positions (at least ctx), split as CudaKVCache splits it; `grouped`: by
+// launch_attention_grouped (a block a kv head), else by launch_attention (a block a head).
 void bench_decode(FILE* out, const AttentionBenchOptions& options, const AttentionShape& shape, int ctx,
-                  int capacity, DType act, const BenchSession& session) {
+                  int capacity, int split_count, DType act, bool grouped, const BenchSession& session) {
   cudaStream_t stream = session.stream;
   if (ctx < 1) throw Error("GEMLITE_BENCH_CTX: a context of " + std::to_string(ctx) + " positions (need >= 1)");
   capacity = std::max(capacity, ctx);
@@ -60,7 +62,9 @@ void bench_decode(FILE* out, const AttentionBenchOptions& options, const Attenti
   CUDA_CHECK(cudaMalloc(&pos0, sizeof(int)));
   CUDA_CHECK(cudaMemcpy(pos0, &position, sizeof(int), cudaMemcpyHostToDevice));
   // As CudaKVCache splits a cache of `capacity` positions.
-  AttentionSplits splits = attention_splits_for(capacity, shape.n_heads, session.sms);
+  AttentionSplits splits = split_count > 0 ? attention_splits_of(capacity, split_count)
+                           : grouped       ? attention_grouped_splits_for(capacity, shape.n_kv_heads, session.sms)
+                                           : attention_splits_for(capacity, shape.n_heads, session.sms);
   float* partials = nullptr;  // [n_heads, count, hd + 2]
   unsigned* counters = nullptr;  // [n_heads]
   if (splits.count > 1) {
@@ -74,14 +78,18 @@ void bench_decode(FILE* out, const AttentionBenchOptions& options, const Attenti
 
   const double us = time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
     const size_t c = size_t(i % copies);
-    launch_attention(keys[c], values[c], pos0, qkv, 1, shape.n_heads, shape.n_kv_heads, hd, splits, y, act, stream,
-                     inv_freq_device);
+    if (grouped)
+      launch_attention_grouped(keys[c], values[c], pos0, qkv, shape.n_heads, shape.n_kv_heads, hd, splits, y, act,
+                               stream, inv_freq_device);
+    else
+      launch_attention(keys[c], values[c], pos0, qkv, 1, shape.n_heads, shape.n_kv_heads, hd, splits, y, act,
+                       stream, inv_freq_device);
   });
   const double bytes = double(position) * kv_dim * 2 * 2 + double(qkv_elements + out_elements) * 2;
   const double gbs = bytes / us * 1e-3, copy_gbs = session.copy_gbs;
   const std::string cache = capacity > ctx ? " cache=" + std::to_string(capacity) : "";
-  std::fprintf(out, "attention decode %s %d/%dx%d ctx=%d%s: %.1f us, %.0f GB/s, %.1f %% of copy, %d splits\n",
-               act_name(act), shape.n_heads, shape.n_kv_heads, hd, ctx, cache.c_str(), us, gbs,
+  std::fprintf(out, "attention decode %s%s %d/%dx%d ctx=%d%s: %.1f us, %.0f GB/s, %.1f %% of copy, %d splits\n",
+               grouped ? "grouped " : "", act_name(act), shape.n_heads, shape.n_kv_heads, hd, ctx, cache.c_str(), us, gbs,
                100.0 * gbs / copy_gbs, splits.count);
   std::fflush(out);
 
@@ -100,7 +108,11 @@ void run_attention_benchmarks(FILE* out, const AttentionBenchOptions& given) {
   for (const DType act : options.activations)
     for (const AttentionShape& shape : options.shapes)
       for (const int capacity : options.caches)
-        for (const int ctx : options.contexts) bench_decode(out, options, shape, ctx, capacity, act, session);
+        for (const int ctx : options.contexts)
+          for (const int split_count : options.split_counts)
+            for (const bool grouped : {false, true})
+              if (!grouped || attention_runs_grouped(shape.n_heads, shape.n_kv_heads, shape.head_dim))
+                bench_decode(out, options, shape, ctx, capacity, split_count, act, grouped, session);
 }
 
 }  // namespace gemlite

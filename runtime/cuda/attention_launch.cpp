@@ -17,6 +17,12 @@ AttentionSplits attention_splits_for(int capacity, int n_heads, int sms) {
   return attention_splits_of(capacity, count);
 }
 
+AttentionSplits attention_grouped_splits_for(int capacity, int n_kv_heads, int sms) {
+  const int count = std::min(std::clamp(kGroupedBlocksPerSm * sms / std::max(n_kv_heads, 1), 1, kMaxAttentionSplits),
+                             std::max(1, capacity / kGroupedMinSpan));
+  return attention_splits_of(capacity, count);
+}
+
 AttentionSplits attention_splits_of(int capacity, int count) {
   if (capacity < 1) return AttentionSplits{};
   count = std::clamp(count, 1, kMaxAttentionSplits);

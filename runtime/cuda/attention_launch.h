@@ -79,4 +79,27 @@ AttentionSplits attention_splits_for(int capacity, int n_heads, int sms);
 // `capacity` positions (fewer when rounding leaves the last ones empty).
 AttentionSplits attention_splits_of(int capacity, int count);
 
+// The grouped decode kernel (attention_grouped.cu: a block takes the query heads of one kv
+// head, which share each key and value it loads): kGroupedAttentionWarps warps of
+// kGroupedPositions positions a step, so a block's round is kAttentionRound positions and
+// attention_step_span spans it as it spans attention_kernel's.
+constexpr int kGroupedAttentionWarps = 4;
+constexpr int kGroupedPositions = 16;  // the n of two QKᵀ mmas, the k of one P·V mma
+static_assert(kGroupedAttentionWarps * kGroupedPositions == kAttentionRound, "one round a block step");
+constexpr int kGroupedMaxGroup = 8;     // query heads a kv head: the rows gid of the mmas
+constexpr int kGroupedBlocksPerSm = 2;  // its launch bounds' blocks an SM (168 registers at 3 spilled 80 bytes)
+constexpr int kGroupedMinSpan = 128;    // two rounds a split at least
+// Whether decode attention of these heads runs grouped: 2..kGroupedMaxGroup query heads a
+// kv head, heads of 64 or 128 dimensions (a lane holds each rotate-half pair).
+inline bool attention_runs_grouped(int n_heads, int n_kv_heads, int head_dim) {
+  if (n_kv_heads < 1 || n_heads % n_kv_heads != 0) return false;
+  const int group = n_heads / n_kv_heads;
+  return group >= 2 && group <= kGroupedMaxGroup && (head_dim == 64 || head_dim == 128);
+}
+// The grouped kernel's splits for a cache of `capacity` positions: n_kv_heads blocks a
+// split, one wave of kGroupedBlocksPerSm an SM at a full cache, spans of at least
+// kGroupedMinSpan positions, at most kMaxAttentionSplits. The partials and counters stay
+// those of attention_kernel's layout ([n_heads, count, hd + 2], [n_heads]).
+AttentionSplits attention_grouped_splits_for(int capacity, int n_kv_heads, int sms);
+
 }  // namespace gemlite

@@ -22,12 +22,20 @@ constexpr int kMaxStepTokens = 8192;
 // GEMLITE_NO_ATTENTION_SPLITS=1: decode attention with one block per head whatever the
 // context; GEMLITE_ATTENTION_SPLITS=N: N splits instead of attention_splits_for's count
 // (A/B measurements of the split, e.g. gemlite-bench -d 4096).
-AttentionSplits decode_attention_splits(int capacity, int n_heads, int sm_count) {
+// GEMLITE_NO_GROUPED_ATTENTION=1: decode attention a block a query head
+// (attention_kernel) also where launch_attention_grouped takes the heads.
+bool decode_attention_grouped(const AttentionShape& shape) {
+  const char* off = std::getenv("GEMLITE_NO_GROUPED_ATTENTION");
+  if (off && std::string(off) == "1") return false;
+  return attention_runs_grouped(shape.n_heads, shape.n_kv_heads, shape.head_dim);
+}
+AttentionSplits decode_attention_splits(int capacity, const AttentionShape& shape, bool grouped, int sm_count) {
   const char* off = std::getenv("GEMLITE_NO_ATTENTION_SPLITS");
   if (off && std::string(off) == "1") return AttentionSplits{};
   if (const char* forced = std::getenv("GEMLITE_ATTENTION_SPLITS"))
     return attention_splits_of(capacity, std::atoi(forced));
-  return attention_splits_for(capacity, n_heads, sm_count);
+  return grouped ? attention_grouped_splits_for(capacity, shape.n_kv_heads, sm_count)
+                 : attention_splits_for(capacity, shape.n_heads, sm_count);
 }
 
 class CudaKVCache final : public KVCache {
@@ -37,7 +45,8 @@ class CudaKVCache final : public KVCache {
       : KVCache(capacity), n_layers(n_layers), kv_dim(shape.n_kv_heads * shape.head_dim), shape(shape),
         keys(device_tensor(ctx, act, int64_t(n_layers) * capacity, kv_dim, what(n_layers, capacity, "keys"))),
         values(device_tensor(ctx, act, int64_t(n_layers) * capacity, kv_dim, what(n_layers, capacity, "values"))),
-        splits(decode_attention_splits(capacity, shape.n_heads, ctx->sm_count)) {
+        grouped(decode_attention_grouped(shape)),
+        splits(decode_attention_splits(capacity, shape, grouped, ctx->sm_count)) {
     if (splits.count > 1) {  // decode's split partials, reused by every layer in stream order
       partials = device_tensor(ctx, DType::F32, int64_t(shape.n_heads) * splits.count, shape.head_dim + 2,
                                "the decode attention's partial sums");
@@ -54,6 +63,7 @@ class CudaKVCache final : public KVCache {
   AttentionShape shape;    // what the cache (and its split partials) was made for
   Tensor keys;    // [n_layers * capacity, kv_dim] act
   Tensor values;  // [n_layers * capacity, kv_dim] act
+  bool grouped;            // decode attention by launch_attention_grouped
   AttentionSplits splits;  // of a decode step
   Tensor partials;         // [n_heads * splits.count, hd + 2] F32, when splits.count > 1
   Tensor counters;         // [1, n_heads] I32 (used as unsigned), when splits.count > 1
@@ -229,6 +239,11 @@ class CudaBackend final : public Backend {
     void* values = cache.layer_slice(cache.values, layer);
     // Decode: RoPE and the KV store inside the attention kernel, one launch fewer a layer
     // (llama2-7b tg128, H100, same day: f16 189.9 -> 191.7 tok/s, q4g64 423.4 -> 423.6).
+    if (qkv.rows == 1 && cache.grouped) {
+      launch_attention_grouped(keys, values, step_pos0(), qkv.data, shape.n_heads, shape.n_kv_heads,
+                               shape.head_dim, cache.splits, out.data, qkv.dtype, ctx_->stream, inv_freq.as<float>());
+      return;
+    }
     if (qkv.rows == 1 && attention_fuses_rope(shape.head_dim)) {
       launch_attention(keys, values, step_pos0(), qkv.data, 1, shape.n_heads, shape.n_kv_heads, shape.head_dim,
                        cache.splits, out.data, qkv.dtype, ctx_->stream, inv_freq.as<float>());

@@ -62,16 +62,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(const void* smem, uint32_t (&r
                : "memory");
 }
 
-// Two fp32 values as one register of two Act (low half first).
-template <typename Act>
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
-  const Act l = from_float<Act>(lo), h = from_float<Act>(hi);
-  uint16_t bits_lo, bits_hi;
-  memcpy(&bits_lo, &l, 2);
-  memcpy(&bits_hi, &h, 2);
-  return uint32_t(bits_lo) | uint32_t(bits_hi) << 16;
-}
-
 // PRECOND: blockDim.x = kFlashThreads, dynamic shared memory FlashLayout<HD>::kSmemBytes,
 // grid (ceil(T heads_a_tile / kFlashQueries), n_heads / heads_a_tile, splits), heads_a_tile
 // dividing group (the query heads of a kv head); q in qkv [T, qkv_stride] (head h at

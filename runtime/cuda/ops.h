@@ -70,6 +70,13 @@ void launch_attention(void* key_cache, void* value_cache, const int* pos0, const
                       int n_heads, int n_kv_heads, int head_dim, const AttentionSplits& splits, void* out, DType act,
                       cudaStream_t stream, const float* rope_inv_freq = nullptr);
 inline bool attention_fuses_rope(int head_dim) { return head_dim % 16 == 0; }
+// The same decode step (T = 1, RoPE and the KV store inside) with the query heads of one kv
+// head in one block, on tensor cores (attention_grouped.cu), for heads that
+// attention_runs_grouped takes (Error otherwise); `splits` from attention_grouped_splits_for
+// (or attention_splits_of), its partials and counters sized as for launch_attention.
+void launch_attention_grouped(void* key_cache, void* value_cache, const int* pos0, const void* qkv, int n_heads,
+                              int n_kv_heads, int head_dim, const AttentionSplits& splits, void* out, DType act,
+                              cudaStream_t stream, const float* rope_inv_freq);
 // The heads launch_attention takes (the backend checks a model's at load).
 inline bool attention_supports_head_dim(int head_dim) {
   return head_dim >= 8 && head_dim % 8 == 0 && head_dim <= kMaxAttentionHeadDim;

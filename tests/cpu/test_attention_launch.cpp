@@ -16,6 +16,34 @@ namespace {
 
 constexpr int kH100Sms = 132;
 
+// The grouped decode kernel (a block a kv head, tensor cores) takes 2..8 query heads a kv
+// head of 64 or 128 dimensions, and splits a cache for n_kv_heads blocks a split: one wave
+// of two blocks an SM, spans of >= 128 positions, at most 32 splits. Llama-3-8B's 8 kv
+// heads at depth 4096 + 128 take 22 splits of 192 (the H200 sweep of the model, tg128 @
+// d4096: 8 splits 444.3 tok/s, 16 447.1, the rule's 22 449.6), and a 16384-position cache 32
+// of 512 (the kernel at ctx 16384: 8 splits 42.4 us, 16 30.0, 32 26.9).
+TEST(AttentionGrouped, HeadsItTakesAndItsSplits) {
+  EXPECT_TRUE(attention_runs_grouped(32, 8, 128));   // Llama-3-8B
+  EXPECT_TRUE(attention_runs_grouped(14, 2, 64));    // Qwen2-0.5B-like, 7 a kv head
+  EXPECT_TRUE(attention_runs_grouped(16, 2, 128));   // 8 a kv head: every mma row a head
+  EXPECT_FALSE(attention_runs_grouped(32, 32, 128)); // no GQA: attention_kernel
+  EXPECT_FALSE(attention_runs_grouped(32, 2, 128));  // 16 a kv head: more than the mma's 8 rows
+  EXPECT_FALSE(attention_runs_grouped(12, 4, 96));   // heads of 96
+  EXPECT_FALSE(attention_runs_grouped(32, 8, 256));
+  EXPECT_FALSE(attention_runs_grouped(6, 4, 64));    // not a whole group a kv head
+  EXPECT_FALSE(attention_runs_grouped(8, 0, 64));
+  const AttentionSplits llama3 = attention_grouped_splits_for(4224, 8, kH100Sms);
+  EXPECT_EQ(llama3.count, 22);
+  EXPECT_EQ(llama3.span, 192);
+  const AttentionSplits long_cache = attention_grouped_splits_for(16384, 8, kH100Sms);
+  EXPECT_EQ(long_cache.count, kMaxAttentionSplits);
+  EXPECT_EQ(long_cache.span, 512);
+  EXPECT_EQ(attention_grouped_splits_for(512, 8, kH100Sms).count, 4);
+  EXPECT_EQ(attention_grouped_splits_for(128, 8, kH100Sms).count, 1);
+  EXPECT_EQ(attention_grouped_splits_for(0, 8, kH100Sms).count, 1);
+  EXPECT_EQ(attention_grouped_splits_for(4096, 64, kH100Sms).count, 4);  // 64 kv heads: 4 splits fill a wave
+}
+
 // One wave of two blocks an SM at a full cache, spans of >= 256 positions in whole rounds
 // of 64, at most 32 splits; the layouts of the environment override for A/B runs
 // (GEMLITE_ATTENTION_SPLITS). Llama-2-7B at depth 4096 + 256 takes 8 splits of 576: the

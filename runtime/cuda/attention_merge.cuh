@@ -1,0 +1,58 @@
+#pragma once
+// The end of split decode attention (attention_kernel in attention.cu, attention_grouped_kernel
+// in attention_grouped.cu): every live split of a head has left (O [hd] unnormalised, its max
+// in log2 units, its sum) in splits.partials [n_heads, count, hd + 2], and the block that
+// took the head's last ticket combines them into out. The splits' maxima and sums go
+// through shared memory once, so each output element is a sum of independent loads:
+// merged element by element, each a chain of `count` dependent L2 loads, 32 splits had cost
+// the grouped kernel more than its whole loop (32/8 heads x 128 at ctx 4096, H200).
+#include <cstdint>
+
+#include "runtime/cuda/act_type.cuh"
+#include "runtime/cuda/attention_launch.h"
+
+namespace gemlite {
+
+constexpr int kMaxMergedHeads = kGroupedMaxGroup;  // heads one block merges
+
+// Heads head0 .. head0 + heads - 1 of out [n_heads, head_dim] from their live_splits
+// partials; all threads of the block call it, after a __threadfence that orders the
+// partials' reads after the ticket. Leaves the heads' counters to the caller.
+template <typename Act>
+__device__ void merge_split_partials(const AttentionSplits& splits, int live_splits, int head0, int heads,
+                                     int head_dim, Act* out) {
+  __shared__ float split_weight[kMaxMergedHeads][kMaxAttentionSplits];  // [head][split]: max, then 2^(max - max_all)
+  __shared__ float split_sum[kMaxMergedHeads][kMaxAttentionSplits];     // [head][split]
+  __shared__ float head_sum[kMaxMergedHeads];                            // Σ over splits of weight x sum
+  const int tid = int(threadIdx.x), threads = int(blockDim.x), stride = head_dim + 2;
+  const float* first = splits.partials + int64_t(head0) * splits.count * stride;  // [heads, count, hd + 2]
+  for (int i = tid; i < heads * live_splits; i += threads) {
+    const int r = i / live_splits, s = i % live_splits;
+    const float* part = first + (int64_t(r) * splits.count + s) * stride;
+    split_weight[r][s] = __ldcg(part + head_dim);
+    split_sum[r][s] = __ldcg(part + head_dim + 1);
+  }
+  __syncthreads();
+  if (tid < heads) {
+    float max_all = -INFINITY;  // finite: split 0 holds position 0
+    for (int s = 0; s < live_splits; ++s) max_all = fmaxf(max_all, split_weight[tid][s]);
+    float total = 0;
+    for (int s = 0; s < live_splits; ++s) {
+      const float w = exp2f(split_weight[tid][s] - max_all);
+      split_weight[tid][s] = w;
+      total += w * split_sum[tid][s];
+    }
+    head_sum[tid] = total;
+  }
+  __syncthreads();
+  for (int item = tid; item < heads * head_dim; item += threads) {
+    const int r = item / head_dim, d = item % head_dim;
+    const float* part = first + int64_t(r) * splits.count * stride + d;  // + s stride: split s's element d
+    float sum = 0;
+#pragma unroll 8
+    for (int s = 0; s < live_splits; ++s) sum += split_weight[r][s] * __ldcg(part + int64_t(s) * stride);
+    out[int64_t(head0 + r) * head_dim + d] = from_float<Act>(sum / head_sum[r]);
+  }
+}
+
+}  // namespace gemlite
