@@ -111,7 +111,7 @@ void run_attention_benchmarks(FILE* out, const AttentionBenchOptions& given) {
         for (const int ctx : options.contexts)
           for (const int split_count : options.split_counts)
             for (const bool grouped : {false, true})
-              if (!grouped || attention_runs_grouped(shape.n_heads, shape.n_kv_heads, shape.head_dim))
+              if (!grouped || attention_grouped_supports(shape.n_heads, shape.n_kv_heads, shape.head_dim))
                 bench_decode(out, options, shape, ctx, capacity, split_count, act, grouped, session);
 }
 

@@ -74,7 +74,7 @@ __device__ __forceinline__ void rope_row(float (&x)[C][8], const float (&cos_a)[
 // grid (n_kv_heads, splits.count), kGroupedThreads a block. Block (kv, s) attends for the
 // query heads kv group .. + group - 1 to positions [s span, (s + 1) span) of the step's span
 // (attention_step_span), as attention_kernel's block (head, s) does.
-// PRECOND: T = 1, 2 <= group <= kGroupedMaxGroup, HD 64 or 128, 16-byte aligned rows.
+// PRECOND: T = 1, 1 <= group <= kGroupedMaxGroup, HD 64 or 128, 16-byte aligned rows.
 template <typename Act, int HD>
 __global__ void __launch_bounds__(kGroupedThreads, kGroupedBlocksPerSm)
     attention_grouped_kernel(Act* key_cache, Act* value_cache, const Act* qkv, const int* pos0, int group,
@@ -272,9 +272,9 @@ __global__ void __launch_bounds__(kGroupedThreads, kGroupedBlocksPerSm)
 void launch_attention_grouped(void* key_cache, void* value_cache, const int* pos0, const void* qkv, int n_heads,
                               int n_kv_heads, int head_dim, const AttentionSplits& splits, void* out, DType act,
                               cudaStream_t stream, const float* rope_inv_freq) {
-  if (!attention_runs_grouped(n_heads, n_kv_heads, head_dim))
+  if (!attention_grouped_supports(n_heads, n_kv_heads, head_dim))
     throw Error("cuda grouped attention: " + std::to_string(n_heads) + "/" + std::to_string(n_kv_heads) +
-                " heads x " + std::to_string(head_dim) + " (need 2.." + std::to_string(kGroupedMaxGroup) +
+                " heads x " + std::to_string(head_dim) + " (need 1.." + std::to_string(kGroupedMaxGroup) +
                 " query heads a kv head and heads of 64 or 128 dimensions)");
   if (!rope_inv_freq) throw Error("cuda grouped attention: needs the RoPE frequencies (it rotates q and k itself)");
   const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };

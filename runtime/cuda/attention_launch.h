@@ -89,12 +89,17 @@ static_assert(kGroupedAttentionWarps * kGroupedPositions == kAttentionRound, "on
 constexpr int kGroupedMaxGroup = 8;     // query heads a kv head: the rows gid of the mmas
 constexpr int kGroupedBlocksPerSm = 2;  // its launch bounds' blocks an SM (168 registers at 3 spilled 80 bytes)
 constexpr int kGroupedMinSpan = 128;    // two rounds a split at least
-// Whether decode attention of these heads runs grouped: 2..kGroupedMaxGroup query heads a
-// kv head, heads of 64 or 128 dimensions (a lane holds each rotate-half pair).
-inline bool attention_runs_grouped(int n_heads, int n_kv_heads, int head_dim) {
+// The heads the grouped kernel takes: 1..kGroupedMaxGroup query heads a kv head, heads of
+// 64 or 128 dimensions (a lane holds each rotate-half pair).
+inline bool attention_grouped_supports(int n_heads, int n_kv_heads, int head_dim) {
   if (n_kv_heads < 1 || n_heads % n_kv_heads != 0) return false;
   const int group = n_heads / n_kv_heads;
-  return group >= 2 && group <= kGroupedMaxGroup && (head_dim == 64 || head_dim == 128);
+  return group >= 1 && group <= kGroupedMaxGroup && (head_dim == 64 || head_dim == 128);
+}
+// Whether decode attention of these heads runs grouped: grouped-query heads (2 or more a
+// kv head) it supports.
+inline bool attention_runs_grouped(int n_heads, int n_kv_heads, int head_dim) {
+  return attention_grouped_supports(n_heads, n_kv_heads, head_dim) && n_heads >= 2 * n_kv_heads;
 }
 // The grouped kernel's splits for a cache of `capacity` positions: n_kv_heads blocks a
 // split, one wave of kGroupedBlocksPerSm an SM at a full cache, spans of at least

@@ -23,10 +23,14 @@ constexpr int kMaxStepTokens = 8192;
 // context; GEMLITE_ATTENTION_SPLITS=N: N splits instead of attention_splits_for's count
 // (A/B measurements of the split, e.g. gemlite-bench -d 4096).
 // GEMLITE_NO_GROUPED_ATTENTION=1: decode attention a block a query head
-// (attention_kernel) also where launch_attention_grouped takes the heads.
+// (attention_kernel) also where launch_attention_grouped takes the heads;
+// GEMLITE_GROUPED_ATTENTION=1: the grouped kernel for every head it supports (A/B).
 bool decode_attention_grouped(const AttentionShape& shape) {
   const char* off = std::getenv("GEMLITE_NO_GROUPED_ATTENTION");
   if (off && std::string(off) == "1") return false;
+  const char* all = std::getenv("GEMLITE_GROUPED_ATTENTION");
+  if (all && std::string(all) == "1")
+    return attention_grouped_supports(shape.n_heads, shape.n_kv_heads, shape.head_dim);
   return attention_runs_grouped(shape.n_heads, shape.n_kv_heads, shape.head_dim);
 }
 AttentionSplits decode_attention_splits(int capacity, const AttentionShape& shape, bool grouped, int sm_count) {

@@ -72,7 +72,7 @@ void launch_attention(void* key_cache, void* value_cache, const int* pos0, const
 inline bool attention_fuses_rope(int head_dim) { return head_dim % 16 == 0; }
 // The same decode step (T = 1, RoPE and the KV store inside) with the query heads of one kv
 // head in one block, on tensor cores (attention_grouped.cu), for heads that
-// attention_runs_grouped takes (Error otherwise); `splits` from attention_grouped_splits_for
+// attention_grouped_supports (Error otherwise); `splits` from attention_grouped_splits_for
 // (or attention_splits_of), its partials and counters sized as for launch_attention.
 void launch_attention_grouped(void* key_cache, void* value_cache, const int* pos0, const void* qkv, int n_heads,
                               int n_kv_heads, int head_dim, const AttentionSplits& splits, void* out, DType act,

@@ -27,6 +27,7 @@ TEST(AttentionGrouped, HeadsItTakesAndItsSplits) {
   EXPECT_TRUE(attention_runs_grouped(14, 2, 64));    // Qwen2-0.5B-like, 7 a kv head
   EXPECT_TRUE(attention_runs_grouped(16, 2, 128));   // 8 a kv head: every mma row a head
   EXPECT_FALSE(attention_runs_grouped(32, 32, 128)); // no GQA: attention_kernel
+  EXPECT_TRUE(attention_grouped_supports(32, 32, 128));  // though the kernel takes it
   EXPECT_FALSE(attention_runs_grouped(32, 2, 128));  // 16 a kv head: more than the mma's 8 rows
   EXPECT_FALSE(attention_runs_grouped(12, 4, 96));   // heads of 96
   EXPECT_FALSE(attention_runs_grouped(32, 8, 256));

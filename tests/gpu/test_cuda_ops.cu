@@ -452,7 +452,7 @@ TEST(AttentionFusedRope, MatchesRopeStoreThenAttention) {
 // copies of the same random cache and qkv, fp16 and bf16: Llama-3's 4 query heads a kv head
 // over 32 splits of 128 (one live split, positions on and past the split boundaries, a full
 // cache), 7 heads a kv head at 64 dimensions over 2 splits, 8 a kv head (every mma row a
-// head) over 8 splits, and 2 a kv head without splits. Each case launches the grouped kernel
+// head) over 8 splits, 2 a kv head without splits, and one (no GQA) over 16 splits. Each case launches the grouped kernel
 // three times (it rewrites the same k and v at pos), so a counter its merging block failed
 // to reset shows up. P is rounded to Act before P·V (as in PrefillAttention): the prefill
 // tolerances. The stored value row is the same bits, the key the same up to one rounding.
@@ -469,13 +469,14 @@ TEST(AttentionGrouped, MatchesOneBlockPerHead) {
       {{32, 8, 128}, 4096, attention_grouped_splits_for(4096, 8, 132), {0, 5, 100, 127, 128, 300, 1000, 4095}},
       {{14, 2, 64}, 300, attention_grouped_splits_for(300, 2, 132), {7, 191, 192, 299}},
       {{16, 2, 128}, 1024, attention_splits_of(1024, 8), {0, 63, 64, 700, 1023}},
-      {{8, 4, 64}, 64, AttentionSplits{}, {0, 5, 63}}};
+      {{8, 4, 64}, 64, AttentionSplits{}, {0, 5, 63}},
+      {{8, 8, 128}, 2048, attention_grouped_splits_for(2048, 8, 132), {3, 600, 2047}}};  // one head a kv head
   ASSERT_EQ(cases[0].splits.count, 32);
   ASSERT_EQ(cases[1].splits.count, 2);
   for (const DType act : {DType::F16, DType::BF16})
     for (const Case& c : cases) {
       const AttentionShape& shape = c.shape;
-      ASSERT_TRUE(attention_runs_grouped(shape.n_heads, shape.n_kv_heads, shape.head_dim));
+      ASSERT_TRUE(attention_grouped_supports(shape.n_heads, shape.n_kv_heads, shape.head_dim));
       const float tolerance = act == DType::BF16 ? 8 * kPrefillTolerance : kPrefillTolerance;
       const int kv_dim = shape.n_kv_heads * shape.head_dim, q_dim = shape.n_heads * shape.head_dim;
       const int width = q_dim + 2 * kv_dim;
