@@ -147,28 +147,31 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
 
   PackedCheckpoint ckpt;
   ckpt.config = parse_hf_config(config_json, config_path);
-  // A key of the wrong JSON type ("format_version": "2") is a clear error naming the file.
-  json quant, modules;
-  int version = 0;
-  try {
-    quant = config_json.value("quantization_config", json::object());
-    if (quant.value("quant_method", std::string()) != "gemlite")
-      fail(config_path, "not a gemlite packed checkpoint (quantization_config.quant_method is not "
-                        "\"gemlite\"); convert it with gemlite-quantize");
-    // Version 2 changed only the fp6/fp5 layout, so a version-1 checkpoint of other formats
-    // reads as it is; its fp6/fp5 modules are refused below.
-    version = quant.value("format_version", 0);
-    if (version != kPackedFormatVersion && version != 1)
-      fail(config_path, "packed format version " + quant.value("format_version", json()).dump() +
-                            " is not supported (this build reads versions 1 and " +
-                            std::to_string(kPackedFormatVersion) + "); re-quantize it with gemlite-quantize");
-    modules = quant.value("modules", json::object());
-    ckpt.default_format = quant.value("format", std::string());
-    ckpt.chat_template = config_json.value("gemlite_chat_template", std::string());
-    ckpt.rstrip_token_ids = config_json.value("gemlite_rstrip_token_ids", std::vector<int>());
-  } catch (const json::exception& e) {
-    fail(config_path, std::string("quantization_config or a gemlite_ key: ") + e.what());
-  }
+  // A key of the wrong JSON type ("format_version": "2") is a clear error naming the file and
+  // the key.
+  const json quant = json_value_or(config_json, "quantization_config", json::object(), config_path,
+                                   "quantization_config", "an object");
+  if (!quant.is_object()) fail(config_path, "quantization_config is " + quant.dump() + ", not an object");
+  const auto quant_value = [&](const char* key, auto fallback, const char* what) {
+    return json_value_or(quant, key, fallback, config_path, std::string("quantization_config.") + key, what);
+  };
+  if (quant_value("quant_method", std::string(), "a string") != "gemlite")
+    fail(config_path, "not a gemlite packed checkpoint (quantization_config.quant_method is not "
+                      "\"gemlite\"); convert it with gemlite-quantize");
+  // Version 2 changed only the fp6/fp5 layout, so a version-1 checkpoint of other formats
+  // reads as it is; its fp6/fp5 modules are refused below.
+  const int version = quant_value("format_version", 0, "an integer");
+  if (version != kPackedFormatVersion && version != 1)
+    fail(config_path, "packed format version " + std::to_string(version) +
+                          " is not supported (this build reads versions 1 and " +
+                          std::to_string(kPackedFormatVersion) + "); re-quantize it with gemlite-quantize");
+  const json modules = quant_value("modules", json::object(), "an object");
+  if (!modules.is_object()) fail(config_path, "quantization_config.modules is " + modules.dump() + ", not an object");
+  ckpt.default_format = quant_value("format", std::string(), "a string");
+  ckpt.chat_template = json_value_or(config_json, "gemlite_chat_template", std::string(), config_path,
+                                     "gemlite_chat_template", "a string");
+  ckpt.rstrip_token_ids = json_value_or(config_json, "gemlite_rstrip_token_ids", std::vector<int>(), config_path,
+                                        "gemlite_rstrip_token_ids", "a list of token ids");
 
   const std::string tensors_path = (fs::path(dir) / "model.safetensors").string();
   const auto file = SafetensorsFile::open(tensors_path);
@@ -230,7 +233,9 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
     ckpt.layers.push_back(std::move(layer));
   }
   ckpt.lm_head = linear(kLmHeadModule);
-  ckpt.lm_head_tied = modules.value(kLmHeadModule, std::string()) == kTiedModule;
+  ckpt.lm_head_tied = json_value_or(modules, kLmHeadModule, std::string(), config_path,
+                                    std::string("quantization_config.modules.") + kLmHeadModule, "a string") ==
+                      kTiedModule;
 
   const fs::path tokenizer = fs::path(dir) / "tokenizer.model";
   if (fs::exists(tokenizer)) ckpt.tokenizer_path = tokenizer.string();

@@ -1,6 +1,7 @@
 // RoPE + KV store, and causal grouped-query attention over the KV cache (fp16 or bf16),
 // one block per (head, token, split) for decode and chunks shorter than
-// PrefillAttention::min_tokens, fp32 math like
+// PrefillAttention::min_tokens (decode of grouped-query heads of 64 or 128 dimensions takes
+// attention_grouped.cu instead, see attention_runs_grouped), fp32 math like
 // runtime/cpu/cpu_backend.cpp. The context can be thousands of positions, so they go
 // through with an online softmax (running max and sum, the accumulator rescaled as the max
 // grows): nothing per position is kept.
@@ -99,7 +100,7 @@ __global__ void rope_store_kernel(Act* qkv, int64_t qkv_stride, Act* key_cache, 
 // PRECOND: head_dim % 8 == 0, head_dim <= kMaxAttentionHeadDim; q, caches 16-byte aligned
 // rows (checked by launch_attention).
 static_assert(kMaxAttentionHeadDim <= kAttentionThreads && kMaxAttentionHeadDim <= 8 * 32,
-              "threads tid < head_dim finish the output; a group of at most 32 lanes covers a row");
+              "threads tid < head_dim write one split's output; a group of at most 32 lanes covers a row");
 // cos and sin of the rotation of this thread's 8 dimensions 8 piece .. 8 piece + 7 of a
 // head row at position pos: the same for q and k, and known before the PDL wait (pos comes
 // from the host, inv_freq from the load), so they are computed while the kernel before
@@ -402,9 +403,11 @@ void launch_attention(void* key_cache, void* value_cache, const int* pos0, const
     throw Error("cuda attention: the KV cache and qkv rows must be 16-byte aligned (16-byte loads)");
   const int kv_dim = n_kv_heads * head_dim;
   const int64_t qkv_stride = int64_t(n_heads + 2 * n_kv_heads) * head_dim;
-  if (splits.count < 1 || splits.span < 1 || (splits.count > 1 && (T != 1 || !splits.partials || !splits.counters)))
+  if (splits.count < 1 || splits.count > kMaxAttentionSplits || splits.span < 1 ||
+      (splits.count > 1 && (T != 1 || !splits.partials || !splits.counters)))
     throw Error("cuda attention: " + std::to_string(splits.count) + " splits of " + std::to_string(splits.span) +
-                " positions for " + std::to_string(T) + " tokens (several splits: one token, with partials)");
+                " positions for " + std::to_string(T) + " tokens (1 to " + std::to_string(kMaxAttentionSplits) +
+                " splits; several: one token, with partials)");
   if (T * n_heads > (int64_t(1) << 31) - 1) throw Error("cuda attention: " + std::to_string(T) + " tokens x " +
                                                        std::to_string(n_heads) + " heads exceed the grid");
   // Scores in log2 units (exp2 is one MUFU.EX2 where expf was ~8 instructions), as the

@@ -89,7 +89,8 @@ void bench_decode(FILE* out, const AttentionBenchOptions& options, const Attenti
   const double gbs = bytes / us * 1e-3, copy_gbs = session.copy_gbs;
   const std::string cache = capacity > ctx ? " cache=" + std::to_string(capacity) : "";
   std::fprintf(out, "attention decode %s%s %d/%dx%d ctx=%d%s: %.1f us, %.0f GB/s, %.1f %% of copy, %d splits\n",
-               grouped ? "grouped " : "", act_name(act), shape.n_heads, shape.n_kv_heads, hd, ctx, cache.c_str(), us, gbs,
+               grouped ? "grouped " : "", act_name(act), shape.n_heads, shape.n_kv_heads, hd, ctx, cache.c_str(), us,
+               gbs,
                100.0 * gbs / copy_gbs, splits.count);
   std::fflush(out);
 

@@ -72,9 +72,12 @@ __device__ __forceinline__ void rope_row(float (&x)[C][8], const float (&cos_a)[
 }
 
 // grid (n_kv_heads, splits.count), kGroupedThreads a block. Block (kv, s) attends for the
-// query heads kv group .. + group - 1 to positions [s span, (s + 1) span) of the step's span
-// (attention_step_span), as attention_kernel's block (head, s) does.
-// PRECOND: T = 1, 1 <= group <= kGroupedMaxGroup, HD 64 or 128, 16-byte aligned rows.
+// query heads kv group .. + group - 1 (group: query heads a kv head) to positions
+// [s span, (s + 1) span) of the step's span (attention_step_span), as attention_kernel's
+// block (head, s) does. key_cache, value_cache [capacity, kv_dim]; qkv [(n_heads + 2 n_kv)
+// HD] this step's token (q and k not rotated yet); rope_inv_freq [HD / 2]; out [n_heads, HD].
+// PRECOND: T = 1, 1 <= group <= kGroupedMaxGroup, HD 64 or 128, 16-byte aligned rows,
+// *pos0 < count x span, count <= kMaxAttentionSplits (checked by launch_attention_grouped).
 template <typename Act, int HD>
 __global__ void __launch_bounds__(kGroupedThreads, kGroupedBlocksPerSm)
     attention_grouped_kernel(Act* key_cache, Act* value_cache, const Act* qkv, const int* pos0, int group,
@@ -130,9 +133,10 @@ __global__ void __launch_bounds__(kGroupedThreads, kGroupedBlocksPerSm)
   pdl_wait();
   if (!live) return;  // past the context (after the wait: kernels/pdl.cuh)
 
-  const Act* token = qkv;  // [(n_heads + 2 n_kv) HD]: q, k, v of this step's token
   // This token's k (rotated) and v -> the cache, by the block whose split holds pos; the
   // barrier makes them visible to its other warps, which read position pos from the cache.
+  // holds_pos is the same for the whole block (pos, begin, end are), so every thread or none
+  // reaches the barrier.
   const bool holds_pos = pos >= begin && pos < end;
   if (holds_pos) {
     if (warp == 0 && gid == 0) {
@@ -141,8 +145,8 @@ __global__ void __launch_bounds__(kGroupedThreads, kGroupedBlocksPerSm)
 #pragma unroll
       for (int c = 0; c < C; ++c) {
         const int64_t column = int64_t(n_heads) * HD + kv_offset + 32 * c + lane_dims;
-        unpack8<Act>(*reinterpret_cast<const uint4*>(token + column), k[c]);
-        v[c] = *reinterpret_cast<const uint4*>(token + column + kv_dim);
+        unpack8<Act>(*reinterpret_cast<const uint4*>(qkv + column), k[c]);
+        v[c] = *reinterpret_cast<const uint4*>(qkv + column + kv_dim);
       }
       rope_row<Act, C>(k, cos_a, sin_a);
       const int64_t row = int64_t(pos) * kv_dim + kv_offset + lane_dims;
@@ -161,7 +165,7 @@ __global__ void __launch_bounds__(kGroupedThreads, kGroupedBlocksPerSm)
   uint32_t qa[C][2][2] = {};
   if (gid < group) {
     float q[C][8];
-    const Act* q_row = token + int64_t(kv * group + gid) * HD + lane_dims;
+    const Act* q_row = qkv + int64_t(kv * group + gid) * HD + lane_dims;
 #pragma unroll
     for (int c = 0; c < C; ++c) unpack8<Act>(*reinterpret_cast<const uint4*>(q_row + 32 * c), q[c]);
     rope_row<Act, C>(q, cos_a, sin_a);
@@ -280,9 +284,11 @@ void launch_attention_grouped(void* key_cache, void* value_cache, const int* pos
   const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (!aligned16(key_cache) || !aligned16(value_cache) || !aligned16(qkv))
     throw Error("cuda grouped attention: the KV cache and qkv rows must be 16-byte aligned (16-byte loads)");
-  if (splits.count < 1 || splits.span < 1 || (splits.count > 1 && (!splits.partials || !splits.counters)))
+  if (splits.count < 1 || splits.count > kMaxAttentionSplits || splits.span < 1 ||
+      (splits.count > 1 && (!splits.partials || !splits.counters)))
     throw Error("cuda grouped attention: " + std::to_string(splits.count) + " splits of " +
-                std::to_string(splits.span) + " positions (several splits need partials and counters)");
+                std::to_string(splits.span) + " positions (1 to " + std::to_string(kMaxAttentionSplits) +
+                " splits; several need partials and counters)");
   const int kv_dim = n_kv_heads * head_dim;
   const float scale_log2 = float(1.4426950408889634 / std::sqrt(double(head_dim)));  // log2(e) / sqrt(hd)
   const dim3 grid(unsigned(n_kv_heads), unsigned(splits.count));

@@ -1,9 +1,9 @@
 #pragma once
-// How the decode attention (attention.cu) spreads a step over blocks: the split of each
-// head's context, a pure function of the cache's capacity, the heads and the device's SM
-// count, apart from the kernel, so that the rule -- with the measurements it rests on --
-// is unit-tested on the CPU (tests/cpu/test_attention_launch.cpp), like the prefill
-// attention's (flash_prefill_launch.h).
+// How the decode attention (attention.cu, attention_grouped.cu) spreads a step over blocks:
+// the split of each head's context, a pure function of the cache's capacity, the heads and
+// the device's SM count, apart from the kernel, so that the rule -- with the measurements
+// it rests on -- is unit-tested on the CPU (tests/cpu/test_attention_launch.cpp), like the
+// prefill attention's (flash_prefill_launch.h).
 
 namespace gemlite {
 
@@ -25,19 +25,20 @@ constexpr int kAttentionBlocksPerSm = 2;
 // context. count and span follow the cache's capacity, not the position, so the grid of a
 // captured decode step stays valid as the context grows: the kernel reads the position,
 // shrinks the span to the context so far (attention_step_span), and only the splits that
-// hold positions take part (blocks past the context leave right after the PDL wait; the last live one
-// merges, or the only one writes out directly).
+// hold positions take part (blocks past the context leave right after the PDL wait; the live
+// block that takes a head's last ticket merges, or the only one writes out directly). The
+// grouped kernel splits each kv head's context the same way, a block a (kv head, split).
 struct AttentionSplits {
-  int count = 1;
+  int count = 1;                 // at most kMaxAttentionSplits (the merge's shared memory)
   int span = 1 << 30;            // positions per split at a full cache
   float* partials = nullptr;     // [n_heads, count, hd + 2] F32 (count > 1)
-  unsigned* counters = nullptr;  // [n_heads], zero between launches (count > 1)
+  unsigned* counters = nullptr;  // [n_heads], zero between launches (count > 1); grouped: [n_kv_heads] of them
 };
 // Positions a round of attention_kernel takes at head_dim 128 (groups of 128 / 8 threads):
 // the unit of every span.
 constexpr int kAttentionRound = kPositionsPerGroup * (kAttentionThreads / (128 / 8));
 // The longest context a step keeps in one split (attention_step_span): two rounds, so that
-// a context of up to 128 positions stays in one block a head and skips the merge.
+// a context of up to 128 positions stays in one block a head (a kv head, grouped) and skips the merge.
 constexpr int kOneSplitPositions = 2 * kAttentionRound;
 // The longest context a step spreads in spans of one round (attention_step_span). One H200,
 // 32/32 heads x 128, a 4096-position cache (GEMLITE_BENCH_CACHE=4096), us with spans of one
@@ -87,7 +88,9 @@ constexpr int kGroupedAttentionWarps = 4;
 constexpr int kGroupedPositions = 16;  // the n of two QKᵀ mmas, the k of one P·V mma
 static_assert(kGroupedAttentionWarps * kGroupedPositions == kAttentionRound, "one round a block step");
 constexpr int kGroupedMaxGroup = 8;     // query heads a kv head: the rows gid of the mmas
-constexpr int kGroupedBlocksPerSm = 2;  // its launch bounds' blocks an SM (168 registers at 3 spilled 80 bytes)
+// Its launch bounds' blocks an SM: 190 registers, no spill; at 3 blocks an SM the bounds cap
+// it at 168 registers and it spilled 80 bytes.
+constexpr int kGroupedBlocksPerSm = 2;
 constexpr int kGroupedMinSpan = 128;    // two rounds a split at least
 // The heads the grouped kernel takes: 1..kGroupedMaxGroup query heads a kv head, heads of
 // 64 or 128 dimensions (a lane holds each rotate-half pair).

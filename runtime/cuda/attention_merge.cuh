@@ -3,9 +3,10 @@
 // in attention_grouped.cu): every live split of a head has left (O [hd] unnormalised, its max
 // in log2 units, its sum) in splits.partials [n_heads, count, hd + 2], and the block that
 // took the head's last ticket combines them into out. The splits' maxima and sums go
-// through shared memory once, so each output element is a sum of independent loads:
-// merged element by element, each a chain of `count` dependent L2 loads, 32 splits had cost
-// the grouped kernel more than its whole loop (32/8 heads x 128 at ctx 4096, H200).
+// through shared memory once, so each output element is a sum of independent loads. (Each
+// element had found the maximum and the weights itself, a chain of `count` dependent L2
+// loads: with 32 splits that cost the grouped kernel more than its whole loop, 32/8 heads x
+// 128 at ctx 4096 on an H200, 21.9 against 15.3 µs now.)
 #include <cstdint>
 
 #include "runtime/cuda/act_type.cuh"
@@ -17,11 +18,14 @@ constexpr int kMaxMergedHeads = kGroupedMaxGroup;  // heads one block merges
 
 // Heads head0 .. head0 + heads - 1 of out [n_heads, head_dim] from their live_splits
 // partials; all threads of the block call it, after a __threadfence that orders the
-// partials' reads after the ticket. Leaves the heads' counters to the caller.
+// partials' reads after the ticket. PRECOND: live_splits <= kMaxAttentionSplits, heads <=
+// kMaxMergedHeads (the launchers check the split count). Leaves the heads' counters to the
+// caller.
 template <typename Act>
 __device__ void merge_split_partials(const AttentionSplits& splits, int live_splits, int head0, int heads,
                                      int head_dim, Act* out) {
-  __shared__ float split_weight[kMaxMergedHeads][kMaxAttentionSplits];  // [head][split]: max, then 2^(max - max_all)
+  // [head][split]: the split's max, overwritten with its weight 2^(max - max_all).
+  __shared__ float split_weight[kMaxMergedHeads][kMaxAttentionSplits];
   __shared__ float split_sum[kMaxMergedHeads][kMaxAttentionSplits];     // [head][split]
   __shared__ float head_sum[kMaxMergedHeads];                            // Σ over splits of weight x sum
   const int tid = int(threadIdx.x), threads = int(blockDim.x), stride = head_dim + 2;

@@ -10,6 +10,7 @@
 
 #include "runtime/error.h"
 #include "runtime/interrupt.h"
+#include "runtime/io/json_file.h"
 #include "runtime/io/mapped_file.h"
 #include "runtime/io/output_file.h"
 
@@ -47,6 +48,8 @@ json parse_header(const std::string& path, const uint8_t* text, uint64_t size) {
     header = json::parse(text, text + size);
   } catch (const json::parse_error& e) {
     fail(path, "header is not valid JSON (syntax error at byte " + std::to_string(e.byte) + ")");
+  } catch (const json::exception& e) {  // e.g. a number out of range: 1e999
+    fail(path, "header is not valid JSON (" + json_error_text(e) + ")");
   }
   if (!header.is_object()) fail(path, "header is not a JSON object");
   return header;

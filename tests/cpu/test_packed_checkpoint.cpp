@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "models/import_llama2c.h"
@@ -140,6 +141,31 @@ TEST(PackedCheckpoint, ForeignOrFutureConfigIsRejected) {
   dir = save_stories("q8");
   edit_config(dir, [](json& c) { c["quantization_config"]["modules"]["lm_head"] = "q3g48"; });
   expect_load_error(dir, {dir + "/config.json", "lm_head", "q3g48"});
+
+  // A key of the wrong JSON type is named with its value (nlohmann's "[json.exception...]"
+  // text had reached the user), and a number JSON cannot hold names the file.
+  dir = save_stories("q8");
+  edit_config(dir, [](json& c) { c["quantization_config"]["format_version"] = "2"; });
+  expect_load_error(dir, {dir + "/config.json", "quantization_config.format_version is \"2\", not an integer"});
+  dir = save_stories("q8");
+  edit_config(dir, [](json& c) { c["quantization_config"] = "gemlite"; });
+  expect_load_error(dir, {dir + "/config.json", "quantization_config is \"gemlite\", not an object"});
+  dir = save_stories("q8");
+  edit_config(dir, [](json& c) { c["gemlite_chat_template"] = 5; });
+  expect_load_error(dir, {dir + "/config.json", "gemlite_chat_template is 5, not a string"});
+  dir = save_stories("q8");
+  edit_config(dir, [](json& c) { c["quantization_config"]["modules"]["lm_head"] = 3; });
+  expect_load_error(dir, {dir + "/config.json", "quantization_config.modules has no format for 'lm_head'"});
+  dir = save_stories("q8");
+  {  // a number no double holds: nlohmann's parser throws out_of_range, not parse_error
+    std::ifstream in(dir + "/config.json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = text.find("\"quantization_config\"");
+    ASSERT_NE(at, std::string::npos);
+    text.insert(at, "\"huge\": 1e999, ");
+    std::ofstream(dir + "/config.json") << text;
+  }
+  expect_load_error(dir, {dir + "/config.json", "not valid JSON (number overflow parsing '1e999')"});
 
   // Only the classifier can share the embedding: an o_proj marked "tied" was run with the
   // embedding's [vocab, dim] and wrote past its output on the CPU.

@@ -149,6 +149,7 @@ TEST(Safetensors, RejectsMalformedFilesNamingThePathAndProblem) {
       {"header length past the end", le64(100) + "{}", "runs past the end"},
       {"absurd header length", le64(1ull << 40) + "{}", "too large"},
       {"header not JSON", raw_file("{\"a\": ", 0), "not valid JSON"},
+      {"number out of range", raw_file(R"({"a": 1e999})", 0), "not valid JSON (number overflow"},
       {"header not an object", raw_file("[1, 2]", 0), "not a JSON object"},
       {"entry not an object", raw_file(R"({"a": 5})", 0), "must be an object"},
       {"missing dtype", one_entry(R"("shape":[1],"data_offsets":[0,4])"), "missing 'dtype'"},

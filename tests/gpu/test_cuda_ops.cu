@@ -207,8 +207,9 @@ TEST_F(CudaOps, AttentionPrefillThenDecodeAtLlamaShapes) {
       cpu->attention(*cpu_cache, 0, qkv.cpu, freq.cpu, shape, out.cpu);
       gpu->attention(*gpu_cache, 0, qkv.gpu, freq.gpu, shape, out.gpu);
       // Tensor-core kernels round P to fp16: the prefill chunks, and decode of grouped heads.
-      const bool tensor_cores = step.T >= PrefillAttention::min_tokens(shape.head_dim) ||
-                                (step.T == 1 && attention_runs_grouped(shape.n_heads, shape.n_kv_heads, shape.head_dim));
+      const bool grouped_decode =
+          step.T == 1 && attention_runs_grouped(shape.n_heads, shape.n_kv_heads, shape.head_dim);
+      const bool tensor_cores = step.T >= PrefillAttention::min_tokens(shape.head_dim) || grouped_decode;
       expect_close("attention " + where + ", T " + std::to_string(step.T) + " at " + std::to_string(step.pos0), out,
                    tensor_cores ? kPrefillTolerance : kTolerance);
     }
@@ -452,10 +453,11 @@ TEST(AttentionFusedRope, MatchesRopeStoreThenAttention) {
 // copies of the same random cache and qkv, fp16 and bf16: Llama-3's 4 query heads a kv head
 // over 32 splits of 128 (one live split, positions on and past the split boundaries, a full
 // cache), 7 heads a kv head at 64 dimensions over 2 splits, 8 a kv head (every mma row a
-// head) over 8 splits, 2 a kv head without splits, and one (no GQA) over 16 splits. Each case launches the grouped kernel
-// three times (it rewrites the same k and v at pos), so a counter its merging block failed
-// to reset shows up. P is rounded to Act before P·V (as in PrefillAttention): the prefill
-// tolerances. The stored value row is the same bits, the key the same up to one rounding.
+// head) over 8 splits, 2 a kv head without splits, and one (no GQA) over 16 splits. Each
+// case launches the grouped kernel three times (it rewrites the same k and v at pos), so a
+// counter its merging block failed to reset shows up. P is rounded to Act before P·V (as in
+// PrefillAttention): the prefill tolerances. The stored value row is the same bits, the key
+// the same up to one rounding.
 TEST(AttentionGrouped, MatchesOneBlockPerHead) {
   std::mt19937_64 rng{test_seed() + 13};
   auto ctx = std::make_shared<CudaContext>();
@@ -501,7 +503,8 @@ TEST(AttentionGrouped, MatchesOneBlockPerHead) {
         const Tensor keys = random_device_acts(ctx, size_t(c.capacity) * kv_dim, rng, act);    // [capacity, kv_dim]
         const Tensor values = random_device_acts(ctx, size_t(c.capacity) * kv_dim, rng, act);  // [capacity, kv_dim]
         const Tensor qkv = random_device_acts(ctx, size_t(width), rng, act);  // [1, width], not rotated
-        Tensor keys2 = device_tensor(ctx, act, c.capacity, kv_dim), values2 = device_tensor(ctx, act, c.capacity, kv_dim);
+        Tensor keys2 = device_tensor(ctx, act, c.capacity, kv_dim);    // [capacity, kv_dim]
+        Tensor values2 = device_tensor(ctx, act, c.capacity, kv_dim);  // [capacity, kv_dim]
         Tensor qkv2 = device_tensor(ctx, act, 1, width);
         CUDA_CHECK(cudaMemcpy(keys2.data, keys.data, cache_bytes, cudaMemcpyDeviceToDevice));
         CUDA_CHECK(cudaMemcpy(values2.data, values.data, cache_bytes, cudaMemcpyDeviceToDevice));
@@ -539,7 +542,9 @@ TEST(AttentionGrouped, MatchesOneBlockPerHead) {
                       << shape.n_kv_heads << " x " << shape.head_dim << " at " << position << ", " << splits.count
                       << " splits: worst " << worst << " (tol " << tolerance << ")\n";
         }
-        const auto to_float = [act](uint16_t bits) { return act == DType::BF16 ? bf16_to_float(bits) : half_to_float(bits); };
+        const auto to_float = [act](uint16_t bits) {
+          return act == DType::BF16 ? bf16_to_float(bits) : half_to_float(bits);
+        };
         const size_t row_size = static_cast<size_t>(kv_dim), row = size_t(position) * kv_dim;
         std::vector<uint16_t> k1(row_size), k2(row_size), v1(row_size), v2(row_size);
         CUDA_CHECK(cudaMemcpy(k1.data(), keys.as<uint16_t>() + row, size_t(kv_dim) * 2, cudaMemcpyDeviceToHost));
