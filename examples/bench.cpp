@@ -359,6 +359,9 @@ int main(int argc, char** argv) {
       throw Error("-o '" + output + "': expected md, json or csv");
     if (!args.count("model") && !args.count("synthetic"))
       throw Error("nothing to benchmark: give -m DIR or --synthetic NAME (see --help)");
+    if (args.count("format") && !args.count("synthetic"))  // a checkpoint's weights keep their formats
+      throw Error("-f/--format picks the formats of --synthetic models; a checkpoint given with -m is benchmarked "
+                  "in the formats it was quantized to (gemlite-quantize makes others)");
     const std::string device = args["device"].as<std::string>();
     const std::string backend_name = backend_name_for(device);
     check_backend(backend_name);  // before the copy bandwidth and the table's header

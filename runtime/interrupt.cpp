@@ -31,6 +31,7 @@ void install(int signal) {
 void install_interrupt_handlers() {
   install(SIGINT);
   install(SIGTERM);
+  install(SIGHUP);
 }
 
 void throw_if_interrupted(const char* doing) {

@@ -30,7 +30,7 @@ TEST(Interrupt, NothingBeforeASignal) {
       ::testing::ExitedWithCode(0), "");
 }
 
-TEST(Interrupt, SigintAndSigtermGiveTheirExitCodes) {
+TEST(Interrupt, SigintSigtermAndSighupGiveTheirExitCodes) {
   EXPECT_EXIT(
       {
         install_interrupt_handlers();
@@ -45,6 +45,13 @@ TEST(Interrupt, SigintAndSigtermGiveTheirExitCodes) {
         exit_with_what_throw_if_interrupted_does();
       },
       ::testing::ExitedWithCode(143), "");
+  EXPECT_EXIT(  // the terminal closed under a long gemlite-quantize: its temporary goes too
+      {
+        install_interrupt_handlers();
+        std::raise(SIGHUP);
+        exit_with_what_throw_if_interrupted_does();
+      },
+      ::testing::ExitedWithCode(129), "");
 }
 
 // `gemlite-quantize ... &` from a script starts with SIGINT ignored: a Ctrl-C in the

@@ -181,6 +181,7 @@ TEST(Programs, BadFlagValuesAreOneLineErrors) {
   expect_one_line_error("gemlite-bench", "--synthetic stories260k -p 16,", "--n-prompt: '16,' has an empty item");
   expect_one_line_error("gemlite-bench", "--synthetic stories260k -f q8,,q4g64", "--format: 'q8,,q4g64' has an empty item");
   expect_one_line_error("gemlite-bench", "--synthetic stories260k -f q8,", "--format: 'q8,'");
+  expect_one_line_error("gemlite-bench", "-m /nonexistent/packed -f q8", "-f/--format picks the formats of --synthetic");
   expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --device tpu", "tpu");
   expect_one_line_error("gemlite-perplexity", "-m " + stories_dir() + " -f /nonexistent.txt", "/nonexistent.txt");
   expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --temp abc", "--temp: Argument");
