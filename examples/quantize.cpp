@@ -34,6 +34,8 @@ SourceModel load_source(const std::string& path) {
   if (fs::is_directory(path)) return load_hf_directory(path);
   if (!fs::exists(path)) fail(path, "no such file or directory");
   if (is_gguf_file(path)) return load_gguf(path);
+  // Read as llama2.c, a damaged .gguf would be reported as a llama2.c header out of range.
+  if (fs::path(path).extension() == ".gguf") fail(path, "not a GGUF file (it does not start with 'GGUF')");
   return load_llama2c(path);
 }
 

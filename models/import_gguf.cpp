@@ -228,6 +228,12 @@ ModelConfig config_from_metadata(const Metadata& meta, const SourceModel& model)
   c.n_heads = meta.count(p + "attention.head_count");
   c.n_kv_heads = meta.count(p + "attention.head_count_kv", c.n_heads);
   if (c.n_heads < 1) fail(meta.path, "attention.head_count " + std::to_string(c.n_heads));
+  // Checked before the head size is derived from them: a zero or indivisible width had been
+  // reported as a partial rope (rope.dimension_count against dim / heads rounded down).
+  if (c.dim < 1) fail(meta.path, p + "embedding_length " + std::to_string(c.dim) + " (need a positive width)");
+  if (!meta.find(p + "attention.key_length") && c.dim % c.n_heads != 0)
+    fail(meta.path, p + "embedding_length " + std::to_string(c.dim) + " is not divisible by " + p +
+                        "attention.head_count " + std::to_string(c.n_heads));
   c.head_dim = meta.count(p + "attention.key_length", c.dim / c.n_heads);
   c.max_seq_len = meta.count(p + "context_length");
   // Phi-3's sliding window: the runtime attends over everything, so the context ends there.

@@ -32,7 +32,8 @@ ModelConfig config_from_header(const std::string& path, const int32_t (&header)[
   if (header[0] == kVersionedExportMagic)
     fail(path, "llama2.c versioned export (magic 'ak42') is not supported; only the legacy v0 layout");
   for (int i = 0; i < kHeaderFields; ++i) {
-    const int64_t value = std::abs(int64_t(header[i]));  // vocab_size's sign marks the classifier
+    // vocab_size's sign marks the classifier; any other field is a positive count.
+    const int64_t value = i == 5 ? std::abs(int64_t(header[i])) : header[i];
     const int64_t limit = i == 2 ? kMaxLayers : kMaxSize;
     if (value < 1 || value > limit)
       fail(path, std::string("header field ") + kFieldNames[i] + " = " + std::to_string(header[i]) +

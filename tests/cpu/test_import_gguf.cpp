@@ -155,6 +155,10 @@ TEST(ImportGguf, DamagedFilesAreErrorsNamingTheFile) {
   const size_t extent_at = offset_of("token_embd.weight") + std::strlen("token_embd.weight") + 4;
   const char huge[8] = {0, 0, 0, 0, 1, 0, 0, 0};
   expect_error(damaged_copy("huge.gguf", extent_at, std::string(huge, 8)), "larger than the file");
+  // llama.embedding_length's value (after the key and its type, 4 bytes) made 0: named as
+  // such, where a partial rope had been reported.
+  const size_t width_at = offset_of("llama.embedding_length") + std::strlen("llama.embedding_length") + 4;
+  expect_error(damaged_copy("width.gguf", width_at, std::string(4, '\0')), "llama.embedding_length 0");
 }
 
 }  // namespace

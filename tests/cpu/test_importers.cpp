@@ -153,6 +153,12 @@ TEST(ImportLlama2c, RejectsNonsenseHeaders) {
   expect_error_mentions([&] { load_llama2c(odd_heads); }, {odd_heads, "not divisible by n_heads 7"});
   const std::string no_layers = with_field(2, 0);
   expect_error_mentions([&] { load_llama2c(no_layers); }, {no_layers, "n_layers = 0"});
+  // Only vocab_size's sign means something (a separate classifier): a negative dim or seq_len
+  // is named by its llama2.c field, not by the Hugging Face key it becomes.
+  const std::string negative_dim = with_field(0, -64);
+  expect_error_mentions([&] { load_llama2c(negative_dim); }, {negative_dim, "header field dim = -64"});
+  const std::string negative_seq = with_field(6, -1);
+  expect_error_mentions([&] { load_llama2c(negative_seq); }, {negative_seq, "header field seq_len = -1"});
 }
 
 TEST(ImportHf, LoadsTheShardedGutenbergCheckpoint) {

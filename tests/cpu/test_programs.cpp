@@ -160,6 +160,10 @@ TEST(Programs, QuantizeRejectsBadSourceFormatAndOverride) {
   expect_one_line_error("gemlite-quantize",
                         shared_file("models/stories260K/stories260K.bin") + " /tmp/x q4 --tokenizer /nonexistent.model",
                         "/nonexistent.model");
+  // A .gguf whose magic is damaged had been read as llama2.c ("header field dim = ... out of range").
+  const std::string damaged = make_temp_dir() + "/model.gguf";
+  std::ofstream(damaged, std::ios::binary) << std::string("GG\0\0", 4) << std::string(64, '\1');
+  expect_one_line_error("gemlite-quantize", damaged + " /tmp/x q8", damaged + ": not a GGUF file");
 }
 
 TEST(Programs, TruncatedCheckpointIsNamedAndNothingCrashes) {
