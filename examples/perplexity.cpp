@@ -116,6 +116,10 @@ int main(int argc, char** argv) {
       }
       for (int j = first_scored; j < n_ctx - 1; ++j) {
         const double value = nll[size_t(j - first_scored)];
+        // A NaN or inf here (damaged weights, an fp16 overflow) would only print "PPL = nan".
+        if (!std::isfinite(value))
+          fail(model_dir, "the model's logits are not finite in chunk " + std::to_string(chunk + 1) +
+                              " at position " + std::to_string(j) + " (NaN or inf in its weights or activations?)");
         nll_sum += value;
         nll_squared_sum += value * value;
         ++scored;

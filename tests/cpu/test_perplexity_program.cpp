@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -92,6 +94,28 @@ TEST(PerplexityProgram, TextShorterThanTwoChunksIsAnError) {
       "gemlite-perplexity", "-m " + quantized_stories260k("f32") + " -f " + shared_file(kText) + " -c 100000", true);
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.output.find("tinystories_sample.txt"), std::string::npos) << run.output;
+}
+
+// A checkpoint whose weights are NaN (every byte after the safetensors header 0xff: NaN
+// in f32) is one error line naming the model, not "Final estimate: PPL = nan" and exit 0.
+TEST(PerplexityProgram, NonFiniteLogitsAreAnError) {
+  const std::string dir = make_temp_dir() + "/nan";
+  std::filesystem::copy(quantized_stories260k("f32"), dir);
+  const std::string tensors = dir + "/model.safetensors";
+  std::fstream file(tensors, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_bytes = 0;  // little-endian length, then the JSON header
+  file.read(reinterpret_cast<char*>(&header_bytes), 8);
+  const uint64_t size = std::filesystem::file_size(tensors);
+  ASSERT_LT(8 + header_bytes, size);
+  file.seekp(std::streamoff(8 + header_bytes));
+  file << std::string(size - 8 - header_bytes, '\xff');
+  file.close();
+  const ProgramRun run = run_program_for_test(
+      "gemlite-perplexity", "-m " + dir + " -f " + shared_file(kText) + " -c 64 --chunks 1", true);
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find(dir + ": the model's logits are not finite in chunk 1"), std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("Final estimate"), std::string::npos) << run.output;
 }
 
 }  // namespace
