@@ -79,6 +79,7 @@ TEST(LogitsProgram, BadInputIsOneLineAndExitOne) {
   std::string too_long = "1";  // 600 ids: longer than stories260K's 512 positions
   for (int i = 1; i < 600; ++i) too_long += ",300";
   for (const std::string& args : std::vector<std::string>{"--ids '1,x'" + out, "--ids 1,99999" + out, "--ids ''" + out,
+                                  "--ids 1,,403" + out, "--ids 1,403," + out,
                                   out.substr(1), "--ids 1 -p hi" + out, "--ids 1", "--ids " + too_long + out}) {
     const ProgramRun run = run_program_for_test("gemlite-logits", "-m " + model_dir + " " + args, true);
     EXPECT_EQ(run.exit_code, 1) << args;
