@@ -368,6 +368,54 @@ TEST(AttentionSplits, MatchOneBlockPerHead) {
   }
 }
 
+// The split buffers of a decode attention launch with `layout`: partials [n_heads, count,
+// hd + 2] F32 and counters [n_heads] (zeroed), attached to the splits when there are several.
+struct SplitBuffers {
+  Tensor partials, counters;
+  AttentionSplits splits;
+};
+SplitBuffers split_buffers(const std::shared_ptr<CudaContext>& ctx, const AttentionShape& shape,
+                           const AttentionSplits& layout) {
+  SplitBuffers b;
+  b.partials = device_tensor(ctx, DType::F32, int64_t(shape.n_heads) * layout.count, shape.head_dim + 2);
+  b.counters = device_tensor(ctx, DType::I32, 1, shape.n_heads);
+  CUDA_CHECK(cudaMemset(b.counters.data, 0, size_t(shape.n_heads) * sizeof(int)));
+  b.splits = layout;
+  if (layout.count > 1) {
+    b.splits.partials = b.partials.as<float>();
+    b.splits.counters = reinterpret_cast<unsigned*>(b.counters.as<int>());
+  }
+  return b;
+}
+
+// RoPE's inverse frequencies [hd / 2] F32 (theta 10000) on the device.
+Tensor device_rope_inv_freq(const std::shared_ptr<CudaContext>& ctx, int head_dim) {
+  std::vector<float> inv_freq(size_t(head_dim / 2));
+  for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * float(i) / head_dim);
+  Tensor freq = device_tensor(ctx, DType::F32, 1, int64_t(inv_freq.size()));
+  CUDA_CHECK(cudaMemcpy(freq.data, inv_freq.data(), inv_freq.size() * 4, cudaMemcpyHostToDevice));
+  return freq;
+}
+
+// The rows at `position` of two caches [capacity, kv_dim] (act) that two kernels stored this
+// step's k and v into: the value rows the same bits, the keys the same up to one rounding of
+// act (fp32 contraction may differ between the kernels).
+void expect_same_stored_rows(const Tensor& keys, const Tensor& keys2, const Tensor& values, const Tensor& values2,
+                             int position, int kv_dim, DType act) {
+  const size_t row_size = static_cast<size_t>(kv_dim), row = size_t(position) * kv_dim;
+  std::vector<uint16_t> k1(row_size), k2(row_size), v1(row_size), v2(row_size);
+  CUDA_CHECK(cudaMemcpy(k1.data(), keys.as<uint16_t>() + row, row_size * 2, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(k2.data(), keys2.as<uint16_t>() + row, row_size * 2, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(v1.data(), values.as<uint16_t>() + row, row_size * 2, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(v2.data(), values2.as<uint16_t>() + row, row_size * 2, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(v1, v2) << "the stored value row";
+  const auto to_float = [act](uint16_t bits) { return act == DType::BF16 ? bf16_to_float(bits) : half_to_float(bits); };
+  const int mantissa = act == DType::BF16 ? 7 : 10;
+  for (size_t i = 0; i < row_size; ++i)
+    ASSERT_LE(std::fabs(to_float(k1[i]) - to_float(k2[i])), std::ldexp(std::fabs(to_float(k1[i])), -mantissa) + 1e-7f)
+        << "stored key " << i << ": " << to_float(k1[i]) << " vs " << to_float(k2[i]);
+}
+
 // Decode attention with RoPE and the KV store inside (launch_attention with rope_inv_freq)
 // against launch_rope_store followed by the plain kernel, on copies of the same cache and
 // qkv: GQA with the cache split (positions in the first split, on a boundary, at the end)
@@ -388,18 +436,9 @@ TEST(AttentionFusedRope, MatchesRopeStoreThenAttention) {
     const AttentionShape& shape = c.shape;
     const int kv_dim = shape.n_kv_heads * shape.head_dim, q_dim = shape.n_heads * shape.head_dim;
     const int width = q_dim + 2 * kv_dim;
-    AttentionSplits splits = attention_splits_of(c.capacity, c.splits);
-    Tensor partials = device_tensor(ctx, DType::F32, int64_t(shape.n_heads) * splits.count, shape.head_dim + 2);
-    Tensor counters = device_tensor(ctx, DType::I32, 1, shape.n_heads);
-    CUDA_CHECK(cudaMemset(counters.data, 0, size_t(shape.n_heads) * sizeof(int)));
-    if (splits.count > 1) {
-      splits.partials = partials.as<float>();
-      splits.counters = reinterpret_cast<unsigned*>(counters.as<int>());
-    }
-    std::vector<float> inv_freq(size_t(shape.head_dim / 2));
-    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * float(i) / shape.head_dim);
-    Tensor freq = device_tensor(ctx, DType::F32, 1, int64_t(inv_freq.size()));
-    CUDA_CHECK(cudaMemcpy(freq.data, inv_freq.data(), inv_freq.size() * 4, cudaMemcpyHostToDevice));
+    const SplitBuffers buffers = split_buffers(ctx, shape, attention_splits_of(c.capacity, c.splits));
+    const AttentionSplits& splits = buffers.splits;
+    const Tensor freq = device_rope_inv_freq(ctx, shape.head_dim);
     Tensor pos0 = device_tensor(ctx, DType::I32, 1, 1);
     const size_t cache_bytes = size_t(c.capacity) * kv_dim * 2;
     for (const int position : c.positions) {
@@ -432,18 +471,7 @@ TEST(AttentionFusedRope, MatchesRopeStoreThenAttention) {
         const float err = std::isfinite(b) ? std::fabs(a - b) / std::max(std::fabs(a), rms) : INFINITY;
         ASSERT_LE(err, kTolerance) << "column " << i << ": rope_store + attention " << a << ", fused " << b;
       }
-      const size_t row_size = static_cast<size_t>(kv_dim);
-      std::vector<uint16_t> k1(row_size), k2(row_size), v1(row_size), v2(row_size);
-      const size_t row = size_t(position) * kv_dim;
-      CUDA_CHECK(cudaMemcpy(k1.data(), keys.as<uint16_t>() + row, size_t(kv_dim) * 2, cudaMemcpyDeviceToHost));
-      CUDA_CHECK(cudaMemcpy(k2.data(), keys2.as<uint16_t>() + row, size_t(kv_dim) * 2, cudaMemcpyDeviceToHost));
-      CUDA_CHECK(cudaMemcpy(v1.data(), values.as<uint16_t>() + row, size_t(kv_dim) * 2, cudaMemcpyDeviceToHost));
-      CUDA_CHECK(cudaMemcpy(v2.data(), values2.as<uint16_t>() + row, size_t(kv_dim) * 2, cudaMemcpyDeviceToHost));
-      EXPECT_EQ(v1, v2) << "the stored value row";
-      for (int i = 0; i < kv_dim; ++i)
-        ASSERT_LE(std::fabs(half_to_float(k1[size_t(i)]) - half_to_float(k2[size_t(i)])),
-                  std::ldexp(std::fabs(half_to_float(k1[size_t(i)])), -10) + 1e-7f)
-            << "stored key " << i << ": " << half_to_float(k1[size_t(i)]) << " vs " << half_to_float(k2[size_t(i)]);
+      expect_same_stored_rows(keys, keys2, values, values2, position, kv_dim, DType::F16);
     }
   }
 }
@@ -482,18 +510,9 @@ TEST(AttentionGrouped, MatchesOneBlockPerHead) {
       const float tolerance = act == DType::BF16 ? 8 * kPrefillTolerance : kPrefillTolerance;
       const int kv_dim = shape.n_kv_heads * shape.head_dim, q_dim = shape.n_heads * shape.head_dim;
       const int width = q_dim + 2 * kv_dim;
-      AttentionSplits splits = c.splits;
-      Tensor partials = device_tensor(ctx, DType::F32, int64_t(shape.n_heads) * splits.count, shape.head_dim + 2);
-      Tensor counters = device_tensor(ctx, DType::I32, 1, shape.n_heads);
-      CUDA_CHECK(cudaMemset(counters.data, 0, size_t(shape.n_heads) * sizeof(int)));
-      if (splits.count > 1) {
-        splits.partials = partials.as<float>();
-        splits.counters = reinterpret_cast<unsigned*>(counters.as<int>());
-      }
-      std::vector<float> inv_freq(size_t(shape.head_dim / 2));
-      for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * float(i) / shape.head_dim);
-      Tensor freq = device_tensor(ctx, DType::F32, 1, int64_t(inv_freq.size()));
-      CUDA_CHECK(cudaMemcpy(freq.data, inv_freq.data(), inv_freq.size() * 4, cudaMemcpyHostToDevice));
+      const SplitBuffers buffers = split_buffers(ctx, shape, c.splits);
+      const AttentionSplits& splits = buffers.splits;
+      const Tensor freq = device_rope_inv_freq(ctx, shape.head_dim);
       Tensor pos0 = device_tensor(ctx, DType::I32, 1, 1);
       const size_t cache_bytes = size_t(c.capacity) * kv_dim * 2;
       for (const int position : c.positions) {
@@ -542,21 +561,7 @@ TEST(AttentionGrouped, MatchesOneBlockPerHead) {
                       << shape.n_kv_heads << " x " << shape.head_dim << " at " << position << ", " << splits.count
                       << " splits: worst " << worst << " (tol " << tolerance << ")\n";
         }
-        const auto to_float = [act](uint16_t bits) {
-          return act == DType::BF16 ? bf16_to_float(bits) : half_to_float(bits);
-        };
-        const size_t row_size = static_cast<size_t>(kv_dim), row = size_t(position) * kv_dim;
-        std::vector<uint16_t> k1(row_size), k2(row_size), v1(row_size), v2(row_size);
-        CUDA_CHECK(cudaMemcpy(k1.data(), keys.as<uint16_t>() + row, size_t(kv_dim) * 2, cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(k2.data(), keys2.as<uint16_t>() + row, size_t(kv_dim) * 2, cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(v1.data(), values.as<uint16_t>() + row, size_t(kv_dim) * 2, cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(v2.data(), values2.as<uint16_t>() + row, size_t(kv_dim) * 2, cudaMemcpyDeviceToHost));
-        EXPECT_EQ(v1, v2) << "the stored value row";
-        const int mantissa = act == DType::BF16 ? 7 : 10;
-        for (int i = 0; i < kv_dim; ++i)
-          ASSERT_LE(std::fabs(to_float(k1[size_t(i)]) - to_float(k2[size_t(i)])),
-                    std::ldexp(std::fabs(to_float(k1[size_t(i)])), -mantissa) + 1e-7f)
-              << "stored key " << i << ": " << to_float(k1[size_t(i)]) << " vs " << to_float(k2[size_t(i)]);
+        expect_same_stored_rows(keys, keys2, values, values2, position, kv_dim, act);
       }
     }
 }
