@@ -19,6 +19,28 @@ constexpr int kPositionsPerGroup = 4;
 // attention_splits_for sizes the splits to one wave of them.
 constexpr int kAttentionBlocksPerSm = 2;
 
+// Positions a round of attention_kernel takes at head_dim 128 (groups of 128 / 8 threads):
+// the unit of every span.
+constexpr int kAttentionRound = kPositionsPerGroup * (kAttentionThreads / (128 / 8));
+// The longest context a step keeps in one split (attention_step_span): two rounds, so that
+// a context of up to 128 positions stays in one block a head (a kv head, grouped) and skips the merge.
+constexpr int kOneSplitPositions = 2 * kAttentionRound;
+// The longest context attention_kernel's steps spread in spans of one round
+// (attention_step_span). One H200,
+// 32/32 heads x 128, a 4096-position cache (GEMLITE_BENCH_CACHE=4096), us with spans of one
+// round against spans of at least two: ctx 192 6.0 vs 6.5, 256 5.2 vs 7.0, 384 6.8 vs 7.7,
+// 512 7.8 vs 7.3; llama2-7b q4g64 tg128 @ d128 (positions 129-256) 503.5 / 503.1 vs
+// 495.4 / 491.4 tok/s, @ d384 (385-512) 486.7 / 487.2 vs 494.0 / 493.0.
+constexpr int kOneRoundSpansUpTo = 4 * kAttentionRound;
+// The same for the grouped kernel, whose n_kv_heads blocks a split leave most SMs idle in
+// spans of two rounds at short contexts. One H200, 32/8 heads x 128, fp16, cold L2, spans
+// of one round against two: ctx 512 6.8 vs 9.5 us, 640 8.7 vs 10.6 (attention_kernel's
+// rule); llama3-8b q4g64 tg128 @ d512 (positions 512-640: 8-10 splits of 64 against 4-5
+// of 128) 511.9 / 511.4 vs 505.2 / 505.1 tok/s (+1.3 %; +4 % in another device session),
+// @ d640 498.8 / 497.2 vs 497.1 / 496.6 (interleaved, two rounds each); @ d1024 16-18
+// splits of 64 had lost to 8-9 of 128 (504.3 / 506.6 vs 515.5 / 519.0).
+constexpr int kGroupedOneRoundSpansUpTo = 12 * kAttentionRound;
+
 // How a decode step's attention splits the context ("flash decoding"): `count` blocks per
 // head, block s taking positions [s * span, (s + 1) * span). One head has only its own
 // block otherwise: 32 blocks on 132 SMs for Llama-2-7B, each reading the head's whole
@@ -33,23 +55,14 @@ struct AttentionSplits {
   int span = 1 << 30;            // positions per split at a full cache
   float* partials = nullptr;     // [n_heads, count, hd + 2] F32 (count > 1)
   unsigned* counters = nullptr;  // [n_heads], zero between launches (count > 1); grouped: [n_kv_heads] of them
+  // The longest context a step spreads in spans of one round (attention_step_span):
+  // kOneRoundSpansUpTo, or kGroupedOneRoundSpansUpTo (attention_grouped_splits_for).
+  int one_round_spans_up_to = kOneRoundSpansUpTo;
 };
-// Positions a round of attention_kernel takes at head_dim 128 (groups of 128 / 8 threads):
-// the unit of every span.
-constexpr int kAttentionRound = kPositionsPerGroup * (kAttentionThreads / (128 / 8));
-// The longest context a step keeps in one split (attention_step_span): two rounds, so that
-// a context of up to 128 positions stays in one block a head (a kv head, grouped) and skips the merge.
-constexpr int kOneSplitPositions = 2 * kAttentionRound;
-// The longest context a step spreads in spans of one round (attention_step_span). One H200,
-// 32/32 heads x 128, a 4096-position cache (GEMLITE_BENCH_CACHE=4096), us with spans of one
-// round against spans of at least two: ctx 192 6.0 vs 6.5, 256 5.2 vs 7.0, 384 6.8 vs 7.7,
-// 512 7.8 vs 7.3; llama2-7b q4g64 tg128 @ d128 (positions 129-256) 503.5 / 503.1 vs
-// 495.4 / 491.4 tok/s, @ d384 (385-512) 486.7 / 487.2 vs 494.0 / 493.0.
-constexpr int kOneRoundSpansUpTo = 4 * kAttentionRound;
 // The span of one step's splits with n_pos positions in the context: a context of up to
 // kOneSplitPositions (or the full span, if shorter) in split 0 alone (no merge); a longer
 // one spread over the `count` splits in whole rounds, as few as it takes, in spans of one
-// round up to kOneRoundSpansUpTo positions and of at least two rounds beyond. Each split
+// round up to s.one_round_spans_up_to positions and of at least two rounds beyond. Each split
 // runs its rounds one after another, each waiting on memory, so a block's rounds, not the
 // bytes, bound a short context: with a 4096-position cache (8 splits of 512) position 500
 // had taken 8 rounds in one block a head (H100, llama2-7b q4g64, a 5120-position cache:
@@ -65,7 +78,7 @@ inline int attention_step_span(const AttentionSplits& s, int n_pos) {
   if (n_pos <= one_split) return one_split;
   const int per_split = (n_pos + s.count - 1) / s.count;
   const int in_rounds = (per_split + kAttentionRound - 1) / kAttentionRound * kAttentionRound;  // positions
-  const int least = n_pos <= kOneRoundSpansUpTo ? kAttentionRound : one_split;
+  const int least = n_pos <= s.one_round_spans_up_to ? kAttentionRound : one_split;
   const int at_least = in_rounds > least ? in_rounds : least;
   return at_least < s.span ? at_least : s.span;
 }
@@ -91,7 +104,6 @@ constexpr int kGroupedMaxGroup = 8;     // query heads a kv head: the rows gid o
 // Its launch bounds' blocks an SM: 190 registers, no spill; at 3 blocks an SM the bounds cap
 // it at 168 registers and it spilled 80 bytes.
 constexpr int kGroupedBlocksPerSm = 2;
-constexpr int kGroupedMinSpan = 128;    // two rounds a split at least
 // The heads the grouped kernel takes: 1..kGroupedMaxGroup query heads a kv head, heads of
 // 64 or 128 dimensions (a lane holds each rotate-half pair).
 inline bool attention_grouped_supports(int n_heads, int n_kv_heads, int head_dim) {
@@ -105,9 +117,12 @@ inline bool attention_runs_grouped(int n_heads, int n_kv_heads, int head_dim) {
   return attention_grouped_supports(n_heads, n_kv_heads, head_dim) && n_heads >= 2 * n_kv_heads;
 }
 // The grouped kernel's splits for a cache of `capacity` positions: n_kv_heads blocks a
-// split, one wave of kGroupedBlocksPerSm an SM at a full cache, spans of at least
-// kGroupedMinSpan positions, at most kMaxAttentionSplits. The partials and counters stay
-// those of attention_kernel's layout ([n_heads, count, hd + 2], [n_heads]).
+// split, one wave of kGroupedBlocksPerSm an SM at a full cache, spans of two rounds or more
+// there (a cache of up to kOneSplitPositions in one split), at most kMaxAttentionSplits;
+// a step spans contexts of up to kGroupedOneRoundSpansUpTo positions in single rounds, and
+// a cache no longer than that has a split for each round (count x span may then exceed
+// the capacity). The partials and counters stay those of attention_kernel's layout
+// ([n_heads, count, hd + 2], [n_heads]).
 AttentionSplits attention_grouped_splits_for(int capacity, int n_kv_heads, int sms);
 
 }  // namespace gemlite

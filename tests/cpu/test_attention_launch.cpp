@@ -18,10 +18,11 @@ constexpr int kH100Sms = 132;
 
 // The grouped decode kernel (a block a kv head, tensor cores) takes 2..8 query heads a kv
 // head of 64 or 128 dimensions, and splits a cache for n_kv_heads blocks a split: one wave
-// of two blocks an SM, spans of >= 128 positions, at most 32 splits. Llama-3-8B's 8 kv
-// heads at depth 4096 + 128 take 22 splits of 192 (the H200 sweep of the model, tg128 @
-// d4096: 8 splits 444.3 tok/s, 16 447.1, the rule's 22 449.6), and a 16384-position cache 32
-// of 512 (the kernel at ctx 16384: 8 splits 42.4 us, 16 30.0, 32 26.9).
+// of two blocks an SM, spans of two rounds or more at a full cache (a cache of up to two
+// rounds in one), at most 32 splits. Llama-3-8B's 8 kv heads at depth 4096 + 128 take 22
+// splits of 192 (the H200 sweep of the model, tg128 @ d4096: 8 splits 444.3 tok/s, 16
+// 447.1, the rule's 22 449.6), and a 16384-position cache 32 of 512 (the kernel at ctx
+// 16384: 8 splits 42.4 us, 16 30.0, 32 26.9).
 TEST(AttentionGrouped, HeadsItTakesAndItsSplits) {
   EXPECT_TRUE(attention_runs_grouped(32, 8, 128));   // Llama-3-8B
   EXPECT_TRUE(attention_runs_grouped(14, 2, 64));    // Qwen2-0.5B-like, 7 a kv head
@@ -39,10 +40,31 @@ TEST(AttentionGrouped, HeadsItTakesAndItsSplits) {
   const AttentionSplits long_cache = attention_grouped_splits_for(16384, 8, kH100Sms);
   EXPECT_EQ(long_cache.count, kMaxAttentionSplits);
   EXPECT_EQ(long_cache.span, 512);
-  EXPECT_EQ(attention_grouped_splits_for(512, 8, kH100Sms).count, 4);
-  EXPECT_EQ(attention_grouped_splits_for(128, 8, kH100Sms).count, 1);
+  // 8 splits for 512 positions in spans of one round, 4 of 128 at a full cache.
+  EXPECT_EQ(attention_grouped_splits_for(512, 8, kH100Sms).count, 8);
+  EXPECT_EQ(attention_grouped_splits_for(512, 8, kH100Sms).span, 128);
+  const AttentionSplits cache_640 = attention_grouped_splits_for(640, 8, kH100Sms);  // depth 512 + 128
+  EXPECT_EQ(cache_640.count, 10);
+  EXPECT_EQ(attention_step_span(cache_640, 512), 64);
+  EXPECT_EQ(attention_step_span(cache_640, 640), 64);  // 10 splits live
+  const AttentionSplits cache_1152 = attention_grouped_splits_for(1152, 8, kH100Sms);  // depth 1024 + 128
+  EXPECT_EQ(cache_1152.count, 9);  // past 768 positions: the full cache's count
+  EXPECT_EQ(attention_step_span(cache_1152, 1024), 128);  // 8 splits live
+  EXPECT_EQ(attention_grouped_splits_for(129, 8, kH100Sms).count, 3);  // a split a round
+  EXPECT_EQ(attention_grouped_splits_for(128, 8, kH100Sms).count, 1);  // up to two rounds: one split
   EXPECT_EQ(attention_grouped_splits_for(0, 8, kH100Sms).count, 1);
   EXPECT_EQ(attention_grouped_splits_for(4096, 64, kH100Sms).count, 4);  // 64 kv heads: 4 splits fill a wave
+  // A step spans contexts of up to 768 positions in single rounds (attention_kernel's up to
+  // 256): with the depth-4096 cache position 511 takes 8 splits of 64 where spans of two
+  // rounds took 4 of 128; position 1023 takes 8 of 128 again.
+  EXPECT_EQ(llama3.one_round_spans_up_to, kGroupedOneRoundSpansUpTo);
+  EXPECT_EQ(attention_step_span(llama3, 512), 64);
+  EXPECT_EQ(attention_step_span(llama3, 1024), 128);
+  EXPECT_EQ(attention_step_span(llama3, 4096), 192);
+  EXPECT_EQ(attention_step_span(llama3, 128), 128);  // one split: no merge
+  AttentionSplits two_rounds = llama3;
+  two_rounds.one_round_spans_up_to = kOneRoundSpansUpTo;
+  EXPECT_EQ(attention_step_span(two_rounds, 512), 128);
 }
 
 // One wave of two blocks an SM at a full cache, spans of >= 256 positions in whole rounds
@@ -120,16 +142,20 @@ TEST(AttentionSplits, AStepSpreadsItsContextOverTheSplits) {
   EXPECT_EQ(attention_step_span(forced, 300), 192);
 }
 
-// Over a sweep of caches, split as attention_splits_for does (spans of >= 256) and as
+// Over a sweep of caches, split as attention_splits_for does (spans of >= 256), as
+// attention_grouped_splits_for does (spans of one round up to 768 positions) and as
 // GEMLITE_ATTENTION_SPLITS forces (spans down to one round), and every position in them: the
 // live splits (the kernel's ceil(n_pos / step span)) are within the grid's count and each
 // holds a position, spans are whole rounds never above the cache's span, and a context of
 // up to two rounds (or the whole span) has one live split.
 TEST(AttentionSplits, EveryStepFitsTheGrid) {
   std::vector<std::pair<std::string, AttentionSplits>> layouts;
-  for (const int capacity : {1, 64, 100, 129, 256, 300, 640, 4352, 40000}) {
+  for (const int capacity : {1, 64, 100, 129, 256, 300, 640, 768, 1152, 4352, 40000}) {
     for (const int heads : {4, 32})
       layouts.emplace_back(std::to_string(heads) + " heads", attention_splits_for(capacity, heads, kH100Sms));
+    for (const int kv_heads : {2, 8})
+      layouts.emplace_back(std::to_string(kv_heads) + " kv heads, grouped",
+                           attention_grouped_splits_for(capacity, kv_heads, kH100Sms));
     for (const int count : {2, 3, 16, 32})
       layouts.emplace_back(std::to_string(count) + " splits forced", attention_splits_of(capacity, count));
   }
