@@ -34,8 +34,8 @@ constexpr int kOneSplitPositions = 2 * kAttentionRound;
 constexpr int kOneRoundSpansUpTo = 4 * kAttentionRound;
 // The same for the grouped kernel, whose n_kv_heads blocks a split leave most SMs idle in
 // spans of two rounds at short contexts. One H200, 32/8 heads x 128, fp16, cold L2, spans
-// of one round against two: ctx 512 6.8 vs 9.5 us, 640 8.7 vs 10.6 (attention_kernel's
-// rule); llama3-8b q4g64 tg128 @ d512 (positions 512-640: 8-10 splits of 64 against 4-5
+// of one round against two: ctx 512 6.8 vs 9.5 us (ctx 640 8.7, attention_kernel
+// 10.6); llama3-8b q4g64 tg128 @ d512 (positions 512-640: 8-10 splits of 64 against 4-5
 // of 128) 511.9 / 511.4 vs 505.2 / 505.1 tok/s (+1.3 %; +4 % in another device session),
 // @ d640 498.8 / 497.2 vs 497.1 / 496.6 (interleaved, two rounds each); @ d1024 16-18
 // splits of 64 had lost to 8-9 of 128 (504.3 / 506.6 vs 515.5 / 519.0).
