@@ -18,15 +18,15 @@ AttentionSplits attention_splits_for(int capacity, int n_heads, int sms) {
 }
 
 AttentionSplits attention_grouped_splits_for(int capacity, int n_kv_heads, int sms) {
-  const int wave = std::clamp(kGroupedBlocksPerSm * sms / std::max(n_kv_heads, 1), 1, kMaxAttentionSplits);
-  // At a full cache spans of two rounds or more (a cache of up to two rounds in one split).
-  AttentionSplits splits = attention_splits_of(capacity, std::min(wave, std::max(1, capacity / kOneSplitPositions)));
-  // A cache short enough for spans of one round all along gets a split for each round. A
-  // longer one keeps the count of its full cache: splits that hold no position still cost
-  // (they leave at the PDL wait), llama3-8b q4g64 tg128 @ d1024 with 12 splits of which 8-9
-  // live 505.0 / 503.9 tok/s against 514.3 / 513.7 with 9 (one H200, interleaved).
-  if (capacity > kOneSplitPositions && capacity <= kGroupedOneRoundSpansUpTo)
-    splits.count = std::max(splits.count, std::min(wave, (capacity + kAttentionRound - 1) / kAttentionRound));
+  const int count = std::min(std::clamp(kGroupedBlocksPerSm * sms / std::max(n_kv_heads, 1), 1, kMaxAttentionSplits),
+                             std::max(1, capacity / kOneSplitPositions));
+  AttentionSplits splits = attention_splits_of(capacity, count);
+  // Short contexts in spans of one round where the count has room for them. The count
+  // itself stays that of spans of two rounds at a full cache: splits that hold no position
+  // still cost (they wait for the PDL predecessor before they leave), llama3-8b q4g64 tg128
+  // @ d1024 with 12 splits of which 8-9 live 505.0 / 503.9 tok/s against 514.3 / 513.7 with
+  // 9 (one H200, interleaved), and a larger count for short caches would add such splits to
+  // the start of every context.
   splits.one_round_spans_up_to = kGroupedOneRoundSpansUpTo;
   return splits;
 }

@@ -34,11 +34,11 @@ constexpr int kOneSplitPositions = 2 * kAttentionRound;
 constexpr int kOneRoundSpansUpTo = 4 * kAttentionRound;
 // The same for the grouped kernel, whose n_kv_heads blocks a split leave most SMs idle in
 // spans of two rounds at short contexts. One H200, 32/8 heads x 128, fp16, cold L2, spans
-// of one round against two: ctx 512 6.8 vs 9.5 us (ctx 640 8.7, attention_kernel
-// 10.6); llama3-8b q4g64 tg128 @ d512 (positions 512-640: 8-10 splits of 64 against 4-5
-// of 128) 511.9 / 511.4 vs 505.2 / 505.1 tok/s (+1.3 %; +4 % in another device session),
-// @ d640 498.8 / 497.2 vs 497.1 / 496.6 (interleaved, two rounds each); @ d1024 16-18
-// splits of 64 had lost to 8-9 of 128 (504.3 / 506.6 vs 515.5 / 519.0).
+// of one round against two: ctx 512 6.8 vs 9.5 us (ctx 640 8.7, attention_kernel 10.6);
+// llama3-8b q4g64 tg128 @ d512 (positions 512-640: 8-10 splits of 64 against 4-5 of
+// 128, grids with room for 10) 511.9 / 511.4 vs 505.2 / 505.1 tok/s (+1.3 %; +4 % in
+// another device session), @ d640 498.8 / 497.2 vs 497.1 / 496.6 (interleaved, two rounds
+// each); @ d1024 16-18 splits of 64 had lost to 8-9 of 128 (504.3 / 506.6 vs 515.5 / 519.0).
 constexpr int kGroupedOneRoundSpansUpTo = 12 * kAttentionRound;
 
 // How a decode step's attention splits the context ("flash decoding"): `count` blocks per
@@ -118,11 +118,10 @@ inline bool attention_runs_grouped(int n_heads, int n_kv_heads, int head_dim) {
 }
 // The grouped kernel's splits for a cache of `capacity` positions: n_kv_heads blocks a
 // split, one wave of kGroupedBlocksPerSm an SM at a full cache, spans of two rounds or more
-// there (a cache of up to kOneSplitPositions in one split), at most kMaxAttentionSplits;
-// a step spans contexts of up to kGroupedOneRoundSpansUpTo positions in single rounds, and
-// a cache no longer than that has a split for each round (count x span may then exceed
-// the capacity). The partials and counters stay those of attention_kernel's layout
-// ([n_heads, count, hd + 2], [n_heads]).
+// there, at most kMaxAttentionSplits; a step spans contexts of up to
+// kGroupedOneRoundSpansUpTo positions in single rounds as far as the count allows. The
+// partials and counters stay those of attention_kernel's layout ([n_heads, count, hd + 2],
+// [n_heads]).
 AttentionSplits attention_grouped_splits_for(int capacity, int n_kv_heads, int sms);
 
 }  // namespace gemlite

@@ -18,8 +18,7 @@ constexpr int kH100Sms = 132;
 
 // The grouped decode kernel (a block a kv head, tensor cores) takes 2..8 query heads a kv
 // head of 64 or 128 dimensions, and splits a cache for n_kv_heads blocks a split: one wave
-// of two blocks an SM, spans of two rounds or more at a full cache (a cache of up to two
-// rounds in one), at most 32 splits. Llama-3-8B's 8 kv heads at depth 4096 + 128 take 22
+// of two blocks an SM, spans of two rounds or more at a full cache, at most 32 splits. Llama-3-8B's 8 kv heads at depth 4096 + 128 take 22
 // splits of 192 (the H200 sweep of the model, tg128 @ d4096: 8 splits 444.3 tok/s, 16
 // 447.1, the rule's 22 449.6), and a 16384-position cache 32 of 512 (the kernel at ctx
 // 16384: 8 splits 42.4 us, 16 30.0, 32 26.9).
@@ -40,23 +39,20 @@ TEST(AttentionGrouped, HeadsItTakesAndItsSplits) {
   const AttentionSplits long_cache = attention_grouped_splits_for(16384, 8, kH100Sms);
   EXPECT_EQ(long_cache.count, kMaxAttentionSplits);
   EXPECT_EQ(long_cache.span, 512);
-  // 8 splits for 512 positions in spans of one round, 4 of 128 at a full cache.
-  EXPECT_EQ(attention_grouped_splits_for(512, 8, kH100Sms).count, 8);
-  EXPECT_EQ(attention_grouped_splits_for(512, 8, kH100Sms).span, 128);
+  EXPECT_EQ(attention_grouped_splits_for(512, 8, kH100Sms).count, 4);
+  // No more splits than spans of two rounds fill: position 639 of a 640-position cache in 5
+  // of 128, where a grid of 10 would have run it in 10 of 64 but held 9 empty splits at the
+  // start of every context.
   const AttentionSplits cache_640 = attention_grouped_splits_for(640, 8, kH100Sms);  // depth 512 + 128
-  EXPECT_EQ(cache_640.count, 10);
-  EXPECT_EQ(attention_step_span(cache_640, 512), 64);
-  EXPECT_EQ(attention_step_span(cache_640, 640), 64);  // 10 splits live
-  const AttentionSplits cache_1152 = attention_grouped_splits_for(1152, 8, kH100Sms);  // depth 1024 + 128
-  EXPECT_EQ(cache_1152.count, 9);  // past 768 positions: the full cache's count
-  EXPECT_EQ(attention_step_span(cache_1152, 1024), 128);  // 8 splits live
-  EXPECT_EQ(attention_grouped_splits_for(129, 8, kH100Sms).count, 3);  // a split a round
-  EXPECT_EQ(attention_grouped_splits_for(128, 8, kH100Sms).count, 1);  // up to two rounds: one split
+  EXPECT_EQ(cache_640.count, 5);
+  EXPECT_EQ(attention_step_span(cache_640, 640), 128);
+  EXPECT_EQ(attention_step_span(cache_640, 320), 64);  // 5 splits of one round
+  EXPECT_EQ(attention_grouped_splits_for(128, 8, kH100Sms).count, 1);
   EXPECT_EQ(attention_grouped_splits_for(0, 8, kH100Sms).count, 1);
   EXPECT_EQ(attention_grouped_splits_for(4096, 64, kH100Sms).count, 4);  // 64 kv heads: 4 splits fill a wave
   // A step spans contexts of up to 768 positions in single rounds (attention_kernel's up to
-  // 256): with the depth-4096 cache position 511 takes 8 splits of 64 where spans of two
-  // rounds took 4 of 128; position 1023 takes 8 of 128 again.
+  // 256) where the count has room: with the depth-4096 cache (22 splits) position 511 takes
+  // 8 splits of 64 where spans of two rounds took 4 of 128; position 1023 takes 8 of 128.
   EXPECT_EQ(llama3.one_round_spans_up_to, kGroupedOneRoundSpansUpTo);
   EXPECT_EQ(attention_step_span(llama3, 512), 64);
   EXPECT_EQ(attention_step_span(llama3, 1024), 128);
