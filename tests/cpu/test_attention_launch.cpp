@@ -18,10 +18,11 @@ constexpr int kH100Sms = 132;
 
 // The grouped decode kernel (a block a kv head, tensor cores) takes 2..8 query heads a kv
 // head of 64 or 128 dimensions, and splits a cache for n_kv_heads blocks a split: one wave
-// of two blocks an SM, spans of two rounds or more at a full cache, at most 32 splits. Llama-3-8B's 8 kv heads at depth 4096 + 128 take 22
-// splits of 192 (the H200 sweep of the model, tg128 @ d4096: 8 splits 444.3 tok/s, 16
-// 447.1, the rule's 22 449.6), and a 16384-position cache 32 of 512 (the kernel at ctx
-// 16384: 8 splits 42.4 us, 16 30.0, 32 26.9).
+// of two blocks an SM, spans of two rounds or more at a full cache, at most 32 splits.
+// Llama-3-8B's 8 kv heads at depth 4096 + 128 take 22 splits of 192 (the H200 sweep of the
+// model, tg128 @ d4096: 8 splits 444.3 tok/s, 16 447.1, the rule's 22 449.6), and a
+// 16384-position cache 32 of 512 (the kernel at ctx 16384: 8 splits 42.4 us, 16 30.0, 32
+// 26.9).
 TEST(AttentionGrouped, HeadsItTakesAndItsSplits) {
   EXPECT_TRUE(attention_runs_grouped(32, 8, 128));   // Llama-3-8B
   EXPECT_TRUE(attention_runs_grouped(14, 2, 64));    // Qwen2-0.5B-like, 7 a kv head
