@@ -210,11 +210,15 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
   // (without it ctx 4096 26.4 -> 21.9 us, H200), two rounds ahead measured in between, and
   // the next projection's weights pulled into L2 here did not speed up the GEMV after
   // attention (runtime/cuda/MEASURED.md, kernels/qn/MEASURED.md).
+  // Splits past the context leave at once, without the wait: split 0 always holds a
+  // position and waits, so the grid still ends after its predecessor (kernels/pdl.cuh's
+  // rule asks it of every block only so that no grid can end before its predecessor), and
+  // their SMs are free for the GEMVs around this kernel at once.
+  const bool live = int(blockIdx.y) < live_splits;
+  if (!live) return;
   load_round(begin, begin, earlier_end);
-  const bool live = int(blockIdx.y) < live_splits;  // the others leave after the wait
-  const RopeAngles angles = fused_rope && live ? rope_angles(piece, pieces, pos, rope_inv_freq) : RopeAngles{};
+  const RopeAngles angles = fused_rope ? rope_angles(piece, pieces, pos, rope_inv_freq) : RopeAngles{};
   pdl_wait();
-  if (!live) return;  // past the context (after the wait: kernels/pdl.cuh)
   load_round(begin, earlier_end, cached_end);
 
   float query[8] = {};  // this thread's dimensions of q, times the softmax scale and log2(e)

@@ -98,7 +98,8 @@ __global__ void __launch_bounds__(kGroupedThreads, kGroupedBlocksPerSm)
   const int span = attention_step_span(splits, n_pos);
   const int begin = int(blockIdx.y) * span, end = min(n_pos, begin + span);
   const int live_splits = min(splits.count, (n_pos + span - 1) / span);
-  const bool live = int(blockIdx.y) < live_splits;
+  // Splits past the context leave at once, as attention_kernel's (attention.cu).
+  if (int(blockIdx.y) >= live_splits) return;
 
   // Rows base + gid (t = 0) and base + 8 + gid (t = 1) of keys and values, dimensions
   // 32 c + 8 tig .. + 7; rows outside [lo, hi) keep what they held (zeros at first):
@@ -125,13 +126,8 @@ __global__ void __launch_bounds__(kGroupedThreads, kGroupedBlocksPerSm)
 #pragma unroll
   for (int c = 0; c < C / 2; ++c)
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      cos_a[c][e] = 1.0f;
-      sin_a[c][e] = 0.0f;
-      if (live) sincosf(float(pos) * rope_inv_freq[32 * c + lane_dims + e], &sin_a[c][e], &cos_a[c][e]);
-    }
+    for (int e = 0; e < 8; ++e) sincosf(float(pos) * rope_inv_freq[32 * c + lane_dims + e], &sin_a[c][e], &cos_a[c][e]);
   pdl_wait();
-  if (!live) return;  // past the context (after the wait: kernels/pdl.cuh)
 
   // This token's k (rotated) and v -> the cache, by the block whose split holds pos; the
   // barrier makes them visible to its other warps, which read position pos from the cache.

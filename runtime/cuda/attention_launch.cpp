@@ -23,10 +23,10 @@ AttentionSplits attention_grouped_splits_for(int capacity, int n_kv_heads, int s
   AttentionSplits splits = attention_splits_of(capacity, count);
   // Short contexts in spans of one round where the count has room for them. The count
   // itself stays that of spans of two rounds at a full cache: splits that hold no position
-  // still cost (they wait for the PDL predecessor before they leave), llama3-8b q4g64 tg128
-  // @ d1024 with 12 splits of which 8-9 live 505.0 / 503.9 tok/s against 514.3 / 513.7 with
-  // 9 (one H200, interleaved), and a larger count for short caches would add such splits to
-  // the start of every context.
+  // cost (llama3-8b q4g64 tg128 @ d1024 with 12 splits of which 8-9 live 505.0 / 503.9
+  // tok/s against 514.3 / 513.7 with 9, one H200, interleaved, while they still waited for
+  // the PDL predecessor before leaving; they now leave at once), and a larger count for
+  // short caches would add such splits to the start of every context.
   splits.one_round_spans_up_to = kGroupedOneRoundSpansUpTo;
   return splits;
 }
