@@ -216,8 +216,14 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
                         backend->device_memory_used() - memory_before);
 #ifdef GEMLITE_WITH_CUDA
   if (plan.trace) {
-    // The step of median length is printed (after the depths' tests: from an empty context).
+    // The step of median length is printed (after the depths' tests), after the deepest -d's
+    // tokens: the decode attention's share grows with the context.
     generation.reset();
+    const int trace_depth = *std::max_element(plan.depths.begin(), plan.depths.end());
+    if (trace_depth > 0) {
+      generation.feed(random_tokens(trace_depth, vocab, rng));
+      generation.wait();
+    }
     decode(random_tokens(BenchPlan::kTraceWarmTokens, vocab, rng));
     KernelTrace trace;
     std::vector<std::vector<KernelSpan>> steps;
@@ -306,7 +312,8 @@ int main(int argc, char** argv) {
                        "attention over 512..16384 positions) or all",
          cxxopts::value<std::string>()->default_value("all"))
         ("trace", "After the tests, one decode step of each model kernel by kernel as the CUDA graph "
-                  "runs it (CUPTI): start, duration and time added per kernel, on stderr ('trace' lines)");
+                  "runs it (CUPTI), after the deepest -d's tokens: start, duration and time added per kernel, "
+                  "on stderr ('trace' lines)");
     add_backend_options(options);
     const auto args = parse_args(options, argc, argv, {{"-pg", "--pg"}});
     if (args.count("kernels")) {
