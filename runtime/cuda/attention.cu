@@ -367,7 +367,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  merge_split_partials(splits, live_splits, int(blockIdx.x), 1, head_dim, out);
+  merge_split_partials<Act, 8>(splits, live_splits, int(blockIdx.x), 1, head_dim, out);
   if (tid == 0) splits.counters[blockIdx.x] = 0;  // ready for the next launch
 }
 

@@ -105,18 +105,19 @@ __global__ void __launch_bounds__(kGroupedThreads, kGroupedBlocksPerSm)
   // 32 c + 8 tig .. + 7; rows outside [lo, hi) keep what they held (zeros at first):
   // finite, and weighed 0.
   uint32_t key[2][C][4] = {}, value[2][C][4] = {};
-  const auto load_rows = [&](int base, int lo, int hi) {
+  const auto load_from = [&](uint32_t (&rows)[2][C][4], const Act* cache, int base, int lo, int hi) {
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       const int p = base + 8 * t + gid;
       if (p < lo || p >= hi) continue;
       const int64_t row = int64_t(p) * kv_dim + kv_offset + lane_dims;
 #pragma unroll
-      for (int c = 0; c < C; ++c) {
-        load16(key[t][c], key_cache + row + 32 * c);
-        load16(value[t][c], value_cache + row + 32 * c);
-      }
+      for (int c = 0; c < C; ++c) load16(rows[t][c], cache + row + 32 * c);
     }
+  };
+  const auto load_rows = [&](int base, int lo, int hi) {
+    load_from(key, key_cache, base, lo, hi);
+    load_from(value, value_cache, base, lo, hi);
   };
   const int first = begin + kGroupedPositions * warp;  // this warp's first step
   // Positions before pos were stored by earlier steps: fetched while the kernels before
@@ -176,8 +177,11 @@ __global__ void __launch_bounds__(kGroupedThreads, kGroupedBlocksPerSm)
 
   float row_max = -INFINITY, row_sum = 0;  // head gid over this warp's positions; row_sum this lane's part
   float acc[C][4][2] = {};                 // O [head gid][32 c + 8 tig + 2 u + e], unnormalised
+  // The next step's keys are loaded once this step's scores are taken, its values once
+  // this step's P V is done: one of the two is always on its way, in the registers that
+  // held the other step's.
   for (int base = first; base < end; base += kStep) {
-    if (base != first) load_rows(base, begin, end);
+    const int next = base + kStep;
     float score[2][2];  // [t][e]: position base + 8 t + 2 tig + e, log2 units
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
@@ -190,6 +194,7 @@ __global__ void __launch_bounds__(kGroupedThreads, kGroupedBlocksPerSm)
 #pragma unroll
       for (int e = 0; e < 2; ++e) score[t][e] = base + 8 * t + 2 * tig + e < end ? s[e] * scale_log2 : -INFINITY;
     }
+    if (next < end) load_from(key, key_cache, next, begin, end);
     float new_max = fmaxf(row_max, fmaxf(fmaxf(score[0][0], score[0][1]), fmaxf(score[1][0], score[1][1])));
     new_max = fmaxf(new_max, __shfl_xor_sync(0xffffffffu, new_max, 1));
     new_max = fmaxf(new_max, __shfl_xor_sync(0xffffffffu, new_max, 2));
@@ -212,6 +217,7 @@ __global__ void __launch_bounds__(kGroupedThreads, kGroupedBlocksPerSm)
         acc[c][u][0] = o[0];
         acc[c][u][1] = o[1];
       }
+    if (next < end) load_from(value, value_cache, next, begin, end);
   }
   row_sum += __shfl_xor_sync(0xffffffffu, row_sum, 1);
   row_sum += __shfl_xor_sync(0xffffffffu, row_sum, 2);
@@ -263,7 +269,7 @@ __global__ void __launch_bounds__(kGroupedThreads, kGroupedBlocksPerSm)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  merge_split_partials(splits, live_splits, kv * group, group, HD, out);
+  merge_split_partials<Act, kMaxAttentionSplits>(splits, live_splits, kv * group, group, HD, out);
   if (tid == 0) splits.counters[kv] = 0;  // ready for the next launch
 }
 

@@ -6,7 +6,8 @@
 // through shared memory once, so each output element is a sum of independent loads. (Each
 // element had found the maximum and the weights itself, a chain of `count` dependent L2
 // loads: with 32 splits that cost the grouped kernel more than its whole loop, 32/8 heads x
-// 128 at ctx 4096 on an H200, 21.9 against 15.3 µs now.)
+// 128 at ctx 4096 on an H200, 21.9 against 15.3 µs then, 13.4 with the loads in flight
+// below: runtime/cuda/MEASURED.md.)
 #include <cstdint>
 
 #include "runtime/cuda/act_type.cuh"
@@ -20,8 +21,8 @@ constexpr int kMaxMergedHeads = kGroupedMaxGroup;  // heads one block merges
 // partials; all threads of the block call it, after a __threadfence that orders the
 // partials' reads after the ticket. PRECOND: live_splits <= kMaxAttentionSplits, heads <=
 // kMaxMergedHeads (the launchers check the split count). Leaves the heads' counters to the
-// caller.
-template <typename Act>
+// caller. kBatch: the splits whose loads a thread has in flight at once (below).
+template <typename Act, int kBatch>
 __device__ void merge_split_partials(const AttentionSplits& splits, int live_splits, int head0, int heads,
                                      int head_dim, Act* out) {
   // [head][split]: the split's max, overwritten with its weight 2^(max - max_all).
@@ -49,13 +50,32 @@ __device__ void merge_split_partials(const AttentionSplits& splits, int live_spl
     head_sum[tid] = total;
   }
   __syncthreads();
-  for (int item = tid; item < heads * head_dim; item += threads) {
-    const int r = item / head_dim, d = item % head_dim;
-    const float* part = first + int64_t(r) * splits.count * stride + d;  // + s stride: split s's element d
-    float sum = 0;
-#pragma unroll 8
-    for (int s = 0; s < live_splits; ++s) sum += split_weight[r][s] * __ldcg(part + int64_t(s) * stride);
-    out[int64_t(head0 + r) * head_dim + d] = from_float<Act>(sum / head_sum[r]);
+  // Two elements a thread (head_dim is even, the rows 8-byte aligned), the loads of kBatch
+  // splits issued before the first is used. The grouped kernel merges 32 splits of up to 8
+  // heads in one L2 round trip a pair (kBatch 32; four elements a thread, eight scalar
+  // loads in flight, had taken 16, and llama3-8b q4g64 tg128 @ d4096 ran 451 / 448 against
+  // 481 / 482 tok/s now, one H200); attention_kernel, at 8 splits on Llama-2-7B, keeps 8:
+  // 32 there cost its whole kernel 0.7 us at ctx 4096 (same registers; not profiled).
+  const int pairs = head_dim / 2;
+  for (int item = tid; item < heads * pairs; item += threads) {
+    const int r = item / pairs, d = 2 * (item % pairs);
+    const float* part = first + int64_t(r) * splits.count * stride + d;  // + s stride: split s's elements d, d + 1
+    float sum0 = 0, sum1 = 0;
+    for (int s0 = 0; s0 < live_splits; s0 += kBatch) {
+      float2 piece[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (s0 + j < live_splits) piece[j] = __ldcg(reinterpret_cast<const float2*>(part + int64_t(s0 + j) * stride));
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (s0 + j < live_splits) {
+          sum0 += split_weight[r][s0 + j] * piece[j].x;
+          sum1 += split_weight[r][s0 + j] * piece[j].y;
+        }
+    }
+    Act* y = out + int64_t(head0 + r) * head_dim + d;
+    y[0] = from_float<Act>(sum0 / head_sum[r]);
+    y[1] = from_float<Act>(sum1 / head_sum[r]);
   }
 }
 

@@ -316,54 +316,58 @@ TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
 // step's span shrunk to its context by attention_step_span) at positions whose context
 // fits one span of 128 (one live split, which writes out directly), four spans of 64 and
 // three of 128 (merged), 1001 positions (8 of 128) and the full cache (all 16 of 256),
-// against one block per head; launched three times in a row, so a counter the merging
-// block failed to reset shows up as a wrong or missing output on the next launch.
+// then the same cache in kMaxAttentionSplits splits of 128 (all of them live at the full
+// cache), against one block per head; launched three times in a row, so a counter the
+// merging block failed to reset shows up as a wrong or missing output on the next launch.
 TEST(AttentionSplits, MatchOneBlockPerHead) {
-  std::mt19937_64 rng{test_seed() + 5};
-  auto ctx = std::make_shared<CudaContext>();
-  const AttentionShape shape{32, 8, 128};
-  const int capacity = 4096, kv_dim = shape.n_kv_heads * shape.head_dim, q_dim = shape.n_heads * shape.head_dim;
-  const int width = q_dim + 2 * kv_dim;
-  // 16 spans of 256 whatever this GPU would choose: what is tested is the merge, with every
-  // split live at the end of the cache.
-  const AttentionSplits layout = attention_splits_of(capacity, 16);
-  ASSERT_EQ(layout.count, 16);
-  ASSERT_EQ(layout.span, 256);
-  const Tensor keys = random_device_acts(ctx, size_t(capacity) * kv_dim, rng);    // [capacity, kv_dim]
-  const Tensor values = random_device_acts(ctx, size_t(capacity) * kv_dim, rng);  // [capacity, kv_dim]
-  Tensor partials = device_tensor(ctx, DType::F32, int64_t(shape.n_heads) * layout.count, shape.head_dim + 2);
-  Tensor counters = device_tensor(ctx, DType::I32, 1, shape.n_heads);
-  CUDA_CHECK(cudaMemset(counters.data, 0, size_t(shape.n_heads) * sizeof(int)));
-  AttentionSplits splits = layout;
-  splits.partials = partials.as<float>();
-  splits.counters = reinterpret_cast<unsigned*>(counters.as<int>());
-  Tensor pos0 = device_tensor(ctx, DType::I32, 1, 1);
-  for (const int position : {100, 255, 256, 1000, 4095}) {
-    const Tensor qkv = random_device_acts(ctx, size_t(width), rng);  // [1, width]
-    CUDA_CHECK(cudaMemcpy(pos0.data, &position, sizeof(int), cudaMemcpyHostToDevice));
-    auto output_of = [&](const AttentionSplits& how) {
-      return poisoned_output_of(ctx, 1, q_dim, [&](void* out) {
-        launch_attention(keys.data, values.data, pos0.as<int>(), qkv.data, 1, shape.n_heads, shape.n_kv_heads,
-                         shape.head_dim, how, out, DType::F16, ctx->stream);
-      });
-    };
-    const std::vector<float> want = output_of(AttentionSplits{});
-    double squares = 0;
-    for (float v : want) squares += double(v) * v;
-    const float rms = float(std::sqrt(squares / q_dim));
-    for (int launch = 0; launch < 3; ++launch) {
-      const std::vector<float> got = output_of(splits);
-      float worst = 0;
-      for (int i = 0; i < q_dim; ++i) {
-        const float err =
-            std::isfinite(got[size_t(i)]) ? std::fabs(want[size_t(i)] - got[size_t(i)]) / std::max(std::fabs(want[size_t(i)]), rms) : INFINITY;
-        worst = std::max(worst, err);
-        ASSERT_LE(err, kTolerance) << "position " << position << " launch " << launch << " column " << i
-                                   << ": one block " << want[size_t(i)] << " split " << got[size_t(i)];
+  for (const int count : {16, kMaxAttentionSplits}) {
+    SCOPED_TRACE(std::to_string(count) + " splits");
+    std::mt19937_64 rng{test_seed() + 5};
+    auto ctx = std::make_shared<CudaContext>();
+    const AttentionShape shape{32, 8, 128};
+    const int capacity = 4096, kv_dim = shape.n_kv_heads * shape.head_dim, q_dim = shape.n_heads * shape.head_dim;
+    const int width = q_dim + 2 * kv_dim;
+    // Spans of 256 or 128 whatever this GPU would choose: what is tested is the merge, with
+    // every split live at the end of the cache.
+    const AttentionSplits layout = attention_splits_of(capacity, count);
+    ASSERT_EQ(layout.count, count);
+    ASSERT_EQ(layout.span, capacity / count);
+    const Tensor keys = random_device_acts(ctx, size_t(capacity) * kv_dim, rng);    // [capacity, kv_dim]
+    const Tensor values = random_device_acts(ctx, size_t(capacity) * kv_dim, rng);  // [capacity, kv_dim]
+    Tensor partials = device_tensor(ctx, DType::F32, int64_t(shape.n_heads) * layout.count, shape.head_dim + 2);
+    Tensor counters = device_tensor(ctx, DType::I32, 1, shape.n_heads);
+    CUDA_CHECK(cudaMemset(counters.data, 0, size_t(shape.n_heads) * sizeof(int)));
+    AttentionSplits splits = layout;
+    splits.partials = partials.as<float>();
+    splits.counters = reinterpret_cast<unsigned*>(counters.as<int>());
+    Tensor pos0 = device_tensor(ctx, DType::I32, 1, 1);
+    for (const int position : {100, 255, 256, 1000, 4095}) {
+      const Tensor qkv = random_device_acts(ctx, size_t(width), rng);  // [1, width]
+      CUDA_CHECK(cudaMemcpy(pos0.data, &position, sizeof(int), cudaMemcpyHostToDevice));
+      auto output_of = [&](const AttentionSplits& how) {
+        return poisoned_output_of(ctx, 1, q_dim, [&](void* out) {
+          launch_attention(keys.data, values.data, pos0.as<int>(), qkv.data, 1, shape.n_heads, shape.n_kv_heads,
+                           shape.head_dim, how, out, DType::F16, ctx->stream);
+        });
+      };
+      const std::vector<float> want = output_of(AttentionSplits{});
+      double squares = 0;
+      for (float v : want) squares += double(v) * v;
+      const float rms = float(std::sqrt(squares / q_dim));
+      for (int launch = 0; launch < 3; ++launch) {
+        const std::vector<float> got = output_of(splits);
+        float worst = 0;
+        for (int i = 0; i < q_dim; ++i) {
+          const float err =
+              std::isfinite(got[size_t(i)]) ? std::fabs(want[size_t(i)] - got[size_t(i)]) / std::max(std::fabs(want[size_t(i)]), rms) : INFINITY;
+          worst = std::max(worst, err);
+          ASSERT_LE(err, kTolerance) << "position " << position << " launch " << launch << " column " << i
+                                     << ": one block " << want[size_t(i)] << " split " << got[size_t(i)];
+        }
+        if (launch == 0)
+          std::cout << "[cuda_ops] split decode attention in " << count << " splits at position " << position
+                    << ": worst " << worst << " (tol " << kTolerance << ")\n";
       }
-      if (launch == 0)
-        std::cout << "[cuda_ops] split decode attention at position " << position << ": worst " << worst << " (tol "
-                  << kTolerance << ")\n";
     }
   }
 }
