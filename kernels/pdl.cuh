@@ -9,7 +9,8 @@
 // before it exits, even one that touches nothing: a grid that could finish before its
 // predecessor would let its successor's wait miss that predecessor. (A block that touches
 // nothing may leave without it where another block of the grid always waits: the decode
-// attention's splits past the context, runtime/cuda/attention.cu.) In a kernel launched without the
+// attention's splits past the context, runtime/cuda/attention.cu and attention_grouped.cu.)
+// In a kernel launched without the
 // attribute pdl_wait() returns at once and pdl_launch_dependents() only lets a PDL
 // successor start early, so both are safe anywhere.
 //

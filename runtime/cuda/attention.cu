@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
   const int span = attention_step_span(splits, n_pos);  // the same for every block of the step
   const int begin = int(blockIdx.y) * span, end = min(n_pos, begin + span);  // this block's
   // Splits that hold a position (T = 1 whenever count > 1, so the same for every block):
-  // the others only wait and leave, and one that holds them all writes out directly. At the
+  // the others leave at once (below), and one that holds them all writes out directly. At the
   // start of the context this skips the partials, the fence, the ticket and the merge, and
   // frees the SMs of the empty splits; it did not show in decode speed (llama2-7b tg128 at
   // depth 0, same-machine A/B: q4g64 451.0 -> 449.2 / 451.9 tok/s, q8 344.0 -> 345.0).
@@ -408,10 +408,11 @@ void launch_attention(void* key_cache, void* value_cache, const int* pos0, const
   const int kv_dim = n_kv_heads * head_dim;
   const int64_t qkv_stride = int64_t(n_heads + 2 * n_kv_heads) * head_dim;
   if (splits.count < 1 || splits.count > kMaxAttentionSplits || splits.span < 1 ||
-      (splits.count > 1 && (T != 1 || !splits.partials || !splits.counters)))
+      (splits.count > 1 &&
+       (T != 1 || !splits.partials || !splits.counters || reinterpret_cast<uintptr_t>(splits.partials) % 8)))
     throw Error("cuda attention: " + std::to_string(splits.count) + " splits of " + std::to_string(splits.span) +
                 " positions for " + std::to_string(T) + " tokens (1 to " + std::to_string(kMaxAttentionSplits) +
-                " splits; several: one token, with partials)");
+                " splits; several: one token, counters and 8-byte aligned partials, the merge's loads)");
   if (T * n_heads > (int64_t(1) << 31) - 1) throw Error("cuda attention: " + std::to_string(T) + " tokens x " +
                                                        std::to_string(n_heads) + " heads exceed the grid");
   // Scores in log2 units (exp2 is one MUFU.EX2 where expf was ~8 instructions), as the

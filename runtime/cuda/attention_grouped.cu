@@ -287,10 +287,10 @@ void launch_attention_grouped(void* key_cache, void* value_cache, const int* pos
   if (!aligned16(key_cache) || !aligned16(value_cache) || !aligned16(qkv))
     throw Error("cuda grouped attention: the KV cache and qkv rows must be 16-byte aligned (16-byte loads)");
   if (splits.count < 1 || splits.count > kMaxAttentionSplits || splits.span < 1 ||
-      (splits.count > 1 && (!splits.partials || !splits.counters)))
+      (splits.count > 1 && (!splits.partials || !splits.counters || reinterpret_cast<uintptr_t>(splits.partials) % 8)))
     throw Error("cuda grouped attention: " + std::to_string(splits.count) + " splits of " +
                 std::to_string(splits.span) + " positions (1 to " + std::to_string(kMaxAttentionSplits) +
-                " splits; several need partials and counters)");
+                " splits; several need counters and 8-byte aligned partials, the merge's loads)");
   const int kv_dim = n_kv_heads * head_dim;
   const float scale_log2 = float(1.4426950408889634 / std::sqrt(double(head_dim)));  // log2(e) / sqrt(hd)
   const dim3 grid(unsigned(n_kv_heads), unsigned(splits.count));

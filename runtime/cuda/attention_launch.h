@@ -102,7 +102,7 @@ constexpr int kGroupedAttentionWarps = 4;
 constexpr int kGroupedPositions = 16;  // the n of two QKᵀ mmas, the k of one P·V mma
 static_assert(kGroupedAttentionWarps * kGroupedPositions == kAttentionRound, "one round a block step");
 constexpr int kGroupedMaxGroup = 8;     // query heads a kv head: the rows gid of the mmas
-// Its launch bounds' blocks an SM: 190 registers, no spill; at 3 blocks an SM the bounds cap
+// Its launch bounds' blocks an SM: 189 registers, no spill; at 3 blocks an SM the bounds cap
 // it at 168 registers and it spilled 80 bytes.
 constexpr int kGroupedBlocksPerSm = 2;
 // The heads the grouped kernel takes: 1..kGroupedMaxGroup query heads a kv head, heads of

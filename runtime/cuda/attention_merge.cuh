@@ -6,8 +6,8 @@
 // through shared memory once, so each output element is a sum of independent loads. (Each
 // element had found the maximum and the weights itself, a chain of `count` dependent L2
 // loads: with 32 splits that cost the grouped kernel more than its whole loop, 32/8 heads x
-// 128 at ctx 4096 on an H200, 21.9 against 15.3 µs then, 13.4 with the loads in flight
-// below: runtime/cuda/MEASURED.md.)
+// 128 at ctx 4096 on an H200, 21.9 against 15.1-15.3 µs then, 13.4 with the loads in
+// flight below: runtime/cuda/MEASURED.md.)
 #include <cstdint>
 
 #include "runtime/cuda/act_type.cuh"
@@ -53,9 +53,11 @@ __device__ void merge_split_partials(const AttentionSplits& splits, int live_spl
   // Two elements a thread (head_dim is even, the rows 8-byte aligned), the loads of kBatch
   // splits issued before the first is used. The grouped kernel merges 32 splits of up to 8
   // heads in one L2 round trip a pair (kBatch 32; four elements a thread, eight scalar
-  // loads in flight, had taken 16, and llama3-8b q4g64 tg128 @ d4096 ran 451 / 448 against
-  // 481 / 482 tok/s now, one H200); attention_kernel, at 8 splits on Llama-2-7B, keeps 8:
-  // 32 there cost its whole kernel 0.7 us at ctx 4096 (same registers; not profiled).
+  // loads in flight, had taken 16 dependent round trips, and llama3-8b q4g64 tg128 @ d4096
+  // ran 451 / 448 against 481 / 482 tok/s with this and the grouped kernel's next-step
+  // loads, of which those alone gave 454, one H200); attention_kernel, at 8 splits on
+  // Llama-2-7B, keeps 8: 32 there cost its whole kernel 0.7 us at ctx 4096 (same registers;
+  // not profiled).
   const int pairs = head_dim / 2;
   for (int item = tid; item < heads * pairs; item += threads) {
     const int r = item / pairs, d = 2 * (item % pairs);

@@ -315,10 +315,11 @@ TEST(PrefillAttention, QueryTilesMatchTheAttentionKernel) {
 // Decode attention split over the context (a 4096-position cache: 16 splits of 256, a
 // step's span shrunk to its context by attention_step_span) at positions whose context
 // fits one span of 128 (one live split, which writes out directly), four spans of 64 and
-// three of 128 (merged), 1001 positions (8 of 128) and the full cache (all 16 of 256),
-// then the same cache in kMaxAttentionSplits splits of 128 (all of them live at the full
-// cache), against one block per head; launched three times in a row, so a counter the
-// merging block failed to reset shows up as a wrong or missing output on the next launch.
+// three of 128 (merged), 1001 positions (8 of 128), 1501 (12 of 128: the merge's batches
+// of 8 loads a thread, the second partial) and the full cache (all 16 of 256), then the
+// same cache in kMaxAttentionSplits splits of 128 (all of them live at the full cache),
+// against one block per head; launched three times in a row, so a counter the merging
+// block failed to reset shows up as a wrong or missing output on the next launch.
 TEST(AttentionSplits, MatchOneBlockPerHead) {
   for (const int count : {16, kMaxAttentionSplits}) {
     SCOPED_TRACE(std::to_string(count) + " splits");
@@ -341,7 +342,7 @@ TEST(AttentionSplits, MatchOneBlockPerHead) {
     splits.partials = partials.as<float>();
     splits.counters = reinterpret_cast<unsigned*>(counters.as<int>());
     Tensor pos0 = device_tensor(ctx, DType::I32, 1, 1);
-    for (const int position : {100, 255, 256, 1000, 4095}) {
+    for (const int position : {100, 255, 256, 1000, 1500, 4095}) {
       const Tensor qkv = random_device_acts(ctx, size_t(width), rng);  // [1, width]
       CUDA_CHECK(cudaMemcpy(pos0.data, &position, sizeof(int), cudaMemcpyHostToDevice));
       auto output_of = [&](const AttentionSplits& how) {
