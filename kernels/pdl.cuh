@@ -10,9 +10,8 @@
 // predecessor would let its successor's wait miss that predecessor. (A block that touches
 // nothing may leave without it where another block of the grid always waits: the decode
 // attention's splits past the context, runtime/cuda/attention.cu and attention_grouped.cu.)
-// In a kernel launched without the
-// attribute pdl_wait() returns at once and pdl_launch_dependents() only lets a PDL
-// successor start early, so both are safe anywhere.
+// In a kernel launched without the attribute pdl_wait() returns at once and
+// pdl_launch_dependents() only lets a PDL successor start early, so both are safe anywhere.
 //
 // Stream capture keeps the programmatic edges: tests/gpu/test_pdl.cu reads them back
 // from a captured graph (cudaGraphDependencyTypeProgrammatic).
