@@ -31,6 +31,27 @@ __device__ void merge_split_partials(const AttentionSplits& splits, int live_spl
   __shared__ float head_sum[kMaxMergedHeads];                            // Σ over splits of weight x sum
   const int tid = int(threadIdx.x), threads = int(blockDim.x), stride = head_dim + 2;
   const float* first = splits.partials + int64_t(head0) * splits.count * stride;  // [heads, count, hd + 2]
+  // Two elements a thread (head_dim is even, the rows 8-byte aligned), the loads of kBatch
+  // splits issued before the first is used. The grouped kernel merges 32 splits of up to 8
+  // heads in one L2 round trip a pair (kBatch 32; four elements a thread, eight scalar
+  // loads in flight, had taken 16 dependent round trips, and llama3-8b q4g64 tg128 @ d4096
+  // ran 451 / 448 against 481 / 482 tok/s with this and the grouped kernel's next-step
+  // loads, of which those alone gave 454, one H200); attention_kernel, at 8 splits on
+  // Llama-2-7B, keeps 8: 32 there cost its whole kernel 0.7 us at ctx 4096 (same registers;
+  // not profiled).
+  const int pairs = head_dim / 2;
+  float2 piece[kBatch];  // elements d, d + 1 of splits s0 .. s0 + kBatch - 1
+  const auto load_batch = [&](int item, int s0) {
+    const float* part = first + int64_t(item / pairs) * splits.count * stride + 2 * (item % pairs);
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (s0 + j < live_splits) piece[j] = __ldcg(reinterpret_cast<const float2*>(part + int64_t(s0 + j) * stride));
+  };
+  // The first batch of this thread's first pair needs no weights: on its way beside the
+  // maxima and sums, one L2 round trip for both. Kernel alone (fp16, cold L2, one H200):
+  // grouped 32/8x128 ctx 4096 13.4 -> 11.8 us, ctx 16384 24.9 -> 23.0; attention_kernel
+  // 0.2-0.3 us faster; llama3-8b q4g64 tg128 @ d4096 481.3 / 482.1 -> 483.2 / 483.8 tok/s.
+  if (tid < heads * pairs) load_batch(tid, 0);
   for (int i = tid; i < heads * live_splits; i += threads) {
     const int r = i / live_splits, s = i % live_splits;
     const float* part = first + (int64_t(r) * splits.count + s) * stride;
@@ -50,24 +71,11 @@ __device__ void merge_split_partials(const AttentionSplits& splits, int live_spl
     head_sum[tid] = total;
   }
   __syncthreads();
-  // Two elements a thread (head_dim is even, the rows 8-byte aligned), the loads of kBatch
-  // splits issued before the first is used. The grouped kernel merges 32 splits of up to 8
-  // heads in one L2 round trip a pair (kBatch 32; four elements a thread, eight scalar
-  // loads in flight, had taken 16 dependent round trips, and llama3-8b q4g64 tg128 @ d4096
-  // ran 451 / 448 against 481 / 482 tok/s with this and the grouped kernel's next-step
-  // loads, of which those alone gave 454, one H200); attention_kernel, at 8 splits on
-  // Llama-2-7B, keeps 8: 32 there cost its whole kernel 0.7 us at ctx 4096 (same registers;
-  // not profiled).
-  const int pairs = head_dim / 2;
   for (int item = tid; item < heads * pairs; item += threads) {
     const int r = item / pairs, d = 2 * (item % pairs);
-    const float* part = first + int64_t(r) * splits.count * stride + d;  // + s stride: split s's elements d, d + 1
     float sum0 = 0, sum1 = 0;
     for (int s0 = 0; s0 < live_splits; s0 += kBatch) {
-      float2 piece[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j)
-        if (s0 + j < live_splits) piece[j] = __ldcg(reinterpret_cast<const float2*>(part + int64_t(s0 + j) * stride));
+      if (item != tid || s0 != 0) load_batch(item, s0);
 #pragma unroll
       for (int j = 0; j < kBatch; ++j)
         if (s0 + j < live_splits) {
