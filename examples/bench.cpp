@@ -152,6 +152,11 @@ void print_device_memory(const std::string& label, const PackedCheckpoint& ckpt,
 void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const std::string& device,
                  const BackendOptions& options, const BenchPlan& plan,
                  const std::function<void(const Result&)>& report) {
+  // Allowed, as llama-bench allows it, but said: past its training context a model's speed
+  // is still measured, its outputs mean nothing, and a depth of 100000 on the CPU takes long.
+  if (plan.context() > ckpt.config.max_seq_len)
+    std::fprintf(stderr, "warning: %s: the tests reach %lld positions, beyond the model's training context of %d\n",
+                 label.c_str(), (long long)plan.context(), ckpt.config.max_seq_len);
   auto backend = make_backend(backend_name_for(device), options);
   backend->synchronize();  // memory freed asynchronously returns at a synchronization
   const int64_t memory_before = backend->device_memory_used();

@@ -62,6 +62,7 @@ struct Speed {
 struct Answer {
   std::vector<int> ids;          // fed to the cache, without a stop token
   bool ended_by_marker = false;  // the template's end marker came as text and was fed
+  bool context_full = false;     // cut by a full context before EOS or n_predict
 };
 
 // Samples, prints and feeds tokens until EOS, a stop marker, n_predict tokens, a full
@@ -79,6 +80,7 @@ Answer generate_answer(Generation& generation, Sampler& sampler, const Tokenizer
     if (generation.room() == 0) {
       std::fprintf(stderr, "\n[context full after %d tokens: answer cut; raise -c/--ctx-size]\n",
                    generation.position());
+      answer.context_full = true;
       break;
     }
     const int id = generation.sample(sampler);  // waits for the forward that made the logits
@@ -121,17 +123,20 @@ void feed_timed(Generation& generation, const std::vector<int>& ids, Speed& spee
 
 // `model_eos`: the model config's end-of-sequence id, which may differ from the tokenizer's
 // (Phi-3: 32000 <|endoftext|> beside sentencepiece's </s>); generation stops at either.
-// `ids`: the prompt's tokens, which the caller checked fit the context.
+// `ids`: the prompt's tokens, which the caller checked fit the context. Exit code 1 when
+// the context filled before the -n tokens asked for (the "[context full ...]" line says
+// so); with -n -1 a full context is one of the ends asked for.
 int complete_once(Generation& generation, Sampler& sampler, const Tokenizer& tokenizer, const std::string& prompt,
                   const std::vector<int>& ids, int n_predict, int model_eos) {
   Speed speed;
   feed_timed(generation, ids, speed);
   std::fputs(prompt.c_str(), stdout);
-  generate_answer(generation, sampler, tokenizer, StopCondition{{model_eos}, {}}, n_predict, speed);
+  const Answer answer =
+      generate_answer(generation, sampler, tokenizer, StopCondition{{model_eos}, {}}, n_predict, speed);
   std::fputs("\n", stdout);
   speed.print();
   speed.print_perf();
-  return 0;
+  return answer.context_full && n_predict > 0 ? 1 : 0;
 }
 
 // One exchange kept for re-feeding when the context fills: its tokens in cache order.
@@ -251,7 +256,8 @@ int main(int argc, char** argv) {
         "or complete one prompt with -p.");
     add_model_options(options);
     options.add_options()
-        ("p,prompt", "Complete this text once (no chat template) and exit", cxxopts::value<std::string>())
+        ("p,prompt", "Complete this text once (no chat template) and exit; -p '' samples from BOS alone",
+         cxxopts::value<std::string>())
         ("f,file", "Complete the text of this file once, like -p", cxxopts::value<std::string>())
         ("n,n-predict", "Tokens to generate per answer (-1 = until EOS or a full context)",
          cxxopts::value<int>()->default_value("-1"))
@@ -262,7 +268,8 @@ int main(int argc, char** argv) {
         ("top-p", "Top-p sampling (1 = off)", cxxopts::value<float>()->default_value("0.95"))
         ("min-p", "Min-p sampling (0 = off)", cxxopts::value<float>()->default_value("0.05"))
         ("repeat-penalty", "Penalty for repeated tokens (1 = off)", cxxopts::value<float>()->default_value("1.0"))
-        ("repeat-last-n", "Tokens the repeat penalty looks back over", cxxopts::value<int>()->default_value("64"))
+        ("repeat-last-n", "Tokens the repeat penalty looks back over (0 = none, -1 = the whole context)",
+         cxxopts::value<int>()->default_value("64"))
         ("s,seed", "Random seed (-1 = random)", cxxopts::value<int64_t>()->default_value("-1"))
         ("system-prompt", "System prompt for chat (also -sys)", cxxopts::value<std::string>()->default_value(""))
         ("no-escape", "Take -p and -sys as written (by default \\n, \\t, \\\\, \\xHH ... are read, as llama-cli does)")
@@ -272,6 +279,16 @@ int main(int argc, char** argv) {
     if (!args.count("model")) throw Error("missing -m/--model DIR (see --help)");
     if (args["n-predict"].as<int>() < -1) throw Error("-n/--n-predict must be -1 (no limit) or >= 0");
     if (args["repeat-penalty"].as<float>() <= 0) throw Error("--repeat-penalty must be > 0 (1 = off)");
+    // llama-cli's ranges: top-p and min-p are probabilities, -1 the only negative count or seed.
+    for (const char* probability : {"top-p", "min-p"}) {
+      const float value = args[probability].as<float>();
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", value);
+      if (value < 0 || value > 1) throw Error(std::string("--") + probability + " " + text + ": expected 0 .. 1");
+    }
+    if (args["repeat-last-n"].as<int>() < -1)
+      throw Error("--repeat-last-n must be -1 (the whole context), 0 (none) or more");
+    if (args["seed"].as<int64_t>() < -1) throw Error("-s/--seed must be -1 (random) or >= 0");
     if (args.count("prompt") && args.count("file")) throw Error("-p and -f both give a prompt; use one");
     // Read before the model loads: a bad path costs nothing.
     const std::string file_prompt = args.count("file") ? read_text_file(args["file"].as<std::string>()) : "";

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "models/llama_model.h"
 #include "runtime/cpu/cpu_backend.h"
@@ -86,6 +88,34 @@ TEST(LogitsProgram, BadInputIsOneLineAndExitOne) {
     EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << args << ": " << run.output;
     EXPECT_EQ(run.output.rfind("gemlite-logits: error: ", 0), 0u) << run.output;
   }
+}
+
+// -o replaces an earlier run's safetensors file, never anything else (a prompt's text file
+// had been overwritten without a word).
+TEST(LogitsProgram, ReplacesOnlyASafetensorsFile) {
+  const std::string scratch = make_temp_dir();
+  const std::string& model_dir = quantized_stories260k("f32");
+  const std::string text = scratch + "/prompt.txt";
+  {
+    std::ofstream out(text);
+    out << "Once upon a time";
+  }
+  const ProgramRun refused =
+      run_program_for_test("gemlite-logits", "-m " + model_dir + " --device cpu --ids 1,403 -o " + text, true);
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_EQ(refused.output, "gemlite-logits: error: " + text +
+                                ": exists and is not a safetensors file: not replaced (remove it or name another "
+                                "file)\n");
+  std::ifstream kept(text);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "Once upon a time");
+
+  const std::string file = scratch + "/logits.safetensors";
+  for (const char* ids : {"1,403,407", "1,403"}) {  // the second run replaces the first's file
+    const ProgramRun run =
+        run_program_for_test("gemlite-logits", "-m " + model_dir + " --device cpu --ids " + ids + " -o " + file, true);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+  }
+  EXPECT_EQ(SafetensorsFile::open(file).get("ids").shape, (std::vector<int64_t>{2}));
 }
 
 }  // namespace

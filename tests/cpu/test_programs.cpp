@@ -228,6 +228,16 @@ TEST(Programs, NonsenseNumbersAreOneLineErrors) {
   expect_one_line_error("gemlite-bench", "--synthetic stories260k -d -5", "-d");
   // libgomp crashed on tens of thousands of threads.
   expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi -t 100000 --device cpu", "--threads 100000");
+  // Probabilities outside 0..1 and negative counts other than -1 ran as if valid.
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --top-p 2", "--top-p 2: expected 0 .. 1");
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --min-p -0.5", "--min-p -0.5: expected");
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi --repeat-last-n -5", "--repeat-last-n");
+  expect_one_line_error("gemlite-chat", "-m " + stories_dir() + " -p hi -s -5", "--seed");
+  for (const char* edge : {"--top-p 1 --min-p 0", "--top-p 0 --min-p 1", "--repeat-last-n -1 --repeat-penalty 1.1 -s 0"}) {
+    const ProgramRun run = run_program_for_test(
+        "gemlite-chat", "--device cpu -m " + stories_dir() + " -p 'Once upon' -n 2 " + edge, true);
+    EXPECT_EQ(run.exit_code, 0) << edge << "\n" << run.output;
+  }
 }
 
 // A packed checkpoint whose norm is not F32, or whose quantization_config has a key of the
@@ -422,10 +432,17 @@ TEST(Programs, FullContextNeverCrashes) {
   EXPECT_EQ(chat.exit_code, 0) << chat.output;
   EXPECT_NE(chat.output.find("context full"), std::string::npos) << chat.output;
 
+  // One-shot: the 100 tokens asked for do not fit, so the cut answer ends with exit code 1
+  // and the line that says why; with -n -1 a full context is the end asked for.
   const ProgramRun once = run_program_for_test(
       "gemlite-chat", "-m " + stories_dir() + " -p 'Once upon a time' -n 100 --temp 0 -c 12", true);
-  EXPECT_EQ(once.exit_code, 0) << once.output;
-  EXPECT_NE(once.output.find("context full"), std::string::npos) << once.output;
+  EXPECT_EQ(once.exit_code, 1) << once.output;
+  EXPECT_NE(once.output.find("[context full after 12 tokens: answer cut; raise -c/--ctx-size]"), std::string::npos)
+      << once.output;
+  const ProgramRun unlimited = run_program_for_test(
+      "gemlite-chat", "-m " + stories_dir() + " -p 'Once upon a time' -n -1 --temp 0 -c 12", true);
+  EXPECT_EQ(unlimited.exit_code, 0) << unlimited.output;
+  EXPECT_NE(unlimited.output.find("context full"), std::string::npos) << unlimited.output;
 }
 
 // llama-bench's lists: -p, -n and -d take comma-separated values and --pg pp,tg pairs;
@@ -441,6 +458,22 @@ TEST(Programs, BenchRunsLlamaBenchListsDepthsAndPromptGenPairs) {
                           ",pp6 @ d40,6,0,40,", ",tg3 @ d40,0,3,40,", ",pp4+tg2 @ d40,4,2,40,"})
     EXPECT_NE(run.output.find(row), std::string::npos) << "no row " << row << " in:\n" << run.output;
   EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 9) << run.output;  // header + 8 rows
+}
+
+// Tests that reach past the model's training context (stories260K: 512) run, as
+// llama-bench's do, with one warning line that says so; within it there is none.
+TEST(Programs, BenchWarnsBeyondTheTrainingContext) {
+  const ProgramRun beyond = run_program_for_test(
+      "gemlite-bench", "--device cpu --synthetic stories260k -f q8 -p 0 -n 2 -d 512 -r 1 -o csv", true);
+  EXPECT_EQ(beyond.exit_code, 0) << beyond.output;
+  EXPECT_NE(beyond.output.find("warning: stories260k q8: the tests reach 514 positions, beyond the model's training "
+                               "context of 512"),
+            std::string::npos)
+      << beyond.output;
+  const ProgramRun within = run_program_for_test(
+      "gemlite-bench", "--device cpu --synthetic stories260k -f q8 -p 0 -n 2 -d 510 -r 1 -o csv", true);
+  EXPECT_EQ(within.exit_code, 0) << within.output;
+  EXPECT_EQ(within.output.find("warning"), std::string::npos) << within.output;
 }
 
 // -o json: one array of the tests (written as each finishes, closed at the end) with
