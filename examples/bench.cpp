@@ -105,14 +105,15 @@ struct BenchPlan {
   std::vector<int> prompts, gens, depths;       // -p, -n, -d (a 0 in prompts or gens: none)
   std::vector<std::pair<int, int>> prompt_gens;  // -pg: a prompt, then that many tokens decoded
   int batch = 512, repetitions = 5;
+  int64_t ctx_size = 0;  // -c: the KV cache's positions; 0: needed()
   bool trace = false;  // --trace: one decode step kernel by kernel after the tests (CUDA)
   // --trace decodes this many tokens (the graph captured and warm, the steps mid-way
   // through a tg128), then traces this many single steps.
   static constexpr int kTraceWarmTokens = 64, kTraceSteps = 5;
 
-  // Positions the longest test needs: the model's KV cache capacity (64-bit: --pg
-  // 2000000000,2000000000 overflowed int and was then met by an 8 GB prompt).
-  int64_t context() const {
+  // Positions the longest test needs (64-bit: --pg 2000000000,2000000000 overflowed int
+  // and was then met by an 8 GB prompt).
+  int64_t needed() const {
     int64_t longest = 0;
     for (int p : prompts) longest = std::max<int64_t>(longest, p);
     for (int n : gens) longest = std::max<int64_t>(longest, n);
@@ -120,6 +121,11 @@ struct BenchPlan {
     if (trace) longest = std::max<int64_t>(longest, kTraceWarmTokens + kTraceSteps);
     return *std::max_element(depths.begin(), depths.end()) + longest;
   }
+  // The model's KV cache capacity: -c, or what the tests need (llama-bench's n_ctx). The
+  // cache's size alone moved llama3-8b q4g64 tg128 by ~5 % on an H200 (runtime/cuda/
+  // MEASURED.md, thirty-eighth session), so -c 4096 measures what gemlite-chat's default
+  // context runs.
+  int64_t context() const { return ctx_size > 0 ? ctx_size : needed(); }
 };
 
 // What the model took of the device's memory against its weights and KV cache in theory
@@ -155,7 +161,7 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
   // Allowed, as llama-bench allows it, but said: past its training context a model's speed
   // is still measured, its outputs mean nothing, and a depth of 100000 on the CPU takes long.
   if (plan.context() > ckpt.config.max_seq_len)
-    std::fprintf(stderr, "warning: %s: the tests reach %lld positions, beyond the model's training context of %d\n",
+    std::fprintf(stderr, "warning: %s: a KV cache of %lld positions, beyond the model's training context of %d\n",
                  label.c_str(), (long long)plan.context(), ckpt.config.max_seq_len);
   auto backend = make_backend(backend_name_for(device), options);
   backend->synchronize();  // memory freed asynchronously returns at a synchronization
@@ -309,6 +315,8 @@ int main(int argc, char** argv) {
         ("d,n-depth", "Tokens already in the context before each test (untimed), comma-separated",
          cxxopts::value<std::vector<int>>()->default_value("0"))
         ("b,batch-size", "Prompt tokens per forward pass", cxxopts::value<int>()->default_value("512"))
+        ("c,ctx-size", "KV cache positions (0: the deepest -d plus the longest test, as llama-bench; "
+                       "e.g. 4096, gemlite-chat's default)", cxxopts::value<int64_t>()->default_value("0"))
         ("r,repetitions", "Timed runs per test", cxxopts::value<int>()->default_value("5"))
         ("o,output", "md, json or csv", cxxopts::value<std::string>()->default_value("md"))
         ("kernels", "GPU kernel benchmarks instead: each QuantLinear kernel vs cuBLAS and the copy "
@@ -343,6 +351,7 @@ int main(int argc, char** argv) {
     plan.depths = args["n-depth"].as<std::vector<int>>();
     plan.batch = args["batch-size"].as<int>();
     plan.repetitions = args["repetitions"].as<int>();
+    plan.ctx_size = args["ctx-size"].as<int64_t>();
     plan.trace = args.count("trace") > 0;
     const std::vector<int> pg = args.count("pg") ? args["pg"].as<std::vector<int>>() : std::vector<int>{};
     if (pg.size() % 2 != 0) throw Error("--pg takes pairs: pp,tg (e.g. --pg 512,128)");
@@ -363,9 +372,16 @@ int main(int argc, char** argv) {
     if (plan.repetitions < 1) throw Error("-r/--repetitions must be >= 1");
     // The KV cache the tests need (may exceed a model's max_seq_len, as llama-bench's -d may);
     // in 64 bits: --pg 2000000000,2000000000 overflowed int and drew an 8 GB prompt.
-    if (plan.context() > (int64_t(1) << 24))
-      throw Error("the tests need " + std::to_string(plan.context()) +
+    if (plan.needed() > (int64_t(1) << 24))
+      throw Error("the tests need " + std::to_string(plan.needed()) +
                   " positions (-d plus the longest -p/-n/--pg); at most 16777216 are supported");
+    if (plan.ctx_size < 0 || plan.ctx_size > (int64_t(1) << 24))
+      throw Error("-c/--ctx-size " + std::to_string(plan.ctx_size) + ": expected 0 (what the tests need) .. 16777216");
+    if (plan.ctx_size > 0 && plan.ctx_size < plan.needed())
+      throw Error("-c/--ctx-size " + std::to_string(plan.ctx_size) + ": the tests need " +
+                  std::to_string(plan.needed()) + " positions (-d plus the longest -p/-n/--pg" +
+                  (plan.trace ? ", or --trace's " + std::to_string(BenchPlan::kTraceWarmTokens + BenchPlan::kTraceSteps)
+                              : std::string()) + ")");
     const std::string output = args["output"].as<std::string>();
     if (output != "md" && output != "json" && output != "csv")
       throw Error("-o '" + output + "': expected md, json or csv");

@@ -460,13 +460,30 @@ TEST(Programs, BenchRunsLlamaBenchListsDepthsAndPromptGenPairs) {
   EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 9) << run.output;  // header + 8 rows
 }
 
+// -c sets the KV cache (gemlite-chat's context, e.g.) where the tests fit in it; one line
+// otherwise.
+TEST(Programs, BenchCtxSizeSetsTheCacheTheTestsMustFitIn) {
+  const ProgramRun run = run_program_for_test(
+      "gemlite-bench", "--device cpu --synthetic stories260k -f q8 -p 0 -n 2 -d 40 -c 100 -r 1 -o csv", false);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find(",tg2 @ d40,0,2,40,"), std::string::npos) << run.output;
+  expect_one_line_error("gemlite-bench", "--device cpu --synthetic stories260k -p 0 -n 2 -d 40 -c 41",
+                        "-c/--ctx-size 41: the tests need 42 positions");
+  expect_one_line_error("gemlite-bench", "--device cpu --synthetic stories260k -p 0 -n 2 -c -1", "-c/--ctx-size -1");
+  // Past the model's training context (512) with tests that fit: the warning names the cache.
+  const ProgramRun beyond = run_program_for_test(
+      "gemlite-bench", "--device cpu --synthetic stories260k -f q8 -p 0 -n 2 -c 600 -r 1 -o csv", true);
+  EXPECT_EQ(beyond.exit_code, 0) << beyond.output;
+  EXPECT_NE(beyond.output.find("a KV cache of 600 positions, beyond"), std::string::npos) << beyond.output;
+}
+
 // Tests that reach past the model's training context (stories260K: 512) run, as
 // llama-bench's do, with one warning line that says so; within it there is none.
 TEST(Programs, BenchWarnsBeyondTheTrainingContext) {
   const ProgramRun beyond = run_program_for_test(
       "gemlite-bench", "--device cpu --synthetic stories260k -f q8 -p 0 -n 2 -d 512 -r 1 -o csv", true);
   EXPECT_EQ(beyond.exit_code, 0) << beyond.output;
-  EXPECT_NE(beyond.output.find("warning: stories260k q8: the tests reach 514 positions, beyond the model's training "
+  EXPECT_NE(beyond.output.find("warning: stories260k q8: a KV cache of 514 positions, beyond the model's training "
                                "context of 512"),
             std::string::npos)
       << beyond.output;
