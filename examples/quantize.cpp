@@ -128,7 +128,8 @@ int main(int argc, char** argv) {
     SourceModel source = load_source(source_path);
     if (keep_gguf_types) {
       if (source.block_sources.empty())
-        fail(source_path, "FORMAT gguf keeps a quantized GGUF's types, but this source has no quantized tensors");
+        fail(source_path, "FORMAT gguf keeps a quantized GGUF's types, but this source has no quantized tensors "
+                          "(give f16 or f32)");
       spec.format = WeightFormat::parse("f16");
       spec.overrides = formats_nearest_ggml_blocks(source);
     }

@@ -164,6 +164,10 @@ TEST(Programs, QuantizeRejectsBadSourceFormatAndOverride) {
   const std::string damaged = make_temp_dir() + "/model.gguf";
   std::ofstream(damaged, std::ios::binary) << std::string("GG\0\0", 4) << std::string(64, '\1');
   expect_one_line_error("gemlite-quantize", damaged + " /tmp/x q8", damaged + ": not a GGUF file");
+  // FORMAT gguf keeps a GGUF's quantized types; an unquantized one is told what to give.
+  expect_one_line_error("gemlite-quantize",
+                        shared_file("models/stories260K/stories260K.gguf") + " " + make_temp_dir() + "/x gguf",
+                        "has no quantized tensors (give f16 or f32)");
 }
 
 TEST(Programs, TruncatedCheckpointIsNamedAndNothingCrashes) {
