@@ -5,7 +5,6 @@
 // token ids given directly, so the comparison does not depend on a tokenizer.
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <sstream>
 
 #include "examples/common/program.h"
@@ -46,18 +45,6 @@ std::vector<int> parse_ids(const std::string& text) {
   return ids;
 }
 
-// check_output_file, and an existing file is replaced only when it is a safetensors file (an
-// earlier run's): `-o prompt.txt` had silently overwritten the text.
-void check_replaceable_output(const std::string& path) {
-  check_output_file(path);
-  if (!std::filesystem::exists(path)) return;
-  try {
-    (void)SafetensorsFile::open(path);
-  } catch (const Error&) {
-    fail(path, "exists and is not a safetensors file: not replaced (remove it or name another file)");
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -71,7 +58,15 @@ int main(int argc, char** argv) {
     const auto args = parse_args(options, argc, argv);
     if (!args.count("model")) throw Error("missing -m/--model DIR (see --help)");
     if (!args.count("output")) throw Error("missing -o/--output FILE (see --help)");
-    check_replaceable_output(args["output"].as<std::string>());  // before the model runs
+    // Before the model runs; an earlier run's safetensors file is replaced, nothing else.
+    check_replaceable_output(args["output"].as<std::string>(), "a safetensors file", [](const std::string& existing) {
+      try {
+        (void)SafetensorsFile::open(existing);
+        return true;
+      } catch (const Error&) {
+        return false;
+      }
+    });
     if (args.count("prompt") == args.count("ids")) throw Error("give exactly one of -p/--prompt and --ids");
     apply_thread_option(args);
 

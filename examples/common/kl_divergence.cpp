@@ -47,17 +47,15 @@ int64_t KldBaseHeader::chunk_bytes() const {
 
 namespace {
 
-// `path`, once it is known not to hold anything but an earlier base: a forgotten
-// --kl-divergence turned the compared run into one that overwrote its base, and
-// `-f text --kl-divergence-base text` the text.
+// `path`, once it is known not to hold anything but an earlier base (check_replaceable_output;
+// `-f text --kl-divergence-base text` would have replaced the text).
 const std::string& replaceable_base(const std::string& path) {
-  if (std::filesystem::is_regular_file(path)) {
-    std::ifstream existing(path, std::ios::binary);
+  check_replaceable_output(path, "a gemlite KL-divergence base", [](const std::string& existing) {
+    std::ifstream in(existing, std::ios::binary);
     char magic[sizeof kMagic] = {};
-    existing.read(magic, sizeof magic);
-    if (!existing || std::memcmp(magic, kMagic, sizeof kMagic) != 0)
-      fail(path, "exists and is not a gemlite KL-divergence base: not replaced (remove it or name another file)");
-  }
+    in.read(magic, sizeof magic);
+    return in && std::memcmp(magic, kMagic, sizeof kMagic) == 0;
+  });
   return path;
 }
 

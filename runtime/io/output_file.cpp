@@ -21,6 +21,13 @@ void check_output_file(const std::string& path) {
     fail(path, "exists and is not a regular file (a directory, device or link); refusing to replace it");
 }
 
+void check_replaceable_output(const std::string& path, const std::string& what,
+                              const std::function<bool(const std::string&)>& is_earlier_output) {
+  check_output_file(path);
+  if (std::filesystem::exists(path) && !is_earlier_output(path))
+    fail(path, "exists and is not " + what + ": not replaced (remove it or name another file)");
+}
+
 std::string make_temp_file_beside(const std::string& path) {
   std::string name = path + ".tmp-XXXXXX";
   const int fd = mkstemp(name.data());

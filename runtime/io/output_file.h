@@ -3,6 +3,7 @@
 // file, and write a fresh temporary beside it that is renamed into place at the end (a
 // failed run leaves the old file, and never a half-written one).
 #include <cstdio>
+#include <functional>
 #include <string>
 
 namespace gemlite {
@@ -10,6 +11,13 @@ namespace gemlite {
 // Error("<path>: ...") unless `path` is absent or a regular file. A device (/dev/null), a
 // directory or a symbolic link would be replaced by the rename, not written through.
 void check_output_file(const std::string& path);
+
+// check_output_file, and an existing file is replaced only when `is_earlier_output(path)`
+// says a writer of this kind made it: otherwise Error("<path>: exists and is not <what>: not
+// replaced ..."). (A forgotten --kl-divergence had overwritten the base it was to compare
+// with, and gemlite-logits -o prompt.txt the prompt.)
+void check_replaceable_output(const std::string& path, const std::string& what,
+                              const std::function<bool(const std::string&)>& is_earlier_output);
 
 // Creates an empty "<path>.tmp-XXXXXX" of this process's own (mkstemp; a plain file's
 // permissions) and returns its name. Error naming `path` when that is not possible.
