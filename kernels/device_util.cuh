@@ -83,6 +83,13 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* global) {
   const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global) : "memory");
 }
+// As cp_async16, allocating the line in L1 as well (.ca): the blocks of one SM that copy the
+// same 16 bytes read L2 once between them. Like any default load it sees the writes of the
+// grids it waited for (pdl_wait); it must not follow a write of this grid to those bytes.
+__device__ __forceinline__ void cp_async16_ca(void* smem, const void* global) {
+  const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global) : "memory");
+}
 __device__ __forceinline__ void cp_async16_or_zero(void* smem, const void* global, bool valid) {
   const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global), "r"(valid ? 16 : 0)

@@ -63,7 +63,7 @@
 // 64) take the opt-in shared memory, fewer blocks an SM.
 //
 // At M = 1 (decode) each block also copies x (8 KB at K = 4096) into shared memory after
-// the slab, once its PDL wait is over (XS; GemvQnConfig::stage_x has where it fits), and
+// the slab, through L1 (one L2 read an SM), once its PDL wait is over (XS; GemvQnConfig::stage_x has where it fits), and
 // the loop reads x there: one 16-byte shared load a 32-k block at a 32-bit address, no L1
 // prefetches of the next tile's x lines, no 64-bit address per chunk (the q4 fp16 kernel's
 // SASS 3640 -> 3112 instructions; H200: q4g64 4096 x 22016 20.6 -> 18.3 µs, llama2-7b
@@ -540,8 +540,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   const float norm_weight = p.residual ? p.norm_weight[norm_row] : 0.0f;
   pdl_wait();
   if constexpr (XS) {
+    // Every resident block copies the same x right after the wait, on the critical path: the
+    // copy goes through L1 (.ca), so an SM's blocks fetch each line from L2 once. A/B in one
+    // run on an H200 (fp16, M = 1, cold L2, .cg -> .ca): q4g64 4096 x 4096 5.0 -> 4.3 µs,
+    // 4096 x 6144 7.6 -> 6.2, 4096 x 28672 23.0 -> 20.6, 14336 x 4096 11.7 -> 10.1; q4g64
+    // tg128 llama3-8b 556.4 -> 615.2, llama2-7b 585.9 -> 616.9 tok/s (kernels/qn/MEASURED.md).
     const uint4* x16 = reinterpret_cast<const uint4*>(p.x);
-    for (int i = threadIdx.x; i < p.K / 8; i += blockDim.x) cp_async16(&x_stage[i], x16 + i);
+    for (int i = threadIdx.x; i < p.K / 8; i += blockDim.x) cp_async16_ca(&x_stage[i], x16 + i);
     cp_async_commit();
   }
   cp_async_wait<0>();
