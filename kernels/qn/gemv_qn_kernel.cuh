@@ -74,11 +74,12 @@
 // What limits it: the q4 fp16 loop issued ~348 instructions a tile per warp (2.7 a weight;
 // the SASS before x was staged, which took the kernel's 3640 -> 3112), 192 of them the
 // dequantization (a lop3 and two fma2 per pair: exact, and the floor of this decoding), 16
-// mmas, then permutes, loads and their addresses, at 16 warps an SM (128 registers a thread); the largest stall is long scoreboard (the x and scale
-// loads of the dequantization chain), then fixed-latency dependencies. It is bound by issue
-// and latency, not by bytes in flight: 92 % of the copy bandwidth at q4g64 8192 x 57344 on
-// the H100, 45-72 % on the 4096-wide Llama shapes on an H200 (README), whose grids are one
-// to three waves of short blocks. Register and shared-memory rings, TMA copies, stream-K,
+// mmas, then permutes, loads and their addresses, at 16 warps an SM (128 registers a
+// thread); the largest stall is long scoreboard (the x and scale loads of the
+// dequantization chain), then fixed-latency dependencies. It is bound by issue and
+// latency, not by bytes in flight: 92 % of the copy bandwidth at q4g64 8192 x 57344 on the
+// H100, 53-77 % on the 4096-wide Llama shapes on an H200 (x through L1, 2026-11-29), whose
+// grids are one to three waves of short blocks. Register and shared-memory rings, TMA copies, stream-K,
 // blocks looping over row blocks, int8 activations, fp16 accumulation, 96 registers, folded
 // scales and L2 prefetches were each built, measured and dropped (kernels/qn/MEASURED.md).
 #include <cuda_bf16.h>
