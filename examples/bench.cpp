@@ -121,10 +121,10 @@ struct BenchPlan {
     if (trace) longest = std::max<int64_t>(longest, kTraceWarmTokens + kTraceSteps);
     return *std::max_element(depths.begin(), depths.end()) + longest;
   }
-  // The model's KV cache capacity: -c, or what the tests need (llama-bench's n_ctx). The
-  // cache's size alone moved llama3-8b q4g64 tg128 by ~5 % on an H200 (runtime/cuda/
-  // MEASURED.md, thirty-eighth session), so -c 4096 measures what gemlite-chat's default
-  // context runs.
+  // The model's KV cache capacity: -c, or what the tests need (llama-bench's n_ctx). Where
+  // the cache left the buffers allocated after it moved llama3-8b q4g64 tg128 by ~5 % on an
+  // H200 before the GEMVs read x through L1 (runtime/cuda/MEASURED.md), so -c 4096
+  // measures what gemlite-chat's default context runs.
   int64_t context() const { return ctx_size > 0 ? ctx_size : needed(); }
 };
 

@@ -63,10 +63,10 @@
 // 64) take the opt-in shared memory, fewer blocks an SM.
 //
 // At M = 1 (decode) each block also copies x (8 KB at K = 4096) into shared memory after
-// the slab, through L1 (one L2 read an SM), once its PDL wait is over (XS; GemvQnConfig::stage_x has where it fits), and
-// the loop reads x there: one 16-byte shared load a 32-k block at a 32-bit address, no L1
-// prefetches of the next tile's x lines, no 64-bit address per chunk (the q4 fp16 kernel's
-// SASS 3640 -> 3112 instructions; H200: q4g64 4096 x 22016 20.6 -> 18.3 µs, llama2-7b
+// the slab, through L1 (one L2 read an SM), once its PDL wait is over (XS;
+// GemvQnConfig::stage_x has where it fits), and the loop reads x there: one 16-byte shared
+// load a 32-k block at a 32-bit address, no L1 prefetches of the next tile's x lines, no
+// 64-bit address per chunk (the q4 fp16 kernel's SASS 3640 -> 3112 instructions; H200: q4g64 4096 x 22016 20.6 -> 18.3 µs, llama2-7b
 // q4g64 tg128 +11 %). Alone it loses 0.1-0.6 µs where the copy before the first tile is not
 // hidden (4096 x 4096, one wave of two tiles a warp), but in the model it gains there too,
 // so it runs wherever it fits.
@@ -79,9 +79,10 @@
 // dequantization chain), then fixed-latency dependencies. It is bound by issue and
 // latency, not by bytes in flight: 92 % of the copy bandwidth at q4g64 8192 x 57344 on the
 // H100, 53-77 % on the 4096-wide Llama shapes on an H200 (x through L1, 2026-11-29), whose
-// grids are one to three waves of short blocks. Register and shared-memory rings, TMA copies, stream-K,
-// blocks looping over row blocks, int8 activations, fp16 accumulation, 96 registers, folded
-// scales and L2 prefetches were each built, measured and dropped (kernels/qn/MEASURED.md).
+// grids are one to three waves of short blocks. Register and shared-memory rings, TMA
+// copies, stream-K, blocks looping over row blocks, int8 activations, fp16 accumulation, 96
+// registers, folded scales and L2 prefetches were each built, measured and dropped
+// (kernels/qn/MEASURED.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
