@@ -42,13 +42,34 @@ __device__ __forceinline__ uint16_t to_activation(float v) {
 
 // rsqrt(Σ_p parts[p] / K + eps) of one activation row, summed by a whole warp in a fixed
 // order (lane strides, then a butterfly): every block of every kernel that finishes the
-// same pending norm gets the same value. Every lane returns it.
-__device__ __forceinline__ float pending_inv_rms(const float* parts, int n_parts, int K, float eps) {
-  const int lane = threadIdx.x % 32;
+// same pending norm gets the same value. Every lane returns it. In two steps for a kernel
+// that loads the parts early (gemv_qn): the lane's strided sum, then the butterfly.
+__device__ __forceinline__ float pending_norm_lane_sum(const float* parts, int n_parts) {
   float sum = 0;
-  for (int i = lane; i < n_parts; i += 32) sum += parts[i];
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  return rsqrtf(sum / float(K) + eps);
+  for (int i = threadIdx.x % 32; i < n_parts; i += 32) sum += parts[i];
+  return sum;
+}
+__device__ __forceinline__ float inv_rms_of_lane_sums(float lane_sum, int K, float eps) {
+  for (int offset = 16; offset > 0; offset /= 2) lane_sum += __shfl_xor_sync(0xffffffffu, lane_sum, offset);
+  return rsqrtf(lane_sum / float(K) + eps);
+}
+__device__ __forceinline__ float pending_inv_rms(const float* parts, int n_parts, int K, float eps) {
+  return inv_rms_of_lane_sums(pending_norm_lane_sum(parts, n_parts), K, eps);
+}
+// pending_norm_lane_sum of up to 32 x LOADS parts, every load issued before the first add
+// (the same sum, in the same order: the parts past n_parts add 0).
+template <int LOADS>
+__device__ __forceinline__ float pending_norm_lane_sum_unrolled(const float* parts, int n_parts) {
+  float v[LOADS];
+#pragma unroll
+  for (int j = 0; j < LOADS; ++j) {
+    const int i = threadIdx.x % 32 + 32 * j;
+    v[j] = i < n_parts ? parts[i] : 0.0f;
+  }
+  float sum = 0;
+#pragma unroll
+  for (int j = 0; j < LOADS; ++j) sum += v[j];
+  return sum;
 }
 
 // c += a · b, mma.sync m16n8k16 (sm_80+): fp16 (BF16 false) or bf16 inputs, fp32
