@@ -576,8 +576,11 @@ TEST(GemvQnFusedNorm, ResidualThenPendingNormMatchTheCpu) {
     int64_t K_in, D, N_next;  // producer [D, K_in], next projection [N_next, D]
     DType act;
   };
+  // D = 8200: 513 parts, one past what the staged-x kernel loads right after its PDL wait
+  // (it falls back to reading them after the loop); D = 4096: 256 parts, loaded early.
   for (const Case c : {Case{4096, 4096, 1000, DType::F16}, Case{11008, 4096, 256, DType::BF16},
-                       Case{200, 1000, 24, DType::F16}, Case{64, 40, 16, DType::BF16}}) {
+                       Case{200, 1000, 24, DType::F16}, Case{64, 40, 16, DType::BF16},
+                       Case{64, 8200, 24, DType::F16}}) {
     const int64_t D = c.D, K = c.K_in, N2 = c.N_next;
     const float eps = 1e-5f;
     const auto to_float = [&](uint16_t v) { return c.act == DType::BF16 ? bf16_to_float(v) : half_to_float(v); };
