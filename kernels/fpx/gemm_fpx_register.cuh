@@ -137,6 +137,32 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
   // M = 1) measured no faster in decode (kernels/qn/MEASURED.md, 2026-11-27).
   pdl_launch_dependents();
   float acc[MT][4] = {};
+  // At M <= 8 the epilogue's reads are issued early, with the loads of x, not after the
+  // loop on every block's way out (most of them by the last split's block, after its
+  // atomic): the thread's first output's row factor and norm weight (weights) before the
+  // wait, its residual element and warp mc's pending-norm parts (row mc; up to 256 parts)
+  // after it. A/B on one H200, interleaved (tg128, fp6 with gemv_qn's early residual):
+  // tinyllama-1.1b fp6 1361.5 -> 1386.7 tok/s (+1.8 %), kernels/fpx/BENCH.md.
+  constexpr int kEarlyNormLoads = 8;
+  const bool norm_early =
+      MT == 1 && p.norm.sum_squares && m0 + warp < p.M && p.norm.parts <= 32 * kEarlyNormLoads;
+  float norm_lane_sum = 0;  // norm_early: row m0 + warp's lane sums
+  const int outputs = p.warps_n * kFpxTileRows * 8 * MT;  // (row block, row, x row) of this block
+  // The thread's first output, o = threadIdx.x (at M = 1 its only one when warps_k >= 4).
+  const int first_g = threadIdx.x / (kFpxTileRows * 8 * MT), first_rest = threadIdx.x % (kFpxTileRows * 8 * MT);
+  const int64_t first_n = int64_t(blockIdx.y * p.warps_n + first_g) * kFpxTileRows + first_rest % kFpxTileRows;
+  const int first_m = m0 + first_rest / kFpxTileRows;
+  const bool first_early = MT == 1 && int(threadIdx.x) < outputs && first_n < p.N && first_m < p.M;
+  const float first_factor = first_early ? p.row_factor[first_n] : 0.0f;
+  const float first_norm_weight = first_early && p.residual ? p.norm_weight[first_n] : 0.0f;
+  uint16_t first_residual = 0;
+  const auto load_epilogue_inputs = [&] {  // after the PDL wait
+    if (first_early && p.residual) first_residual = p.residual[int64_t(first_m) * p.N + first_n];
+    if (norm_early)
+      norm_lane_sum = pending_norm_lane_sum_unrolled<kEarlyNormLoads>(
+          p.norm.sum_squares + int64_t(m0 + warp) * p.norm.parts, p.norm.parts);
+    asm volatile("" ::"f"(norm_lane_sum));  // summed here, not kept as 8 registers through the loop
+  };
   if (rb < p.RB) {
     const uint16_t* x_rows[MT];
 #pragma unroll
@@ -180,6 +206,7 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
       for (int i = 0; i < kAhead; ++i)
         if (t0 + i * p.warps_k < t_end) load_x(t0 + i * p.warps_k, xf[i]);
     }
+    load_epilogue_inputs();
     int t = t0;
     while (t < t_end) {
       static_for<0, kUnroll>([&](auto step) {
@@ -214,6 +241,7 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
     }
   } else {
     pdl_wait();  // its threads still write outputs of the block's other row blocks
+    load_epilogue_inputs();
   }
 
   // C fragment of n-tile j: acc[j][0..1] = row gid, x rows 2 tig, 2 tig + 1; [2..3] = row gid + 8.
@@ -227,20 +255,24 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
   __shared__ float inv_rms[8 * MT];
   if (p.norm.sum_squares) {
     for (int mc = warp; mc < 8 * MT && m0 + mc < p.M; mc += blockDim.x / 32) {
-      const float r =
-          pending_inv_rms(p.norm.sum_squares + int64_t(m0 + mc) * p.norm.parts, p.norm.parts, p.K, p.norm.eps);
+      const float lane_sum = norm_early && mc == warp
+                                 ? norm_lane_sum
+                                 : pending_norm_lane_sum(p.norm.sum_squares + int64_t(m0 + mc) * p.norm.parts,
+                                                         p.norm.parts);
+      const float r = inv_rms_of_lane_sums(lane_sum, p.K, p.norm.eps);
       if (lane == 0) inv_rms[mc] = r;
     }
   }
   __syncthreads();
 
-  const int outputs = p.warps_n * kFpxTileRows * 8 * MT;  // (row block, row, x row) of this block
   const bool split = gridDim.z > 1;
   const int64_t padded_n = int64_t(p.RB) * kFpxTileRows;
   // Output (n, m) of x row mc of the chunk from its fp32 sum over K: y, or with the
   // residual epilogue residual += y and y = residual ∘ norm weight (gemm_fpx_residual).
-  const auto finish = [&](float sum, int64_t n, int m, int mc) {
-    sum *= p.row_factor[n];
+  // first: o == threadIdx.x, whose inputs first_early loaded.
+  const auto finish = [&](float sum, int64_t n, int m, int mc, bool first) {
+    const bool early = first_early && first;
+    sum *= early ? first_factor : p.row_factor[n];
     if (p.norm.sum_squares) sum *= inv_rms[mc];
     if (p.bias) sum += p.bias[n];
     const int64_t i = int64_t(m) * p.N + n;
@@ -248,9 +280,9 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
       p.y[i] = to_activation<BF16>(sum);
       return;
     }
-    const uint16_t updated = to_activation<BF16>(from_activation<BF16>(p.residual[i]) + sum);
+    const uint16_t updated = to_activation<BF16>(from_activation<BF16>(early ? first_residual : p.residual[i]) + sum);
     p.residual[i] = updated;
-    p.y[i] = to_activation<BF16>(from_activation<BF16>(updated) * p.norm_weight[n]);
+    p.y[i] = to_activation<BF16>(from_activation<BF16>(updated) * (early ? first_norm_weight : p.norm_weight[n]));
   };
   // With the residual epilogue, after all of a block's outputs: Σ residual² over its 16
   // rows per x row, summed in row order by one thread (deterministic), into partial
@@ -287,7 +319,7 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
     if (split) {
       p.workspace[(int64_t(blockIdx.z) * kFpxSplitMaxM + m) * padded_n + n] = sum;
     } else {
-      finish(sum, n, m, mc);
+      finish(sum, n, m, mc, o == int(threadIdx.x));
     }
   }
   if (!split) {
@@ -315,7 +347,7 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
     if (n >= p.N || m >= p.M) continue;
     float sum = 0;
     for (int z = 0; z < int(gridDim.z); ++z) sum += __ldcg(p.workspace + (int64_t(z) * kFpxSplitMaxM + m) * padded_n + n);
-    finish(sum, n, m, mc);
+    finish(sum, n, m, mc, o == int(threadIdx.x));
   }
   if (p.residual) sum_squares();
 }
