@@ -564,8 +564,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     asm volatile("" ::"f"(norm_lane_sum));  // summed here, not kept as 16 registers through the loop
   }
   // The residual element the epilogue's thread r < 16 adds to (o and down) is ready too:
-  // loaded now with them (tinyllama-1.1b q4g64 tg128 +2.0 %, llama2-7b +1.2 %, together with
-  // gemm_fpx's early epilogue loads; kernels/qn/MEASURED.md).
+  // loaded now with them. With gemm_fpx's early epilogue loads, A/B on one H200, q4g64
+  // tg128: tinyllama-1.1b +2.0 % and +3.8 % (two runs), llama2-7b +1.2 % (kernels/qn/MEASURED.md).
   const bool residual_early = XS && p.residual && threadIdx.x < kRowsPerBlock;
   const uint16_t early_residual = residual_early ? p.residual[norm_row] : uint16_t(0);
   cp_async_wait<0>();
