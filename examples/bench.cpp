@@ -166,8 +166,11 @@ void bench_model(const std::string& label, const PackedCheckpoint& ckpt, const s
   auto backend = make_backend(backend_name_for(device), options);
   backend->synchronize();  // memory freed asynchronously returns at a synchronization
   const int64_t memory_before = backend->device_memory_used();
+  const double load_start = now_seconds();
   LlamaModel model(ckpt, *backend, int(plan.context()), plan.batch);  // context() checked at parse
   backend->synchronize();
+  std::fprintf(stderr, "loaded %s onto %s in %.1f s\n", label.c_str(), backend->name().c_str(),
+               now_seconds() - load_start);
   const int64_t memory_loaded = backend->device_memory_used();
   Generation generation(model);
   std::mt19937 rng(42);
@@ -444,7 +447,10 @@ int main(int argc, char** argv) {
     for (const auto& [name, config, format] : synthetic) {
       const std::string label = name + " " + format.name();
       std::fprintf(stderr, "building %s with random weights ...\n", label.c_str());
-      bench_model(label, make_synthetic_checkpoint(config, format), device, backend_settings, plan, report);
+      const double build_start = now_seconds();
+      const PackedCheckpoint ckpt = make_synthetic_checkpoint(config, format);
+      std::fprintf(stderr, "built %s in %.1f s\n", label.c_str(), now_seconds() - build_start);
+      bench_model(label, ckpt, device, backend_settings, plan, report);
     }
     if (output == "json") std::printf("\n]\n");
     return 0;
