@@ -1,6 +1,6 @@
 #pragma once
 // Models of real shapes with random weights, so speed can be measured without a
-// download (gemlite-bench --synthetic llama2-7b). The weights are N(0, 0.02²) like a
+// download (gemlite-bench --synthetic llama2-7b). The weights are ~N(0, 0.02²) like a
 // freshly initialised model: the same bytes move as with trained weights, never zeros.
 #include <string>
 #include <vector>
