@@ -148,7 +148,8 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) gemm_fpx_kernel(const Gem
       MT == 1 && p.norm.sum_squares && m0 + warp < p.M && p.norm.parts <= 32 * kEarlyNormLoads;
   float norm_lane_sum = 0;  // norm_early: row m0 + warp's lane sums
   const int outputs = p.warps_n * kFpxTileRows * 8 * MT;  // (row block, row, x row) of this block
-  // The thread's first output, o = threadIdx.x (at M = 1 its only one when warps_k >= 4).
+  // The thread's first output, o = threadIdx.x: its only one where the block has as many
+  // threads as outputs (warps_k >= 4); later ones read their inputs after the loop.
   const int first_g = threadIdx.x / (kFpxTileRows * 8 * MT), first_rest = threadIdx.x % (kFpxTileRows * 8 * MT);
   const int64_t first_n = int64_t(blockIdx.y * p.warps_n + first_g) * kFpxTileRows + first_rest % kFpxTileRows;
   const int first_m = m0 + first_rest / kFpxTileRows;
