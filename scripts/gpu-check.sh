@@ -30,6 +30,9 @@
 # instead of the plain benchmarks: the kernel benchmarks and the models' tg128, two rounds
 # each, base first in round 1 and second in round 2; scripts/ab_summary.py prints the
 # table. H100 machines differ by ~5 %: only such an A/B measures a change;
+# GEMLITE_GPU_BASE_BIN=<path> takes that gemlite-bench as the base instead of building one
+# (save build-gpu/gemlite-bench of the base before changing the tree: the base build costs
+# a full build, ~15 minutes on 2 cores; GEMLITE_GPU_BASE_REV then only names it);
 # GEMLITE_GPU_AB_REPS=2 times each model run with -r 2 instead of 3: a llama2-7b run of two
 # formats took ~70 s at -r 3, so four of them are half of a 10-minute device call;
 # GEMLITE_GPU_AB_PROMPTS=32,64 adds those prompt lengths (llama-bench's -p) to each model
@@ -68,7 +71,11 @@ pack() {
   for bin in "$dir"/gemlite-*; do
     ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'libsentencepiece|libgomp|libprotobuf|libgtest' || true
   done | sort -u | while read -r lib; do cp -L "$lib" "$dir"/lib/; done
-  if [ -n "${GEMLITE_GPU_BASE_REV:-}" ]; then
+  if [ -n "${GEMLITE_GPU_BASE_BIN:-}" ]; then  # a base gemlite-bench built already
+    mkdir -p "$dir"/base
+    cp "$GEMLITE_GPU_BASE_BIN" "$dir"/base/gemlite-bench
+    echo "${GEMLITE_GPU_BASE_REV:-prebuilt}" >"$dir"/base/REV
+  elif [ -n "${GEMLITE_GPU_BASE_REV:-}" ]; then
     local base_tree="$build-base-src"
     rm -rf "$base_tree" && git worktree prune
     git worktree add --detach "$base_tree" "$GEMLITE_GPU_BASE_REV" >/dev/null
