@@ -26,6 +26,13 @@ const NamedShape kShapes[] = {
     {"stories260k", 64, 172, 5, 8, 4, 512, 512, 10000.0f, false, true},
 };
 
+// splitmix64's finalizer: a well-mixed 64-bit hash of x.
+uint64_t mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 }  // namespace
 
 std::vector<std::string> synthetic_model_names() {
@@ -67,19 +74,19 @@ PackedCheckpoint make_synthetic_checkpoint(const ModelConfig& c, const WeightFor
   std::vector<float> values;  // [rows, cols] of the matrix being built
   auto random_matrix = [&](int64_t rows, int64_t cols) -> const float* {
     values.resize(std::max(values.size(), size_t(rows * cols)));
-    const uint64_t base = seed * 0x9E3779B97F4A7C15ull + (++matrix_index) * 0xBF58476D1CE4E5B9ull;
+    // Seed and matrix mixed first: added as they were, seed s + 1 gave seed s's weights
+    // shifted by one element.
+    const uint64_t base = mix64(seed ^ mix64(++matrix_index));
     float* out = values.data();
     const int64_t count = rows * cols;
     // sqrt(12 / 4) * 0.02 / 65536: four 16-bit uniforms summed have variance 4 * 65536² / 12.
     constexpr float kSpread = 1.7320508f * 0.02f / 65536.0f;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < count; ++i) {
-      uint64_t h = base + uint64_t(i) * 0x9E3779B97F4A7C15ull;  // splitmix64's finalizer
-      h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-      h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-      h ^= h >> 31;
+      const uint64_t h = mix64(base + uint64_t(i) * 0x9E3779B97F4A7C15ull);
+      // Four values in [0, 65535], centred: mean 0 (2 * 65535 = 4 times their mean).
       const int32_t sum = int32_t(h & 0xFFFF) + int32_t(h >> 16 & 0xFFFF) + int32_t(h >> 32 & 0xFFFF) +
-                          int32_t(h >> 48) - 2 * 65536;
+                          int32_t(h >> 48) - 2 * 65535;
       out[i] = float(sum) * kSpread;
     }
     return out;

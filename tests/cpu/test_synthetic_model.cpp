@@ -48,7 +48,12 @@ TEST(SyntheticModel, WeightsSpreadLikeAFreshModelAndDifferPerMatrix) {
   const PackedCheckpoint again = make_synthetic_checkpoint(config, WeightFormat::parse("f32"), 5);
   EXPECT_EQ(f32_values(again.layers[1].q), q1);
   const PackedCheckpoint other_seed = make_synthetic_checkpoint(config, WeightFormat::parse("f32"), 6);
-  EXPECT_NE(f32_values(other_seed.layers[1].q), q1);
+  const std::vector<float> q1_other = f32_values(other_seed.layers[1].q);
+  for (size_t shift : {0, 1}) {  // not the same weights, nor shifted by one
+    size_t equal = 0;
+    for (size_t i = 0; i + shift < q1.size(); ++i) equal += q1_other[i] == q1[i + shift] || q1[i] == q1_other[i + shift];
+    EXPECT_LT(equal, q1.size() / 100) << "seeds 5 and 6, shift " << shift;
+  }
 }
 
 }  // namespace
