@@ -63,10 +63,15 @@ PackedWeight quantize_weight(const float* w, int64_t N, int64_t K, const WeightF
     fail(where, "weight shape [" + std::to_string(N) + ", " + std::to_string(K) + "] is empty");
   // fp16 storage would turn a weight beyond kHalfMax into infinity (the model then printed only <unk>).
   const float limit = format.kind == FormatKind::Dense && format.dense_dtype == DType::F16 ? kHalfMax : INFINITY;
+  // The first bad weight, found by all threads (kernels/parallel.h says why every pass over a
+  // whole weight is parallel).
+  int64_t bad = N * K;
+#pragma omp parallel for reduction(min : bad) schedule(static) if (N * K >= kMinParallelWork)
   for (int64_t i = 0; i < N * K; ++i)
-    if (!(std::abs(w[i]) <= limit))
-      fail(where, "weight [" + std::to_string(i / K) + ", " + std::to_string(i % K) + "] = " + std::to_string(w[i]) +
-                      (std::isfinite(w[i]) ? " does not fit fp16 (use bf16 or f32)" : " is not finite"));
+    if (!(std::abs(w[i]) <= limit)) bad = std::min(bad, i);
+  if (bad < N * K)
+    fail(where, "weight [" + std::to_string(bad / K) + ", " + std::to_string(bad % K) + "] = " + std::to_string(w[bad]) +
+                    (std::isfinite(w[bad]) ? " does not fit fp16 (use bf16 or f32)" : " is not finite"));
   PackedWeight packed = allocate_packed_weight(format, N, K);
   switch (format.kind) {
     case FormatKind::Dense: dense_quantize(w, &packed); break;
@@ -100,7 +105,7 @@ std::optional<PackedWeight> concat_rows(const std::vector<const PackedWeight*>& 
       const auto it = w->parts.find(spec.name);
       if (it == w->parts.end() || it->second.dtype != spec.dtype || at + it->second.nbytes() > out.nbytes())
         return std::nullopt;
-      std::memcpy(out.mutable_as<uint8_t>() + at, it->second.data, it->second.nbytes());
+      parallel_copy(out.mutable_as<uint8_t>() + at, it->second.data, it->second.nbytes());
       at += it->second.nbytes();
     }
     if (at != out.nbytes()) return std::nullopt;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kernels/parallel.h"
 #include "runtime/error.h"
 
 namespace gemlite {
@@ -20,12 +21,18 @@ void dense_quantize(const float* w, PackedWeight* out) {
     case DType::F32:
       std::memcpy(weight.mutable_as<float>(), w, weight.nbytes());
       break;
-    case DType::F16:
-      for (int64_t i = 0; i < count; ++i) weight.mutable_as<uint16_t>()[i] = float_to_half(w[i]);
+    case DType::F16: {
+      uint16_t* out = weight.mutable_as<uint16_t>();
+#pragma omp parallel for schedule(static) if (count >= kMinParallelWork)
+      for (int64_t i = 0; i < count; ++i) out[i] = float_to_half(w[i]);
       break;
-    default:  // BF16, as dense_parts allows no other
-      for (int64_t i = 0; i < count; ++i) weight.mutable_as<uint16_t>()[i] = float_to_bf16(w[i]);
+    }
+    default: {  // BF16, as dense_parts allows no other
+      uint16_t* out = weight.mutable_as<uint16_t>();
+#pragma omp parallel for schedule(static) if (count >= kMinParallelWork)
+      for (int64_t i = 0; i < count; ++i) out[i] = float_to_bf16(w[i]);
       break;
+    }
   }
 }
 

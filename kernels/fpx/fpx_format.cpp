@@ -179,9 +179,9 @@ void fpx_pack_codes(const uint8_t* codes, int64_t N, int64_t K, int bits, uint8_
   // building a synthetic stories110m fp6 (perf, one thread), more than drawing the weights.
   const FpxFieldMap map = make_field_map(bits);
   const int planes = int(map.widths.size());
-  std::memset(packed, 0, size_t(blocks * KT * tile_bytes));
 #pragma omp parallel for schedule(static) if (N * K >= kMinParallelWork)
   for (int64_t rb = 0; rb < blocks; ++rb) {
+    std::memset(packed + rb * KT * tile_bytes, 0, size_t(KT * tile_bytes));  // row block rb's tiles
     for (int r = 0; r < kFpxTileRows && rb * kFpxTileRows + r < N; ++r) {  // padding rows: code 0
       const uint8_t* row_codes = codes + (rb * kFpxTileRows + r) * K;
       const size_t row = size_t(r) * kFpxTileK * planes;
@@ -219,7 +219,8 @@ void fpx_quantize(const float* w, PackedWeight* out) {
   const int ebits = out->format.ebits, mbits = out->format.mbits;
   const int64_t N = out->rows, K = out->cols;
   const float max_finite = fpx_max_finite(ebits, mbits);
-  std::vector<uint8_t> codes(size_t(N * K));                          // [N, K]
+  // [N, K], every element written below: not zero-filled first (a serial pass over N K bytes).
+  const std::unique_ptr<uint8_t[]> codes(new uint8_t[size_t(N * K)]);
   uint16_t* scales = out->parts.at("scales").mutable_as<uint16_t>();  // [N]
 #pragma omp parallel for schedule(static) if (N * K >= kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
@@ -233,7 +234,7 @@ void fpx_quantize(const float* w, PackedWeight* out) {
     scales[n] = float_to_half(scale);
     for (int64_t k = 0; k < K; ++k) codes[size_t(n * K + k)] = fpx_encode(row[k] / scale, ebits, mbits);
   }
-  fpx_pack_codes(codes.data(), N, K, out->format.bits, out->parts.at("packed").mutable_as<uint8_t>());
+  fpx_pack_codes(codes.get(), N, K, out->format.bits, out->parts.at("packed").mutable_as<uint8_t>());
 }
 
 RowDecoder fpx_row_decoder(const PackedWeight& w) {

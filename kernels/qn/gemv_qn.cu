@@ -16,6 +16,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/device_upload.h"
 #include "kernels/group_quant.h"
+#include "kernels/parallel.h"
 #include "kernels/qn/gemv_qn_kernel.cuh"
 #include "kernels/qn/qn_format.h"
 #include "kernels/qn/qn_launch.h"
@@ -217,6 +218,7 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired
   // (N <= n < N16) repeat row N - 1; their outputs are never stored.
   const int64_t N16 = qn_padded_rows(d.N);
   std::vector<uint32_t> scale_bias(size_t(N16 * d.n_groups));
+#pragma omp parallel for schedule(static) if (N16 * d.n_groups >= kMinParallelWork)
   for (int64_t n = 0; n < N16; ++n)
     for (int64_t g = 0; g < d.n_groups; ++g) {
       const int64_t i = std::min(n, d.N - 1) * d.n_groups + g;  // [N, n_groups]
@@ -233,17 +235,22 @@ QnDeviceWeight upload_qn_weight(const PackedWeight& w, DType act, int64_t paired
   // q4g64 60.8 -> 65.7, q8 80.1 -> 86.4; 4096 x 4096 q4g64 44.6 -> 46.4. llama2-7b q4g64
   // tg128 371.7 -> 388.6 tok/s (pp512 16991 -> 16705: dequant_qn, then one thread a word,
   // gathered 64-byte pieces; since c1e0a45 it reads whole tiles).
+  // Rows are rearranged by all threads into fresh zero pages (HostTensor::zeros; padding rows
+  // stay zero), where a zero-filled vector and one thread had made uploading a qN model
+  // slower than an fp6 one (kernels/parallel.h has the measurement).
   const uint32_t* words = qweight.as<uint32_t>();  // [N, Kw]
-  std::vector<uint32_t> tiles(size_t(N16 * d.Kw), 0u);
+  HostTensor tile_words = HostTensor::zeros(DType::I32, {N16 * d.Kw});  // [N16 / 16, Kw / 32, 512]
+  uint32_t* tiles = tile_words.mutable_as<uint32_t>();
+#pragma omp parallel for schedule(static) if (d.N * d.Kw >= kMinParallelWork)
   for (int64_t n = 0; n < d.N; ++n) {
     const int64_t v = qn_block_row(n, paired_half);
     for (int64_t kw = 0; kw < d.Kw; kw += 4)  // 4 words stay together
-      std::memcpy(&tiles[size_t(qn_tile_word_index(v, kw, d.Kw / 32))], &words[n * d.Kw + kw], 16);
+      std::memcpy(&tiles[qn_tile_word_index(v, kw, d.Kw / 32)], &words[n * d.Kw + kw], 16);
   }
   try {
-    uint32_t* q = static_cast<uint32_t*>(device_weight_alloc(tiles.size() * 4));
+    uint32_t* q = static_cast<uint32_t*>(device_weight_alloc(tile_words.nbytes()));
     d.qweight = q;
-    CUDA_CHECK(cudaMemcpy(q, tiles.data(), tiles.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(q, tiles, tile_words.nbytes(), cudaMemcpyHostToDevice));
     uint32_t* sb = static_cast<uint32_t*>(device_weight_alloc(scale_bias.size() * 4));
     d.scale_bias = sb;
     CUDA_CHECK(cudaMemcpy(sb, scale_bias.data(), scale_bias.size() * 4, cudaMemcpyHostToDevice));

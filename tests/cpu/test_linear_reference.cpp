@@ -197,6 +197,21 @@ TEST(QuantizeWeight, RejectsNonFiniteWeights) {
   }
 }
 
+// Large enough for the check's parallel scan (kMinParallelWork): the message still names
+// the first bad weight in row-major order, not whichever thread saw one first.
+TEST(QuantizeWeight, NamesTheFirstBadWeightOfALargeMatrix) {
+  const int64_t N = 512, K = 512;  // 2^18 weights
+  std::vector<float> w(size_t(N * K), 0.5f);
+  w[size_t(400 * K + 3)] = INFINITY;  // in a later thread's rows
+  w[size_t(100 * K + 7)] = NAN;
+  try {
+    quantize_weight(w.data(), N, K, WeightFormat::parse("q4g64"));
+    ADD_FAILURE() << "NaN and inf accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[100, 7]"), std::string::npos) << e.what();
+  }
+}
+
 // A finite weight beyond fp16's range would be stored as infinity in f16 (the audit's model
 // then printed only <unk>); bf16 and the quantized formats hold it.
 TEST(QuantizeWeight, RejectsWeightsBeyondFp16InF16) {
