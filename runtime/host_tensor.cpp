@@ -1,10 +1,18 @@
 #include "runtime/host_tensor.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "runtime/error.h"
 
 namespace gemlite {
+namespace {
+
+[[noreturn]] void not_floating_point(DType dtype) {
+  throw Error(std::string("tensor of type ") + dtype_name(dtype) + " cannot be read as floating point");
+}
+
+}  // namespace
 
 int64_t HostTensor::numel() const {
   int64_t n = 1;
@@ -41,10 +49,34 @@ std::vector<float> HostTensor::to_float() const {
       for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_float(as<uint16_t>()[i]);
       break;
     default:
-      throw Error(std::string("tensor of type ") + dtype_name(dtype) +
-                  " cannot be read as floating point");
+      not_floating_point(dtype);
   }
   return out;
+}
+
+int64_t first_non_finite(const HostTensor& t) {
+  // All exponent bits set is inf or NaN in each format. Blocks without an early exit
+  // vectorise (checkpoint scales run to hundreds of MB); only a block with a hit is searched.
+  auto scan = [&](auto bits, auto exponent) -> int64_t {
+    constexpr int64_t kBlock = 4096;
+    const int64_t n = t.numel();
+    for (int64_t begin = 0; begin < n; begin += kBlock) {
+      const int64_t end = std::min(n, begin + kBlock);
+      bool any = false;
+      for (int64_t i = begin; i < end; ++i) any |= (bits[i] & exponent) == exponent;
+      if (!any) continue;
+      for (int64_t i = begin; i < end; ++i)
+        if ((bits[i] & exponent) == exponent) return i;
+    }
+    return -1;
+  };
+  switch (t.dtype) {
+    case DType::F32: return scan(t.as<uint32_t>(), 0x7f800000u);
+    case DType::F16: return scan(t.as<uint16_t>(), uint16_t(0x7c00));
+    case DType::BF16: return scan(t.as<uint16_t>(), uint16_t(0x7f80));
+    default:
+      not_floating_point(t.dtype);
+  }
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {

@@ -36,4 +36,8 @@ struct HostTensor {
   std::string shape_string() const;  // "[4096, 11008]"
 };
 
+// The index of the first NaN or infinite element of an F32/F16/BF16 tensor, or -1 when all
+// are finite (throws Error for integer types).
+int64_t first_non_finite(const HostTensor& t);
+
 }  // namespace gemlite
