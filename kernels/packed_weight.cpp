@@ -219,6 +219,12 @@ void validate_packed_weight(const PackedWeight& w, const std::string& where) {
     for (const PartSpec& spec : specs) known = known || spec.name == name;
     if (!known) fail(where, "unexpected tensor '" + name + "' (" + format + ")");
   }
+  // The small parts only (a few bytes per group or row); a weight payload is left unread,
+  // so loading stays a mapping of the file.
+  for (const char* name : {"scales", "zeros", "bias"}) {
+    const auto it = w.parts.find(name);
+    if (it != w.parts.end()) check_finite(it->second, where, name);
+  }
 }
 
 }  // namespace gemlite

@@ -189,6 +189,7 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
   const ModelConfig& c = ckpt.config;
   ckpt.embedding = tensor(kEmbeddingName, {c.vocab_size, c.dim}, {DType::F32, DType::F16, DType::BF16});
   ckpt.final_norm = tensor(kFinalNormName, {c.dim}, {DType::F32});
+  check_finite(ckpt.final_norm, tensors_path, kFinalNormName);
   auto linear = [&](const std::string& module) {
     if (!modules.contains(module) || !modules[module].is_string())
       fail(config_path, "quantization_config.modules has no format for '" + module + "'");
@@ -227,6 +228,8 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
     PackedLayer layer;
     layer.attn_norm = tensor(names.attn_norm, {c.dim}, {DType::F32});
     layer.ffn_norm = tensor(names.ffn_norm, {c.dim}, {DType::F32});
+    check_finite(layer.attn_norm, tensors_path, names.attn_norm);
+    check_finite(layer.ffn_norm, tensors_path, names.ffn_norm);
     const std::vector<std::string> modules_of_layer = names.linears();
     const std::vector<PackedWeight*> slots = layer.linear_slots();
     for (size_t j = 0; j < slots.size(); ++j) *slots[j] = linear(modules_of_layer[j]);

@@ -54,6 +54,16 @@ std::vector<float> HostTensor::to_float() const {
   return out;
 }
 
+float HostTensor::float_at(int64_t i) const {
+  switch (dtype) {
+    case DType::F32: return as<float>()[i];
+    case DType::F16: return half_to_float(as<uint16_t>()[i]);
+    case DType::BF16: return bf16_to_float(as<uint16_t>()[i]);
+    default:
+      not_floating_point(dtype);
+  }
+}
+
 int64_t first_non_finite(const HostTensor& t) {
   // All exponent bits set is inf or NaN in each format. Blocks without an early exit
   // vectorise (checkpoint scales run to hundreds of MB); only a block with a hit is searched.
@@ -77,6 +87,13 @@ int64_t first_non_finite(const HostTensor& t) {
     default:
       not_floating_point(t.dtype);
   }
+}
+
+void check_finite(const HostTensor& t, const std::string& where, const std::string& name) {
+  const int64_t i = first_non_finite(t);
+  if (i >= 0)
+    fail(where, "tensor '" + name + "': value " + std::to_string(t.float_at(i)) + " at " + std::to_string(i) +
+                    " is not finite");
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {
