@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "models/llama_weights.h"
@@ -63,6 +64,21 @@ fs::path make_unique_directory(const fs::path& parent, const std::string& stem) 
   }
   fs::permissions(name, fs::perms(plain_mode(0777)));
   return name;
+}
+
+// A tensor the config does not account for means config.json describes another model
+// (num_hidden_layers 4 beside five layers' tensors, or lm_head "tied" beside lm_head's own
+// tensors): the model ran without them, silently.
+void check_all_tensors_used(const std::vector<std::string>& names, const std::set<std::string>& used,
+                            const PackedCheckpoint& ckpt, const std::string& tensors_path) {
+  const std::string head_prefix = std::string(kLmHeadModule) + ".";
+  for (const std::string& name : names) {
+    if (used.count(name)) continue;
+    if (ckpt.lm_head_tied && name.compare(0, head_prefix.size(), head_prefix) == 0)
+      fail(tensors_path, "tensor '" + name + "' is not used: config.json marks lm_head \"tied\" to the embedding");
+    fail(tensors_path, "tensor '" + name + "' is not used by a " + std::to_string(ckpt.config.n_layers) +
+                           "-layer model: config and tensors disagree");
+  }
 }
 
 }  // namespace
@@ -175,10 +191,12 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
 
   const std::string tensors_path = (fs::path(dir) / "model.safetensors").string();
   const auto file = SafetensorsFile::open(tensors_path);
+  std::set<std::string> used;  // every tensor the model reads; any other is refused below
   // The embedding is F32, F16 or BF16 (embedding_dtype_for), the norms F32: anything else
   // is refused here rather than met by a backend mid-run.
   auto tensor = [&](const std::string& name, std::vector<int64_t> shape, std::vector<DType> dtypes) {
     const HostTensor& t = file.get(name);
+    used.insert(name);
     expect_tensor(t, tensors_path, name, shape);
     if (std::find(dtypes.begin(), dtypes.end(), t.dtype) == dtypes.end())
       fail(tensors_path, "tensor '" + name + "' is " + dtype_name(t.dtype) + " (expected " +
@@ -213,7 +231,10 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
     std::tie(w.rows, w.cols) = linear_shape(c, module);
     const std::string prefix = module + ".";
     for (const std::string& name : file.names())
-      if (name.compare(0, prefix.size(), prefix) == 0) w.parts[name.substr(prefix.size())] = file.get(name);
+      if (name.compare(0, prefix.size(), prefix) == 0) {
+        w.parts[name.substr(prefix.size())] = file.get(name);
+        used.insert(name);
+      }
     validate_packed_weight(w, tensors_path + ": " + module);
     const bool wants_bias = c.qkv_bias && (module.find("q_proj") != std::string::npos ||
                                            module.find("k_proj") != std::string::npos ||
@@ -239,6 +260,7 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
   ckpt.lm_head_tied = json_value_or(modules, kLmHeadModule, std::string(), config_path,
                                     std::string("quantization_config.modules.") + kLmHeadModule, "a string") ==
                       kTiedModule;
+  check_all_tensors_used(file.names(), used, ckpt, tensors_path);
 
   const fs::path tokenizer = fs::path(dir) / "tokenizer.model";
   if (fs::exists(tokenizer)) ckpt.tokenizer_path = tokenizer.string();

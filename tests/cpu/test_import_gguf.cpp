@@ -161,5 +161,14 @@ TEST(ImportGguf, DamagedFilesAreErrorsNamingTheFile) {
   expect_error(damaged_copy("width.gguf", width_at, std::string(4, '\0')), "llama.embedding_length 0");
 }
 
+// llama.block_count 4 beside five blocks of tensors: blk.4 had been dropped silently.
+TEST(ImportGguf, BlocksBeyondTheBlockCountAreRefused) {
+  const size_t count_at = offset_of("llama.block_count") + std::strlen("llama.block_count") + 4;
+  const char four[4] = {4, 0, 0, 0};
+  expect_error(damaged_copy("blocks4.gguf", count_at, std::string(four, 4)),
+               "tensor 'model.layers.4.input_layernorm.weight' is not used by a 4-layer model");
+  EXPECT_EQ(load_gguf(kGguf).config.n_layers, 5);  // the undamaged file: five blocks, all used
+}
+
 }  // namespace
 }  // namespace gemlite

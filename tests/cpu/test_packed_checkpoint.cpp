@@ -185,6 +185,21 @@ TEST(PackedCheckpoint, TensorsThatDisagreeWithTheConfigAreNamed) {
   expect_load_error(dir, {dir + "/model.safetensors", "model.layers.0.self_attn.q_proj", "scales"});
 }
 
+// Tensors the config does not account for are refused (they had been ignored): a config
+// of 4 layers beside five layers' tensors, or lm_head "tied" beside lm_head's own tensors.
+TEST(PackedCheckpoint, TensorsTheConfigDoesNotUseAreNamed) {
+  std::string dir = save_stories("q4g64");
+  edit_config(dir, [](json& c) { c["num_hidden_layers"] = 4; });
+  expect_load_error(dir, {dir + "/model.safetensors: tensor 'model.layers.4.input_layernorm.weight' is not used by "
+                          "a 4-layer model: config and tensors disagree"});
+
+  dir = save_stories("q4g64", {"lm_head=q8"});
+  EXPECT_FALSE(load_packed_checkpoint(dir).lm_head_tied);
+  edit_config(dir, [](json& c) { c["quantization_config"]["modules"]["lm_head"] = "tied"; });
+  expect_load_error(dir, {dir + "/model.safetensors: tensor 'lm_head.qweight' is not used",
+                          "lm_head \"tied\""});
+}
+
 // Norms and embeddings are checked like linear weights: a NaN in a norm (the audit's model
 // printed <unk> and a perplexity of nan) or an embedding value beyond fp16 names the tensor.
 TEST(PackedCheckpoint, QuantizeNamesANonFiniteNormOrAnEmbeddingBeyondFp16) {
