@@ -17,6 +17,7 @@
 #include "runtime/error.h"
 #include "runtime/io/json_file.h"
 #include "runtime/io/output_file.h"
+#include "runtime/io/readable_file.h"
 #include "runtime/io/safetensors.h"
 
 namespace gemlite {
@@ -62,7 +63,9 @@ fs::path make_unique_directory(const fs::path& parent, const std::string& stem) 
     const int err = errno;
     fail(name, std::string("cannot create directory: ") + std::strerror(err));
   }
-  fs::permissions(name, fs::perms(plain_mode(0777)));
+  std::error_code ec;
+  fs::permissions(name, fs::perms(plain_mode(0777)), ec);
+  if (ec) fail(name, "cannot set permissions: " + ec.message());
   return name;
 }
 
@@ -98,12 +101,13 @@ void check_can_save_packed_checkpoint(const std::string& dir) {
   const fs::path path = normalized_directory(dir);
   if (path.empty() || path == "." || path == ".." || path == path.root_path())
     fail("output directory '" + dir + "'", "not a name a checkpoint can be written under");
-  if (fs::exists(path) && !(fs::is_directory(path) && fs::is_empty(path)) && !is_packed_checkpoint(path.string()))
+  std::error_code ec;
+  const bool empty_directory = is_directory_path(path.string()) && fs::is_empty(path, ec) && !ec;
+  if (path_exists(path.string()) && !empty_directory && !is_packed_checkpoint(path.string()))
     fail(dir, "exists and is not a gemlite packed checkpoint; refusing to replace it");
   // Missing folders on the way are made (mkdir -p), under the nearest one that exists, which
   // must be a directory this process can write: found before a conversion of minutes, not
   // after it.
-  std::error_code ec;
   fs::path ancestor = path.parent_path();
   while (!ancestor.empty() && !fs::exists(ancestor, ec)) ancestor = ancestor.parent_path();
   if (ancestor.empty()) ancestor = ".";
@@ -156,9 +160,9 @@ std::string PackedCheckpoint::format_summary() const {
 }
 
 PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
-  if (!fs::is_directory(dir)) fail(dir, "not a directory (expected a gemlite packed checkpoint)");
+  if (!is_directory_path(dir)) fail(dir, "not a directory (expected a gemlite packed checkpoint)");
   const std::string config_path = (fs::path(dir) / "config.json").string();
-  if (!fs::exists(config_path)) fail(config_path, "missing (is this a gemlite packed checkpoint?)");
+  if (!path_exists(config_path)) fail(config_path, "missing (is this a gemlite packed checkpoint?)");
   const json config_json = read_json_file(config_path);
 
   PackedCheckpoint ckpt;
@@ -263,7 +267,7 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
   check_all_tensors_used(file.names(), used, ckpt, tensors_path);
 
   const fs::path tokenizer = fs::path(dir) / "tokenizer.model";
-  if (fs::exists(tokenizer)) ckpt.tokenizer_path = tokenizer.string();
+  if (path_exists(tokenizer.string())) ckpt.tokenizer_path = tokenizer.string();
   return ckpt;
 }
 
@@ -319,7 +323,7 @@ void save_packed_checkpoint(const PackedCheckpoint& ckpt, const std::string& dir
     // it), the new one moved in, and only then is the old one deleted: whatever fails,
     // one whole checkpoint stays at `dir`.
     fs::path old_dir;
-    if (fs::exists(final_dir)) {
+    if (path_exists(final_dir.string())) {
       old_dir = make_unique_directory(parent, final_dir.filename().string() + ".old");
       fs::rename(final_dir, old_dir, ec);
       if (ec) {

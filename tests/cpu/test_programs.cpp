@@ -121,6 +121,22 @@ TEST(Programs, QuantizeRefusesAScaleBeyondFp16) {
   EXPECT_NEAR(row[10], 2e6f, 2e6f / 254);
 }
 
+// A path the system cannot resolve (here through a symlink loop) is "<path>: cannot
+// access: <reason>", where std::filesystem's "filesystem error: status: ... [path]" text
+// had reached the user: as a source, an output directory, a model and an output file.
+TEST(Programs, AnUnresolvablePathIsCannotAccess) {
+  const std::string dir = make_temp_dir();
+  fs::create_symlink(dir + "/loop", dir + "/loop");
+  const std::string bad = dir + "/loop/x";
+  const std::string expected = bad + ": cannot access: Too many levels of symbolic links";
+  const std::string bin = shared_file("models/stories260K/stories260K.bin");
+  expect_one_line_error("gemlite-quantize", bad + " " + dir + "/out q8", expected);
+  expect_one_line_error("gemlite-quantize", bin + " " + bad + " q8", expected);
+  expect_one_line_error("gemlite-chat", "-m " + bad + " -p hi --device cpu", expected);
+  expect_one_line_error("gemlite-logits", "-m " + stories_dir() + " --device cpu -p hi -o " + bad, expected);
+  EXPECT_FALSE(fs::exists(dir + "/out"));
+}
+
 // From the second audit: a system prompt longer than the context (every turn used to fail
 // and the program still exited 0), and gemlite-logits -o at something not a plain file
 // (-o /dev/null replaced the device with a regular file).
