@@ -20,6 +20,7 @@
 #include "runtime/interrupt.h"
 #include "runtime/io/mapped_file.h"
 #include "runtime/io/output_file.h"
+#include "runtime/io/readable_file.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/spm_model.h"
 
@@ -29,10 +30,11 @@ namespace fs = std::filesystem;
 namespace {
 
 SourceModel load_source(const std::string& path) {
-  if (fs::is_directory(path) && is_packed_checkpoint(path))
+  const fs::file_type type = file_type_at(path);
+  if (type == fs::file_type::directory && is_packed_checkpoint(path))
     fail(path, "is a gemlite packed checkpoint already; quantize the model it was made from");
-  if (fs::is_directory(path)) return load_hf_directory(path);
-  if (!fs::exists(path)) fail(path, "no such file or directory");
+  if (type == fs::file_type::directory) return load_hf_directory(path);
+  if (type == fs::file_type::not_found) fail(path, "no such file or directory");
   if (is_gguf_file(path)) return load_gguf(path);
   // Read as llama2.c, a damaged .gguf would be reported as a llama2.c header out of range.
   if (fs::path(path).extension() == ".gguf") fail(path, "not a GGUF file (it does not start with 'GGUF')");
@@ -142,7 +144,7 @@ int main(int argc, char** argv) {
     std::string built_from, built_what;  // a built tokenizer's problems name its source and how it was made
     if (args.count("tokenizer")) {
       const std::string path = args["tokenizer"].as<std::string>();
-      if (fs::is_regular_file(path) && is_llama2c_tokenizer(path)) {
+      if (file_type_at(path) == fs::file_type::regular && is_llama2c_tokenizer(path)) {
         built.emplace(spm_bpe_model_proto(read_llama2c_tokenizer(path, source.config.vocab_size), path));
         built_from = path;
         built_what = "the tokenizer built from its vocabulary";

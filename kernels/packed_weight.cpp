@@ -7,6 +7,7 @@
 
 #include "kernels/dense/dense_format.h"
 #include "kernels/fpx/fpx_format.h"
+#include "kernels/group_quant.h"
 #include "kernels/parallel.h"
 #include "kernels/qn/qn_format.h"
 #include "kernels/s7/s7_format.h"
@@ -57,6 +58,32 @@ PackedWeight allocate_packed_weight(const WeightFormat& format, int64_t rows, in
   return packed;
 }
 
+namespace {
+
+// A group whose range needs a scale beyond fp16 (a weight of 2e6 in q4: (2e6 - lo) / 15)
+// was stored as inf, and the model then printed only <unk>. The quantizers write what they
+// compute (an exception cannot leave their OpenMP loops), so their fp16 scales and zeros
+// are checked here, after the loops: N * n_groups values, nothing next to the weights.
+void check_scales_fit_fp16(const PackedWeight& packed, const float* w, const std::string& where) {
+  for (const char* name : {"scales", "zeros"}) {
+    const auto it = packed.parts.find(name);
+    if (it == packed.parts.end()) continue;
+    const int64_t i = first_non_finite(it->second);  // [N, n_groups], or [N] for FPX
+    if (i < 0) continue;
+    const int64_t K = packed.cols, n_groups = it->second.numel() / packed.rows;
+    const int64_t n = i / n_groups, g = i % n_groups;
+    const int64_t G = n_groups == 1 ? K : group_size(packed.format.group, K);
+    float largest = 0;
+    for (int64_t k = g * G; k < std::min(K, (g + 1) * G); ++k) largest = std::max(largest, std::abs(w[n * K + k]));
+    fail(where, "row " + std::to_string(n) + ", group " + std::to_string(g) + ": the " +
+                    (name == std::string("scales") ? "scale" : "zero") + " for weights up to " +
+                    std::to_string(largest) + " does not fit fp16; use more bits or a dense format (bf16, f32) " +
+                    "for this tensor (--override)");
+  }
+}
+
+}  // namespace
+
 PackedWeight quantize_weight(const float* w, int64_t N, int64_t K, const WeightFormat& format) {
   const std::string where = "quantize_weight (" + format.name() + ")";
   if (N < 1 || K < 1)
@@ -79,6 +106,7 @@ PackedWeight quantize_weight(const float* w, int64_t N, int64_t K, const WeightF
     case FormatKind::S7: s7_quantize(w, &packed); break;
     case FormatKind::FPX: fpx_quantize(w, &packed); break;
   }
+  check_scales_fit_fp16(packed, w, where);
   return packed;
 }
 
@@ -195,6 +223,12 @@ void validate_packed_weight(const PackedWeight& w, const std::string& where) {
     bool known = false;
     for (const PartSpec& spec : specs) known = known || spec.name == name;
     if (!known) fail(where, "unexpected tensor '" + name + "' (" + format + ")");
+  }
+  // The small parts only (a few bytes per group or row); a weight payload is left unread,
+  // so loading stays a mapping of the file.
+  for (const char* name : {"scales", "zeros", "bias"}) {
+    const auto it = w.parts.find(name);
+    if (it != w.parts.end()) check_finite(it->second, where, name);
   }
 }
 

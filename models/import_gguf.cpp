@@ -366,6 +366,7 @@ SourceModel load_gguf(const std::string& path) {
   const auto rope_factors = [](const std::string& name) {
     return name == "rope_freqs.weight" || name == "rope_factors_long.weight" || name == "rope_factors_short.weight";
   };
+  std::vector<ByteRange> ranges;  // of the tensors read, checked for overlap below
   for (const Info& info : infos) {
     const std::string name = rope_factors(info.name) ? info.name : hf_tensor_name(info.name, arch);
     if (name.empty()) continue;  // a tensor the runtime does not use
@@ -390,6 +391,12 @@ SourceModel load_gguf(const std::string& path) {
     if (info.offset > file->size() || data_start > file->size() - info.offset ||
         bytes > file->size() - data_start - info.offset)
       fail(path, "truncated: tensor '" + info.name + "' ends past the end of the file");
+    // GGUF writers place every tensor at a multiple of general.alignment; an offset that is
+    // not means a corrupt header (it had been read as shifted bytes: a misleading NaN).
+    if (info.offset % alignment != 0)
+      fail(path, "tensor '" + info.name + "' is at offset " + std::to_string(info.offset) +
+                     ", not a multiple of general.alignment " + std::to_string(alignment));
+    ranges.push_back({info.name, info.offset, info.offset + bytes});
     const uint8_t* data = file->data() + data_start + info.offset;
     if (!type->plain) {
       BlockSource source;  // the file's blocks, decoded when the quantizer asks (SourceModel::tensor)
@@ -419,6 +426,7 @@ SourceModel load_gguf(const std::string& path) {
     }
     model.tensors[name] = std::move(tensor);
   }
+  check_no_overlap(path, std::move(ranges));
   model.config = config_from_metadata(meta, model);
   read_vocabulary(meta, model.config.vocab_size, &model);
   if (model.config.architecture == "phi3") split_fused_projections(model, path);

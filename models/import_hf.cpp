@@ -5,6 +5,7 @@
 
 #include "runtime/error.h"
 #include "runtime/io/json_file.h"
+#include "runtime/io/readable_file.h"
 #include "runtime/io/safetensors.h"
 
 namespace gemlite {
@@ -31,7 +32,7 @@ void add_sharded_tensors(const std::string& dir, const std::string& index_path, 
     const std::string shard = shard_name.get<std::string>();
     const std::string shard_path = (fs::path(dir) / shard).string();
     if (!shards.count(shard)) {
-      if (!fs::exists(shard_path))
+      if (!path_exists(shard_path))
         fail(index_path, "shard '" + shard + "' (holding '" + tensor_name + "') does not exist");
       shards.emplace(shard, SafetensorsFile::open(shard_path));
     }
@@ -43,7 +44,7 @@ void add_sharded_tensors(const std::string& dir, const std::string& index_path, 
 // into model->added_tokens and model->rstrip_token_ids.
 void read_added_tokens(const std::string& dir, SourceModel* model) {
   const std::string path = (fs::path(dir) / "tokenizer.json").string();
-  if (!fs::exists(path)) return;
+  if (!path_exists(path)) return;
   const json tokenizer = read_json_file(path);
   std::vector<std::pair<int, std::string>>& added = model->added_tokens;
   if (!tokenizer.is_object() || !tokenizer.contains("added_tokens")) return;
@@ -65,16 +66,16 @@ void read_added_tokens(const std::string& dir, SourceModel* model) {
 }  // namespace
 
 SourceModel load_hf_directory(const std::string& dir) {
-  if (!fs::is_directory(dir)) fail(dir, "not a directory (expected a Hugging Face checkpoint)");
+  if (!is_directory_path(dir)) fail(dir, "not a directory (expected a Hugging Face checkpoint)");
   SourceModel model;
   const std::string config_path = (fs::path(dir) / "config.json").string();
   model.config = parse_hf_config(read_json_file(config_path), config_path);
 
   const std::string single_path = (fs::path(dir) / "model.safetensors").string();
   const std::string index_path = (fs::path(dir) / "model.safetensors.index.json").string();
-  if (fs::exists(index_path))
+  if (path_exists(index_path))
     add_sharded_tensors(dir, index_path, &model);
-  else if (fs::exists(single_path))
+  else if (path_exists(single_path))
     add_all_tensors(SafetensorsFile::open(single_path), &model);
   else
     fail(dir, "has neither model.safetensors nor model.safetensors.index.json");
@@ -82,7 +83,7 @@ SourceModel load_hf_directory(const std::string& dir) {
   check_source_tensors(model, dir);
 
   const std::string tokenizer_path = (fs::path(dir) / "tokenizer.model").string();
-  if (fs::exists(tokenizer_path)) {
+  if (path_exists(tokenizer_path)) {
     model.tokenizer_path = tokenizer_path;
     read_added_tokens(dir, &model);  // only used beside a tokenizer.model
   }

@@ -10,12 +10,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "models/llama_weights.h"
 #include "runtime/error.h"
 #include "runtime/io/json_file.h"
 #include "runtime/io/output_file.h"
+#include "runtime/io/readable_file.h"
 #include "runtime/io/safetensors.h"
 
 namespace gemlite {
@@ -61,8 +63,25 @@ fs::path make_unique_directory(const fs::path& parent, const std::string& stem) 
     const int err = errno;
     fail(name, std::string("cannot create directory: ") + std::strerror(err));
   }
-  fs::permissions(name, fs::perms(plain_mode(0777)));
+  std::error_code ec;
+  fs::permissions(name, fs::perms(plain_mode(0777)), ec);
+  if (ec) fail(name, "cannot set permissions: " + ec.message());
   return name;
+}
+
+// A tensor the config does not account for means config.json describes another model
+// (num_hidden_layers 4 beside five layers' tensors, or lm_head "tied" beside lm_head's own
+// tensors): the model ran without them, silently.
+void check_all_tensors_used(const std::vector<std::string>& names, const std::set<std::string>& used,
+                            const PackedCheckpoint& ckpt, const std::string& tensors_path) {
+  const std::string head_prefix = std::string(kLmHeadModule) + ".";
+  for (const std::string& name : names) {
+    if (used.count(name)) continue;
+    if (ckpt.lm_head_tied && name.compare(0, head_prefix.size(), head_prefix) == 0)
+      fail(tensors_path, "tensor '" + name + "' is not used: config.json marks lm_head \"tied\" to the embedding");
+    fail(tensors_path, "tensor '" + name + "' is not used by a " + std::to_string(ckpt.config.n_layers) +
+                           "-layer model: config and tensors disagree");
+  }
 }
 
 }  // namespace
@@ -82,12 +101,13 @@ void check_can_save_packed_checkpoint(const std::string& dir) {
   const fs::path path = normalized_directory(dir);
   if (path.empty() || path == "." || path == ".." || path == path.root_path())
     fail("output directory '" + dir + "'", "not a name a checkpoint can be written under");
-  if (fs::exists(path) && !(fs::is_directory(path) && fs::is_empty(path)) && !is_packed_checkpoint(path.string()))
+  std::error_code ec;
+  const bool empty_directory = is_directory_path(path.string()) && fs::is_empty(path, ec) && !ec;
+  if (path_exists(path.string()) && !empty_directory && !is_packed_checkpoint(path.string()))
     fail(dir, "exists and is not a gemlite packed checkpoint; refusing to replace it");
   // Missing folders on the way are made (mkdir -p), under the nearest one that exists, which
   // must be a directory this process can write: found before a conversion of minutes, not
   // after it.
-  std::error_code ec;
   fs::path ancestor = path.parent_path();
   while (!ancestor.empty() && !fs::exists(ancestor, ec)) ancestor = ancestor.parent_path();
   if (ancestor.empty()) ancestor = ".";
@@ -140,9 +160,9 @@ std::string PackedCheckpoint::format_summary() const {
 }
 
 PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
-  if (!fs::is_directory(dir)) fail(dir, "not a directory (expected a gemlite packed checkpoint)");
+  if (!is_directory_path(dir)) fail(dir, "not a directory (expected a gemlite packed checkpoint)");
   const std::string config_path = (fs::path(dir) / "config.json").string();
-  if (!fs::exists(config_path)) fail(config_path, "missing (is this a gemlite packed checkpoint?)");
+  if (!path_exists(config_path)) fail(config_path, "missing (is this a gemlite packed checkpoint?)");
   const json config_json = read_json_file(config_path);
 
   PackedCheckpoint ckpt;
@@ -175,10 +195,12 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
 
   const std::string tensors_path = (fs::path(dir) / "model.safetensors").string();
   const auto file = SafetensorsFile::open(tensors_path);
+  std::set<std::string> used;  // every tensor the model reads; any other is refused below
   // The embedding is F32, F16 or BF16 (embedding_dtype_for), the norms F32: anything else
   // is refused here rather than met by a backend mid-run.
   auto tensor = [&](const std::string& name, std::vector<int64_t> shape, std::vector<DType> dtypes) {
     const HostTensor& t = file.get(name);
+    used.insert(name);
     expect_tensor(t, tensors_path, name, shape);
     if (std::find(dtypes.begin(), dtypes.end(), t.dtype) == dtypes.end())
       fail(tensors_path, "tensor '" + name + "' is " + dtype_name(t.dtype) + " (expected " +
@@ -189,6 +211,7 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
   const ModelConfig& c = ckpt.config;
   ckpt.embedding = tensor(kEmbeddingName, {c.vocab_size, c.dim}, {DType::F32, DType::F16, DType::BF16});
   ckpt.final_norm = tensor(kFinalNormName, {c.dim}, {DType::F32});
+  check_finite(ckpt.final_norm, tensors_path, kFinalNormName);
   auto linear = [&](const std::string& module) {
     if (!modules.contains(module) || !modules[module].is_string())
       fail(config_path, "quantization_config.modules has no format for '" + module + "'");
@@ -212,7 +235,10 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
     std::tie(w.rows, w.cols) = linear_shape(c, module);
     const std::string prefix = module + ".";
     for (const std::string& name : file.names())
-      if (name.compare(0, prefix.size(), prefix) == 0) w.parts[name.substr(prefix.size())] = file.get(name);
+      if (name.compare(0, prefix.size(), prefix) == 0) {
+        w.parts[name.substr(prefix.size())] = file.get(name);
+        used.insert(name);
+      }
     validate_packed_weight(w, tensors_path + ": " + module);
     const bool wants_bias = c.qkv_bias && (module.find("q_proj") != std::string::npos ||
                                            module.find("k_proj") != std::string::npos ||
@@ -227,6 +253,8 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
     PackedLayer layer;
     layer.attn_norm = tensor(names.attn_norm, {c.dim}, {DType::F32});
     layer.ffn_norm = tensor(names.ffn_norm, {c.dim}, {DType::F32});
+    check_finite(layer.attn_norm, tensors_path, names.attn_norm);
+    check_finite(layer.ffn_norm, tensors_path, names.ffn_norm);
     const std::vector<std::string> modules_of_layer = names.linears();
     const std::vector<PackedWeight*> slots = layer.linear_slots();
     for (size_t j = 0; j < slots.size(); ++j) *slots[j] = linear(modules_of_layer[j]);
@@ -236,9 +264,10 @@ PackedCheckpoint load_packed_checkpoint(const std::string& dir) {
   ckpt.lm_head_tied = json_value_or(modules, kLmHeadModule, std::string(), config_path,
                                     std::string("quantization_config.modules.") + kLmHeadModule, "a string") ==
                       kTiedModule;
+  check_all_tensors_used(file.names(), used, ckpt, tensors_path);
 
   const fs::path tokenizer = fs::path(dir) / "tokenizer.model";
-  if (fs::exists(tokenizer)) ckpt.tokenizer_path = tokenizer.string();
+  if (path_exists(tokenizer.string())) ckpt.tokenizer_path = tokenizer.string();
   return ckpt;
 }
 
@@ -294,7 +323,7 @@ void save_packed_checkpoint(const PackedCheckpoint& ckpt, const std::string& dir
     // it), the new one moved in, and only then is the old one deleted: whatever fails,
     // one whole checkpoint stays at `dir`.
     fs::path old_dir;
-    if (fs::exists(final_dir)) {
+    if (path_exists(final_dir.string())) {
       old_dir = make_unique_directory(parent, final_dir.filename().string() + ".old");
       fs::rename(final_dir, old_dir, ec);
       if (ec) {

@@ -1,6 +1,7 @@
 #include "models/source_model.h"
 
 #include <cstring>
+#include <set>
 
 #include "models/ggml_blocks.h"
 #include "models/llama_weights.h"
@@ -66,8 +67,38 @@ HostTensor SourceModel::tensor(const std::string& name) const {
   throw Error("source model has no tensor '" + name + "'");
 }
 
+namespace {
+
+// Tensors a checkpoint may carry that the model does not read: Hugging Face Llama
+// checkpoints of older transformers versions save RoPE buffers
+// (model.layers.{i}.self_attn.rotary_emb.inv_freq), and a tied model's lm_head.weight is
+// replaced by the embedding, as transformers does when it ties them.
+bool ignored_source_tensor(const std::string& name, const ModelConfig& c) {
+  return name.find(".rotary_emb.") != std::string::npos ||
+         (c.tied_embeddings && name == std::string(kLmHeadModule) + ".weight");
+}
+
+// A tensor beyond the required ones means the config describes another model (a stray
+// model.layers.9.*, or num_hidden_layers 4 beside five layers' tensors): the extra layer
+// had been dropped silently.
+void check_no_unused_tensors(const SourceModel& model, const std::vector<TensorSpec>& required,
+                             const std::string& where) {
+  std::set<std::string> used;
+  for (const TensorSpec& spec : required) used.insert(spec.name);
+  auto check = [&](const std::string& name) {
+    if (!used.count(name) && !ignored_source_tensor(name, model.config))
+      fail(where, "tensor '" + name + "' is not used by a " + std::to_string(model.config.n_layers) +
+                      "-layer model: config and tensors disagree");
+  };
+  for (const auto& [name, tensor] : model.tensors) check(name);
+  for (const auto& [name, blocks] : model.block_sources) check(name);
+}
+
+}  // namespace
+
 void check_source_tensors(const SourceModel& model, const std::string& where) {
-  for (const TensorSpec& spec : required_source_tensors(model.config)) {
+  const std::vector<TensorSpec> required = required_source_tensors(model.config);
+  for (const TensorSpec& spec : required) {
     if (!model.has(spec.name)) fail(where, "missing tensor '" + spec.name + "'");
     const std::vector<int64_t> shape = model.shape_of(spec.name);
     if (shape != spec.shape)
@@ -79,6 +110,7 @@ void check_source_tensors(const SourceModel& model, const std::string& where) {
       fail(where, "tensor '" + spec.name + "' has dtype " + dtype_name(t->second.dtype) +
                       ", expected F32, F16 or BF16");
   }
+  check_no_unused_tensors(model, required, where);
 }
 
 void interleaved_to_rotate_half_qk(SourceModel& model) {

@@ -68,8 +68,9 @@ struct TensorSpec {
 // Every tensor the config requires, with its shape, in checkpoint order.
 std::vector<TensorSpec> required_source_tensors(const ModelConfig& config);
 
-// Throws Error("<where>: tensor '<name>' ...") for a missing tensor, a wrong shape or a
-// non-floating-point dtype. Extra tensors are allowed.
+// Throws Error("<where>: tensor '<name>' ...") for a missing tensor, a wrong shape, a
+// non-floating-point dtype, or a tensor the config does not use (a layer beyond
+// n_layers); RoPE buffers (*.rotary_emb.*) and a tied model's lm_head.weight are ignored.
 void check_source_tensors(const SourceModel& model, const std::string& where);
 
 // Reorders the rows of a q or k projection [n_heads*head_dim, in] (or its bias) from

@@ -9,6 +9,13 @@
 #include "runtime/error.h"
 
 namespace gemlite {
+namespace {
+
+[[noreturn]] void not_floating_point(DType dtype) {
+  throw Error(std::string("tensor of type ") + dtype_name(dtype) + " cannot be read as floating point");
+}
+
+}  // namespace
 
 int64_t HostTensor::numel() const {
   int64_t n = 1;
@@ -53,10 +60,51 @@ std::vector<float> HostTensor::to_float() const {
       for (int64_t i = 0; i < n; ++i) out[size_t(i)] = bf16_to_float(as<uint16_t>()[i]);
       break;
     default:
-      throw Error(std::string("tensor of type ") + dtype_name(dtype) +
-                  " cannot be read as floating point");
+      not_floating_point(dtype);
   }
   return out;
+}
+
+float HostTensor::float_at(int64_t i) const {
+  switch (dtype) {
+    case DType::F32: return as<float>()[i];
+    case DType::F16: return half_to_float(as<uint16_t>()[i]);
+    case DType::BF16: return bf16_to_float(as<uint16_t>()[i]);
+    default:
+      not_floating_point(dtype);
+  }
+}
+
+int64_t first_non_finite(const HostTensor& t) {
+  // All exponent bits set is inf or NaN in each format. Blocks without an early exit
+  // vectorise (checkpoint scales run to hundreds of MB); only a block with a hit is searched.
+  auto scan = [&](auto bits, auto exponent) -> int64_t {
+    constexpr int64_t kBlock = 4096;
+    const int64_t n = t.numel();
+    for (int64_t begin = 0; begin < n; begin += kBlock) {
+      const int64_t end = std::min(n, begin + kBlock);
+      bool any = false;
+      for (int64_t i = begin; i < end; ++i) any |= (bits[i] & exponent) == exponent;
+      if (!any) continue;
+      for (int64_t i = begin; i < end; ++i)
+        if ((bits[i] & exponent) == exponent) return i;
+    }
+    return -1;
+  };
+  switch (t.dtype) {
+    case DType::F32: return scan(t.as<uint32_t>(), 0x7f800000u);
+    case DType::F16: return scan(t.as<uint16_t>(), uint16_t(0x7c00));
+    case DType::BF16: return scan(t.as<uint16_t>(), uint16_t(0x7f80));
+    default:
+      not_floating_point(t.dtype);
+  }
+}
+
+void check_finite(const HostTensor& t, const std::string& where, const std::string& name) {
+  const int64_t i = first_non_finite(t);
+  if (i >= 0)
+    fail(where, "tensor '" + name + "': value " + std::to_string(t.float_at(i)) + " at " + std::to_string(i) +
+                    " is not finite");
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {

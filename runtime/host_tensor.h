@@ -33,7 +33,16 @@ struct HostTensor {
 
   // Converts F32/F16/BF16 elements to float (throws Error for integer types).
   std::vector<float> to_float() const;
+  float float_at(int64_t i) const;  // element i of an F32/F16/BF16 tensor
   std::string shape_string() const;  // "[4096, 11008]"
 };
+
+// The index of the first NaN or infinite element of an F32/F16/BF16 tensor, or -1 when all
+// are finite (throws Error for integer types).
+int64_t first_non_finite(const HostTensor& t);
+// Throws Error("<where>: tensor '<name>': value <v> at <index> is not finite") for the first
+// such element. Loaders check the small tensors (norms, biases, scales) with it: a NaN
+// there made every logit NaN, and the programs printed garbage with exit code 0.
+void check_finite(const HostTensor& t, const std::string& where, const std::string& name);
 
 }  // namespace gemlite

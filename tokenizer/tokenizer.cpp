@@ -17,9 +17,10 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
   if (status.code() == sentencepiece::util::StatusCode::kNotFound) {
     fail(model_path, "no such file");
   }
-  if (!status.ok()) {
-    fail(model_path, std::string("not a sentencepiece model (") + status.message() + ")");
-  }
+  // sentencepiece's message is its source position and the failed check
+  // ("./src/sentencepiece_processor.cc(1101) [model_proto->ParseFromArray(...)]"): nothing
+  // a user can act on, so it is not passed on.
+  if (!status.ok()) fail(model_path, "not a sentencepiece model (corrupt or truncated)");
   return Tokenizer(model_path, std::move(processor));
 }
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -42,6 +43,17 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+void check_no_overlap(const std::string& path, std::vector<ByteRange> ranges) {
+  std::sort(ranges.begin(), ranges.end(), [](const ByteRange& a, const ByteRange& b) { return a.begin < b.begin; });
+  const ByteRange* previous = nullptr;
+  for (const ByteRange& r : ranges) {
+    if (r.begin == r.end) continue;  // an empty tensor occupies no bytes
+    if (previous && r.begin < previous->end)
+      fail(path, "tensors '" + previous->name + "' and '" + r.name + "' overlap in the data section");
+    if (!previous || r.end > previous->end) previous = &r;
+  }
 }
 
 }  // namespace gemlite

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace gemlite {
 
@@ -29,5 +30,15 @@ class MappedFile {
   const uint8_t* data_;
   size_t size_;
 };
+
+// A named span [begin, end) of a file's data section: one tensor's bytes.
+struct ByteRange {
+  std::string name;
+  uint64_t begin, end;
+};
+// Throws Error("<path>: tensors '<a>' and '<b>' overlap in the data section") when two
+// ranges share a byte: a corrupt header (safetensors and GGUF readers both check it).
+// Gaps between ranges are harmless; an empty range occupies no bytes.
+void check_no_overlap(const std::string& path, std::vector<ByteRange> ranges);
 
 }  // namespace gemlite

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "runtime/error.h"
+#include "runtime/io/readable_file.h"
 
 namespace gemlite {
 
@@ -24,7 +25,7 @@ void check_output_file(const std::string& path) {
 void check_replaceable_output(const std::string& path, const std::string& what,
                               const std::function<bool(const std::string&)>& is_earlier_output) {
   check_output_file(path);
-  if (std::filesystem::exists(path) && !is_earlier_output(path))
+  if (path_exists(path) && !is_earlier_output(path))
     fail(path, "exists and is not " + what + ": not replaced (remove it or name another file)");
 }
 

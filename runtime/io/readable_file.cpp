@@ -23,4 +23,13 @@ void require_readable_file(const std::string& path) {
   fail(path, err == ENOENT ? std::string("no such file") : std::string("cannot open: ") + std::strerror(err));
 }
 
+std::filesystem::file_type file_type_at(const std::string& path) {
+  std::error_code code;
+  const std::filesystem::file_status status = std::filesystem::status(path, code);
+  // A missing file or a missing folder on the way is an answer, not a failure.
+  if (status.type() == std::filesystem::file_type::not_found) return status.type();
+  if (code) fail(path, "cannot access: " + code.message());
+  return status.type();
+}
+
 }  // namespace gemlite

@@ -111,20 +111,6 @@ TensorEntry parse_entry(const std::string& path, const std::string& name, const 
   return t;
 }
 
-// Gaps between tensors are harmless; two tensors sharing bytes means a corrupt header.
-void check_no_overlap(const std::string& path, std::vector<TensorEntry> entries) {
-  std::sort(entries.begin(), entries.end(),
-            [](const TensorEntry& a, const TensorEntry& b) { return a.begin < b.begin; });
-  const TensorEntry* previous = nullptr;
-  for (const TensorEntry& t : entries) {
-    if (t.begin == t.end) continue;  // an empty tensor occupies no bytes
-    if (previous && t.begin < previous->end)
-      fail(path, "tensors '" + previous->name + "' and '" + t.name + "' overlap in the data section");
-    if (!previous || t.end > previous->end) previous = &t;
-  }
-}
-
-
 }  // namespace
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
@@ -154,7 +140,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     }
     entries.push_back(parse_entry(path, name, value, data_size));
   }
-  check_no_overlap(path, entries);
+  std::vector<ByteRange> ranges;
+  for (const TensorEntry& entry : entries) ranges.push_back({entry.name, entry.begin, entry.end});
+  check_no_overlap(path, std::move(ranges));
 
   for (TensorEntry& entry : entries) {
     HostTensor& t = result.tensors_[entry.name];

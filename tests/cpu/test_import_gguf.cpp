@@ -161,5 +161,45 @@ TEST(ImportGguf, DamagedFilesAreErrorsNamingTheFile) {
   expect_error(damaged_copy("width.gguf", width_at, std::string(4, '\0')), "llama.embedding_length 0");
 }
 
+// A tensor's info in the header: name, rank (4 bytes), extents (8 each), type (4), then
+// its offset (8) into the data section. Where the offset of the 2-D `name` lies.
+size_t offset_field_of(const std::string& name, int rank) {
+  return offset_of(name) + name.size() + 4 + 8 * size_t(rank) + 4;
+}
+
+// GGUF offsets must be multiples of general.alignment (32 here) and tensors must not share
+// bytes: an overlap had converted with exit 0, an unaligned offset failed with a misleading
+// NaN. Each is one line naming the file and the tensor.
+TEST(ImportGguf, UnalignedOrOverlappingTensorOffsetsAreRefused) {
+  const std::string bytes = read_bytes(kGguf);
+  const size_t embd_at = offset_field_of("token_embd.weight", 2), norm_at = offset_field_of("blk.0.attn_norm.weight", 1);
+  uint64_t embd_offset = 0, norm_offset = 0;
+  std::memcpy(&embd_offset, bytes.data() + embd_at, 8);
+  std::memcpy(&norm_offset, bytes.data() + norm_at, 8);
+  ASSERT_EQ(embd_offset % 32, 0u);
+  ASSERT_NE(embd_offset, norm_offset);
+
+  uint64_t shifted = embd_offset + 4;
+  expect_error(damaged_copy("unaligned.gguf", embd_at, std::string(reinterpret_cast<const char*>(&shifted), 8)),
+               "tensor 'token_embd.weight' is at offset " + std::to_string(shifted) +
+                   ", not a multiple of general.alignment 32");
+  // blk.0.attn_norm [64] F32 moved onto the embedding's first 256 bytes: aligned, in the
+  // file, and each tensor's size is right; only the overlap is wrong.
+  expect_error(damaged_copy("overlap.gguf", norm_at, std::string(reinterpret_cast<const char*>(&embd_offset), 8)),
+               "overlap in the data section");
+  expect_error(damaged_copy("overlap2.gguf", norm_at, std::string(reinterpret_cast<const char*>(&embd_offset), 8)),
+               "'blk.0.attn_norm.weight'");
+  EXPECT_NO_THROW(load_gguf(kGguf));
+}
+
+// llama.block_count 4 beside five blocks of tensors: blk.4 had been dropped silently.
+TEST(ImportGguf, BlocksBeyondTheBlockCountAreRefused) {
+  const size_t count_at = offset_of("llama.block_count") + std::strlen("llama.block_count") + 4;
+  const char four[4] = {4, 0, 0, 0};
+  expect_error(damaged_copy("blocks4.gguf", count_at, std::string(four, 4)),
+               "tensor 'model.layers.4.input_layernorm.weight' is not used by a 4-layer model");
+  EXPECT_EQ(load_gguf(kGguf).config.n_layers, 5);  // the undamaged file: five blocks, all used
+}
+
 }  // namespace
 }  // namespace gemlite

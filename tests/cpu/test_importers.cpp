@@ -216,11 +216,13 @@ ModelConfig tiny_qwen2() {
   return c;
 }
 
-void write_hf_directory(const ScratchDir& dir, const ModelConfig& config, const std::string& skipped_tensor) {
+void write_hf_directory(const ScratchDir& dir, const ModelConfig& config, const std::string& skipped_tensor,
+                        const std::vector<TensorSpec>& extra_tensors = {}) {
   std::ofstream(dir.file("config.json")) << to_hf_config(config).dump(2);
   SafetensorsWriter writer;
   for (const TensorSpec& spec : required_source_tensors(config))
     if (spec.name != skipped_tensor) writer.add(spec.name, HostTensor::zeros(DType::F16, spec.shape));
+  for (const TensorSpec& spec : extra_tensors) writer.add(spec.name, HostTensor::zeros(DType::F16, spec.shape));
   writer.write(dir.file("model.safetensors"));
 }
 
@@ -246,6 +248,36 @@ TEST(ImportHf, NamesAMissingOrMisshapenTensor) {
   std::ofstream(dir.file("config.json")) << to_hf_config(tiny_qwen2()).dump(2);
   expect_error_mentions([&] { load_hf_directory(dir.path()); },
                         {"model.layers.0.mlp.gate_proj.weight", "has shape [48, 16], expected [40, 16]"});
+}
+
+// A tensor the config does not use means they describe different models: a config that
+// says 2 layers beside three layers' tensors, or a stray layer 9, had been converted
+// without them. RoPE buffers (older transformers' rotary_emb.inv_freq) and a tied model's
+// lm_head.weight (transformers ties it to the embedding) are ignored, as transformers does.
+TEST(ImportHf, NamesATensorTheConfigDoesNotUse) {
+  ScratchDir dir;
+  ModelConfig three_layers = tiny_qwen2();
+  three_layers.n_layers = 3;
+  write_hf_directory(dir, three_layers, "");
+  std::ofstream(dir.file("config.json")) << to_hf_config(tiny_qwen2()).dump(2);
+  expect_error_mentions([&] { load_hf_directory(dir.path()); },
+                        {dir.path() + ": tensor 'model.layers.2.input_layernorm.weight' is not used by a 2-layer model",
+                         "config and tensors disagree"});
+
+  write_hf_directory(dir, tiny_qwen2(), "", {{"model.layers.9.mlp.up_proj.weight", {40, 16}}});
+  expect_error_mentions([&] { load_hf_directory(dir.path()); },
+                        {dir.path() + ": tensor 'model.layers.9.mlp.up_proj.weight' is not used by a 2-layer model"});
+
+  ModelConfig tied = tiny_qwen2();
+  tied.tied_embeddings = true;
+  write_hf_directory(dir, tied, "",
+                     {{"model.layers.0.self_attn.rotary_emb.inv_freq", {2}}, {"lm_head.weight", {64, 16}}});
+  const SourceModel model = load_hf_directory(dir.path());
+  EXPECT_TRUE(model.config.tied_embeddings);
+  EXPECT_EQ(model.config.n_layers, 2);
+  // Untied, the same lm_head.weight is required and used; a stray lm_head.bias is not.
+  write_hf_directory(dir, tiny_qwen2(), "", {{"lm_head.bias", {64}}});
+  expect_error_mentions([&] { load_hf_directory(dir.path()); }, {dir.path() + ": tensor 'lm_head.bias' is not used"});
 }
 
 TEST(ImportHf, NamesTheMissingConfigOrWeights) {

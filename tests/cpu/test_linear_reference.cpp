@@ -2,13 +2,16 @@
 // (tests/cpu/weight_layout_oracle.h), and validate_packed_weight's messages.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/packed_weight.h"
 #include "runtime/error.h"
+#include "tests/cpu/io_test_helpers.h"
 #include "tests/cpu/weight_layout_oracle.h"
 
 namespace gemlite {
@@ -230,6 +233,44 @@ TEST(QuantizeWeight, RejectsWeightsBeyondFp16InF16) {
     std::vector<float> row(5);
     dequantize_row(packed, 0, row.data());
     EXPECT_NEAR(row[3], 99840.0f, tolerance) << format;
+  }
+}
+
+// A weight so large that its group's fp16 scale overflows (q4: (2e6 - lo) / 15 > 65504) had
+// been stored as a scale of inf, silently (the audit's model printed only <unk>). Each
+// format's limit is its range over fp16's: 15, 127 (s7), 255 (q8) steps or the largest
+// fp6/fp5 value (28, 7) times 65504. The error names the row and group; a value within
+// the limit is held.
+TEST(QuantizeWeight, RejectsScalesBeyondFp16AndNamesRowAndGroup) {
+  struct Case {
+    const char* format;
+    float value;        // put at row 2, column 130
+    const char* group;  // of column 130: 130 / 64, 130 / 128, or the whole row
+  };
+  for (const Case& c : {Case{"q4g64", 2e6f, "row 2, group 2:"}, Case{"s7", 1e7f, "row 2, group 1:"},
+                        Case{"q8", 2e7f, "row 2, group 0:"}, Case{"fp6", 2e6f, "row 2, group 0:"},
+                        Case{"fp5", 5e5f, "row 2, group 0:"}}) {
+    std::mt19937 rng(7);
+    std::vector<float> w = uniform_values(3 * 256, rng);  // [3, 256]
+    w[2 * 256 + 130] = c.value;
+    expect_error_mentions([&] { quantize_weight(w.data(), 3, 256, WeightFormat::parse(c.format)); },
+                          {"(" + std::string(c.format) + ")", c.group, "scale", "does not fit fp16"});
+  }
+  // A constant group of 1e5 (fit_group's fallback: scale = the constant) overflows too.
+  std::vector<float> w(3 * 256, 0.5f);
+  std::fill(w.begin() + 192, w.begin() + 256, 1e5f);  // row 0, group 3 of 64
+  expect_error_mentions([&] { quantize_weight(w.data(), 3, 256, WeightFormat::parse("q4g64")); },
+                        {"row 0, group 3:", "does not fit fp16"});
+  // Within each limit the weight is stored and read back near its value.
+  for (const auto& [format, value, tolerance] : {std::tuple{"q8", 1e7f, 1e7f / 254}, std::tuple{"s7", 5e6f, 5e6f / 126},
+                                                 std::tuple{"fp6", 1.5e6f, 1.5e6f / 8}}) {
+    std::mt19937 rng(7);
+    std::vector<float> held = uniform_values(3 * 256, rng);
+    held[2 * 256 + 130] = value;
+    const PackedWeight packed = quantize_weight(held.data(), 3, 256, WeightFormat::parse(format));
+    std::vector<float> row(256);
+    dequantize_row(packed, 2, row.data());
+    EXPECT_NEAR(row[130], value, tolerance) << format;
   }
 }
 

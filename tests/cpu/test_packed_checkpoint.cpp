@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <nlohmann/json.hpp>
 
@@ -184,6 +185,21 @@ TEST(PackedCheckpoint, TensorsThatDisagreeWithTheConfigAreNamed) {
   expect_load_error(dir, {dir + "/model.safetensors", "model.layers.0.self_attn.q_proj", "scales"});
 }
 
+// Tensors the config does not account for are refused (they had been ignored): a config
+// of 4 layers beside five layers' tensors, or lm_head "tied" beside lm_head's own tensors.
+TEST(PackedCheckpoint, TensorsTheConfigDoesNotUseAreNamed) {
+  std::string dir = save_stories("q4g64");
+  edit_config(dir, [](json& c) { c["num_hidden_layers"] = 4; });
+  expect_load_error(dir, {dir + "/model.safetensors: tensor 'model.layers.4.input_layernorm.weight' is not used by "
+                          "a 4-layer model: config and tensors disagree"});
+
+  dir = save_stories("q4g64", {"lm_head=q8"});
+  EXPECT_FALSE(load_packed_checkpoint(dir).lm_head_tied);
+  edit_config(dir, [](json& c) { c["quantization_config"]["modules"]["lm_head"] = "tied"; });
+  expect_load_error(dir, {dir + "/model.safetensors: tensor 'lm_head.qweight' is not used",
+                          "lm_head \"tied\""});
+}
+
 // Norms and embeddings are checked like linear weights: a NaN in a norm (the audit's model
 // printed <unk> and a perplexity of nan) or an embedding value beyond fp16 names the tensor.
 TEST(PackedCheckpoint, QuantizeNamesANonFiniteNormOrAnEmbeddingBeyondFp16) {
@@ -201,6 +217,57 @@ TEST(PackedCheckpoint, QuantizeNamesANonFiniteNormOrAnEmbeddingBeyondFp16) {
     QuantizeSpec spec;
     spec.format = WeightFormat::parse("q8");  // embedding stored f16
     expect_error_mentions([&] { quantize_model(source, spec); }, {"tensor '" + c.name + "'", c.problem});
+  }
+}
+
+// A copy of `t` whose element i holds `bits` (an F32 or F16 value's raw bits).
+template <typename Bits>
+HostTensor with_element(const HostTensor& t, int64_t i, Bits bits) {
+  HostTensor copy = HostTensor::copy_of(t.dtype, t.shape, t.data);
+  copy.mutable_as<Bits>()[i] = bits;
+  return copy;
+}
+
+// A NaN norm or an inf fp16 scale had loaded, and gemlite-chat printed garbage with exit
+// code 0. The loader checks norms, biases, scales and zeros (not the weight payloads) and
+// names the file, the tensor, the value and where it is.
+TEST(PackedCheckpoint, NonFiniteNormsBiasesScalesAndZerosAreNamed) {
+  const uint32_t nan32 = 0x7fc00000u, inf32 = 0x7f800000u;
+  const uint16_t inf16 = 0x7c00, nan16 = 0x7e00;
+  struct Case {
+    std::string format;
+    std::function<void(PackedCheckpoint&)> damage;
+    std::vector<std::string> fragments;  // beside the file's name
+  };
+  const std::vector<Case> cases = {
+      {"q4g64", [&](PackedCheckpoint& c) { c.layers[2].ffn_norm = with_element(c.layers[2].ffn_norm, 5, nan32); },
+       {"tensor 'model.layers.2.post_attention_layernorm.weight': value nan at 5 is not finite"}},
+      {"q4g64", [&](PackedCheckpoint& c) { c.final_norm = with_element(c.final_norm, 63, inf32); },
+       {"tensor 'model.norm.weight': value inf at 63 is not finite"}},
+      {"q4g64", [&](PackedCheckpoint& c) { c.layers[1].v.parts["scales"] = with_element(c.layers[1].v.part("scales"), 3, inf16); },
+       {"model.layers.1.self_attn.v_proj", "tensor 'scales': value inf at 3 is not finite"}},
+      {"s7", [&](PackedCheckpoint& c) { c.layers[4].down.parts["zeros"] = with_element(c.layers[4].down.part("zeros"), 7, nan16); },
+       {"model.layers.4.mlp.down_proj", "tensor 'zeros': value nan at 7 is not finite"}},
+      {"fp6", [&](PackedCheckpoint& c) { c.lm_head.parts["scales"] = with_element(c.lm_head.part("scales"), 511, inf16); },
+       {"lm_head", "tensor 'scales': value inf at 511 is not finite"}},
+      {"q8", [&](PackedCheckpoint& c) {
+         HostTensor bias = HostTensor::zeros(DType::F32, {64});  // [N] of o_proj
+         c.layers[0].o.parts["bias"] = with_element(bias, 9, inf32 | 0x80000000u);
+       },
+       {"model.layers.0.self_attn.o_proj", "tensor 'bias': value -inf at 9 is not finite"}},
+  };
+  for (const Case& c : cases) {
+    QuantizeSpec spec;
+    spec.format = WeightFormat::parse(c.format);
+    PackedCheckpoint ckpt = quantize_model(stories(), spec);
+    const std::string dir = make_temp_dir() + "/packed";
+    save_packed_checkpoint(ckpt, dir);
+    EXPECT_NO_THROW(load_packed_checkpoint(dir)) << c.format;  // undamaged, it loads
+    c.damage(ckpt);
+    save_packed_checkpoint(ckpt, dir);
+    std::vector<std::string> fragments = c.fragments;
+    fragments.push_back(dir + "/model.safetensors: ");
+    expect_load_error(dir, fragments);
   }
 }
 

@@ -72,18 +72,21 @@ TEST(Programs, AFolderWhereAFileBelongsIsNamed) {
   }
 }
 
-// A NaN among a source's weights stops the conversion with the file and the tensor named
-// and nothing written. stories260K.bin: a 28-byte header, then the embedding [512, 64]
-// and the attention norms [5, 64]; then wq [5, 64, 64], whose first float is changed.
-TEST(Programs, QuantizeNamesTheTensorOfANonFiniteWeight) {
-  const std::string bin = make_temp_dir() + "/nan.bin";
+// stories260K.bin: a 28-byte header, then the embedding [512, 64] and the attention norms
+// [5, 64]; then wq [5, 64, 64]. A copy with wq[0][0][column] set to `value`.
+std::string stories_bin_with_wq(int column, float value) {
+  const std::string bin = make_temp_dir() + "/changed.bin";
   fs::copy_file(shared_file("models/stories260K/stories260K.bin"), bin);
-  {
-    std::fstream file(bin, std::ios::in | std::ios::out | std::ios::binary);
-    file.seekp(28 + 4 * (512 * 64 + 5 * 64));
-    const float nan = std::nanf("");
-    file.write(reinterpret_cast<const char*>(&nan), 4);
-  }
+  std::fstream file(bin, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekp(28 + 4 * (512 * 64 + 5 * 64 + column));
+  file.write(reinterpret_cast<const char*>(&value), 4);
+  return bin;
+}
+
+// A NaN among a source's weights stops the conversion with the file and the tensor named
+// and nothing written.
+TEST(Programs, QuantizeNamesTheTensorOfANonFiniteWeight) {
+  const std::string bin = stories_bin_with_wq(0, std::nanf(""));
   const std::string out = make_temp_dir() + "/nan-model";
   const ProgramRun run = run_program_for_test("gemlite-quantize", bin + " " + out + " q8", true);
   EXPECT_EQ(run.exit_code, 1) << run.output;
@@ -94,6 +97,44 @@ TEST(Programs, QuantizeNamesTheTensorOfANonFiniteWeight) {
   EXPECT_NE(error_line.find("not finite"), std::string::npos) << run.output;
   EXPECT_FALSE(fs::exists(out));
   EXPECT_TRUE(leftovers_beside(out).empty());
+}
+
+// A weight of 2e6 needs a q4 scale of ~133000, beyond fp16: it had been written as inf
+// (exit 0, and the model printed only <unk>). The error names the tensor, row and group;
+// q8 (255 steps, scale ~7800) holds the same weight.
+TEST(Programs, QuantizeRefusesAScaleBeyondFp16) {
+  const std::string bin = stories_bin_with_wq(10, 2e6f);
+  const std::string out = make_temp_dir() + "/big-model";
+  const ProgramRun run = run_program_for_test("gemlite-quantize", bin + " " + out + " q4g64", true);
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  const std::string error_line = run.output.substr(run.output.rfind("gemlite-quantize: error: "));
+  EXPECT_EQ(std::count(error_line.begin(), error_line.end(), '\n'), 1) << run.output;
+  for (const std::string& fragment : std::vector<std::string>{bin + ": tensor 'model.layers.0.self_attn.q_proj.weight'", "row 0, group 0",
+                                                              "scale", "does not fit fp16"})
+    EXPECT_NE(error_line.find(fragment), std::string::npos) << fragment << " not in " << run.output;
+  EXPECT_FALSE(fs::exists(out));
+  const ProgramRun q8 = run_program_for_test("gemlite-quantize", bin + " " + out + " q8", true);
+  EXPECT_EQ(q8.exit_code, 0) << q8.output;
+  const PackedCheckpoint ckpt = load_packed_checkpoint(out);
+  std::vector<float> row(64);
+  dequantize_row(ckpt.layers[0].q, 0, row.data());
+  EXPECT_NEAR(row[10], 2e6f, 2e6f / 254);
+}
+
+// A path the system cannot resolve (here through a symlink loop) is "<path>: cannot
+// access: <reason>", where std::filesystem's "filesystem error: status: ... [path]" text
+// had reached the user: as a source, an output directory, a model and an output file.
+TEST(Programs, AnUnresolvablePathIsCannotAccess) {
+  const std::string dir = make_temp_dir();
+  fs::create_symlink(dir + "/loop", dir + "/loop");
+  const std::string bad = dir + "/loop/x";
+  const std::string expected = bad + ": cannot access: Too many levels of symbolic links";
+  const std::string bin = shared_file("models/stories260K/stories260K.bin");
+  expect_one_line_error("gemlite-quantize", bad + " " + dir + "/out q8", expected);
+  expect_one_line_error("gemlite-quantize", bin + " " + bad + " q8", expected);
+  expect_one_line_error("gemlite-chat", "-m " + bad + " -p hi --device cpu", expected);
+  expect_one_line_error("gemlite-logits", "-m " + stories_dir() + " --device cpu -p hi -o " + bad, expected);
+  EXPECT_FALSE(fs::exists(dir + "/out"));
 }
 
 // From the second audit: a system prompt longer than the context (every turn used to fail
