@@ -39,6 +39,10 @@ int main(int argc, char** argv) {
     if (n_ctx < 4) throw Error("--ctx-size must be at least 4");
     const int max_chunks = args["chunks"].as<int>();
     if (max_chunks == 0 || max_chunks < -1) throw Error("--chunks must be -1 (all) or >= 1");
+    // Flags checked before any work: the whole text is tokenized before the model loads.
+    const std::string device = args["device"].as<std::string>();
+    check_backend(backend_name_for(device));
+    const BackendOptions backend = backend_options(args);
 
     // The text (or the base file) is read and checked before the model and its KV cache are
     // allocated; a base to be written is opened first of all.
@@ -79,8 +83,7 @@ int main(int argc, char** argv) {
     }
     if (max_chunks > 0) n_chunks = std::min(n_chunks, max_chunks);
 
-    LoadedModel loaded = load_model(model_dir, args["device"].as<std::string>(), n_ctx, /*need_tokenizer=*/!compare,
-                                    backend_options(args));
+    LoadedModel loaded = load_model(model_dir, device, n_ctx, /*need_tokenizer=*/!compare, backend);
     throw_if_interrupted("loading the model");
     std::fprintf(stderr, "perplexity: calculating perplexity over %d chunks, n_ctx=%d, backend=%s\n",
                  n_chunks, n_ctx, loaded.backend->name().c_str());

@@ -32,10 +32,12 @@ ModelConfig config_from_header(const std::string& path, const int32_t (&header)[
   if (header[0] == kVersionedExportMagic)
     fail(path, "llama2.c versioned export (magic 'ak42') is not supported; only the legacy v0 layout");
   for (int i = 0; i < kHeaderFields; ++i) {
-    // vocab_size's sign marks the classifier; any other field is a positive count.
+    // vocab_size's sign marks the classifier; any other field is a positive count. A
+    // vocabulary holds at least llama2.c's <unk>, <s> and </s> (ids 0, 1, 2): with fewer,
+    // the error had come later, about a "bos_token_id" this file does not have.
     const int64_t value = i == 5 ? std::abs(int64_t(header[i])) : header[i];
-    const int64_t limit = i == 2 ? kMaxLayers : kMaxSize;
-    if (value < 1 || value > limit)
+    const int64_t lowest = i == 5 ? 3 : 1, limit = i == 2 ? kMaxLayers : kMaxSize;
+    if (value < lowest || value > limit)
       fail(path, std::string("header field ") + kFieldNames[i] + " = " + std::to_string(header[i]) +
                      " is out of range (not a llama2.c v0 checkpoint?)");
   }

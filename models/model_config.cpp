@@ -219,7 +219,8 @@ void ModelConfig::validate(const std::string& where) const {
   if (!(rope_theta > 0) || !std::isfinite(rope_theta)) fail(where, "'rope_theta' must be positive and finite");
   if (!(norm_eps > 0) || !std::isfinite(norm_eps)) fail(where, "'rms_norm_eps' must be positive and finite");
   if (rope_scaling.type == "llama3") {
-    if (!(rope_scaling.factor > 0) || !std::isfinite(rope_scaling.factor) ||
+    // low_freq_factor divides the original context (the long wavelength bound): > 0 too.
+    if (!(rope_scaling.factor > 0) || !std::isfinite(rope_scaling.factor) || !(rope_scaling.low_freq_factor > 0) ||
         !std::isfinite(rope_scaling.low_freq_factor) || !std::isfinite(rope_scaling.high_freq_factor))
       fail(where, "'rope_scaling' factors must be positive and finite");
     if (!(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor))

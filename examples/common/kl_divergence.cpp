@@ -136,6 +136,23 @@ void KldBaseReader::read_chunk(int index, std::vector<int>* ids, std::vector<flo
                       " (corrupt: log-probabilities are <= 0)");
     (*log_probs)[i] = log_prob;
   }
+  // Each scored row is a distribution in which the token that follows has a probability: a
+  // row of -inf, or the next token's set to -inf, had printed "Mean PPL(base): inf". The fp16
+  // log-probabilities err by 2^-11 of their size, so a sum errs by at most ~2^-11 times the
+  // row's entropy (< 0.01 for any vocabulary here); a real -inf is below -65504, which no
+  // log-softmax of finite logits reaches for the next token.
+  const int64_t n_vocab = header_.n_vocab;
+  for (int64_t r = 0; r < header_.scored_per_chunk(); ++r) {
+    const float* row = log_probs->data() + r * n_vocab;  // [n_vocab] of position first_scored + r
+    const std::string where = "chunk " + std::to_string(index + 1) + ", scored position " + std::to_string(r + 1);
+    double sum = 0;
+    for (int64_t v = 0; v < n_vocab; ++v) sum += std::exp(double(row[v]));
+    if (!(std::abs(sum - 1) <= 0.02))
+      fail(path_, where + ": the probabilities sum to " + std::to_string(sum) + " (corrupt: a distribution sums to 1)");
+    const int next = (*ids)[size_t(header_.first_scored + r + 1)];
+    if (std::isinf(row[next]))
+      fail(path_, where + ": the next token " + std::to_string(next) + " has the log-probability -inf (corrupt)");
+  }
 }
 
 void KldStatistics::add(const float* base_log_probs, const float* logits, int n_vocab, int target) {

@@ -159,6 +159,13 @@ TEST(ImportLlama2c, RejectsNonsenseHeaders) {
   expect_error_mentions([&] { load_llama2c(negative_dim); }, {negative_dim, "header field dim = -64"});
   const std::string negative_seq = with_field(6, -1);
   expect_error_mentions([&] { load_llama2c(negative_seq); }, {negative_seq, "header field seq_len = -1"});
+  // A vocabulary too small for llama2.c's <unk>, <s>, </s>, either sign: named as the header
+  // field (it had been "'bos_token_id' 1 is outside the vocabulary").
+  for (const int vocab : {-1, 2}) {
+    const std::string tiny_vocab = with_field(5, vocab);
+    expect_error_mentions([&] { load_llama2c(tiny_vocab); },
+                          {tiny_vocab, "header field vocab_size = " + std::to_string(vocab) + " is out of range"});
+  }
 }
 
 TEST(ImportHf, LoadsTheShardedGutenbergCheckpoint) {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "models/llama_model.h"
+#include "runtime/dtype.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "tests/cpu/program_runner.h"
 #include "tokenizer/tokenizer.h"
@@ -154,6 +155,47 @@ TEST(KlDivergenceProgram, BadBaseFilesAreOneLineErrorsNamingTheFile) {
       "gemlite-perplexity", model + " --kl-divergence --kl-divergence-base " + with_nan, /*only_stderr=*/true);
   EXPECT_EQ(nan_run.exit_code, 1) << nan_run.output;
   EXPECT_NE(nan_run.output.find(with_nan + ": chunk 1 holds the log-probability nan"), std::string::npos) << nan_run.output;
+
+  // Rows that are no distribution (both had printed "Mean PPL(base): inf" and exited 0): chunk
+  // 1's first scored row all -inf, and the token that follows a row set to -inf, in the first
+  // row where that token's probability is below 0.5 %, so that the row still sums to ~1 and
+  // only the check of the next token can see it. Returns the damaged row (1-based).
+  const auto damage = [&](const std::string& path, bool whole_row) {
+    std::filesystem::copy_file(base_file(4), path);
+    std::fstream file(path, std::ios::binary | std::ios::in | std::ios::out);
+    int32_t header[4] = {};  // n_ctx, n_vocab, n_chunks, first_scored
+    file.seekg(16);
+    file.read(reinterpret_cast<char*>(header), sizeof header);
+    std::vector<int32_t> ids(static_cast<size_t>(header[0]));
+    file.read(reinterpret_cast<char*>(ids.data()), std::streamsize(ids.size() * 4));
+    std::vector<uint16_t> halves(static_cast<size_t>(header[1]));  // one scored row
+    for (int r = 0; r < header[0] - 1 - header[3]; ++r) {
+      const std::streamoff row = 32 + std::streamoff(header[0]) * 4 + std::streamoff(r) * header[1] * 2;
+      const int next = ids[size_t(header[3] + r + 1)];
+      file.seekg(row);
+      file.read(reinterpret_cast<char*>(halves.data()), std::streamsize(halves.size() * 2));
+      if (!whole_row && std::exp(half_to_float(halves[size_t(next)])) >= 0.005) continue;
+      for (size_t v = 0; v < halves.size(); ++v)
+        if (whole_row || int(v) == next) halves[v] = 0xFC00;  // fp16 -inf
+      file.seekp(row);
+      file.write(reinterpret_cast<const char*>(halves.data()), std::streamsize(halves.size() * 2));
+      return r + 1;
+    }
+    ADD_FAILURE() << "no row of chunk 1 gives its next token under 0.5 %";
+    return 0;
+  };
+  // Read chunk by chunk, so refused after perplexity's progress lines, as the NaN above.
+  const auto expect_refused = [&](const std::string& path, int row, const std::string& expected) {
+    const ProgramRun run =
+        run_program_for_test("gemlite-perplexity", model + " --kl-divergence --kl-divergence-base " + path, true);
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    const std::string line = path + ": chunk 1, scored position " + std::to_string(row) + ": " + expected;
+    EXPECT_NE(run.output.find(line), std::string::npos) << "expected '" << line << "' in: " << run.output;
+    EXPECT_EQ(run.output.find("PPL"), std::string::npos) << run.output;
+  };
+  const std::string inf_row = dir + "/inf-row.kld", inf_next = dir + "/inf-next.kld";
+  expect_refused(inf_row, damage(inf_row, true), "the probabilities sum to 0");
+  expect_refused(inf_next, damage(inf_next, false), "the next token");
 
   const std::string other_vocab = dir + "/other-vocab.kld";  // a well-formed header for a 1000-token vocabulary
   {

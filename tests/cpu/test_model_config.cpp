@@ -255,6 +255,11 @@ TEST(ModelConfig, RejectsInconsistentShapes) {
   config = llama31_transformers4();
   config["rope_scaling"]["factor"] = 1e40;
   expect_config_error(config, {"'rope_scaling' factors must be positive and finite"});
+  for (const double low : {0.0, -1.0}) {  // it divides the original context
+    config = llama31_transformers4();
+    config["rope_scaling"]["low_freq_factor"] = low;
+    expect_config_error(config, {"'rope_scaling' factors must be positive and finite"});
+  }
 }
 
 TEST(ModelConfig, RejectsFeaturesTheRuntimeLacks) {

@@ -4,6 +4,7 @@
 // lower precision costs perplexity in the expected order.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -96,6 +97,19 @@ TEST(PerplexityProgram, TextShorterThanTwoChunksIsAnError) {
       "gemlite-perplexity", "-m " + quantized_stories260k("f32") + " -f " + shared_file(kText) + " -c 100000", true);
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.output.find("tinystories_sample.txt"), std::string::npos) << run.output;
+}
+
+// A bad --device or --dtype is refused before the text is tokenized (on WikiText-2 that had
+// been seconds of work first): one line, and no "tokenizing" progress line before it.
+TEST(PerplexityProgram, BadDeviceOrDtypeIsRefusedBeforeTokenizing) {
+  const std::string args = "-m " + quantized_stories260k("q8") + " -f " + shared_file(kText);
+  for (const auto& [flag, expected] : {std::pair{"--device gpu", "--device 'gpu'"}, std::pair{"--dtype fp8", "fp8"}}) {
+    const ProgramRun run = run_program_for_test("gemlite-perplexity", args + " " + flag, /*only_stderr=*/true);
+    EXPECT_EQ(run.exit_code, 1) << flag;
+    EXPECT_NE(run.output.find(expected), std::string::npos) << run.output;
+    EXPECT_EQ(run.output.find("tokeniz"), std::string::npos) << run.output;
+    EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
+  }
 }
 
 // A checkpoint whose weights are NaN is one error line naming the model, not "Final
