@@ -1,9 +1,9 @@
 #pragma once
 // When the format code spreads a loop over OpenMP threads.
 //
-// Every pass over a whole weight runs on all threads: the checks, the conversions, the
+// The passes over a whole weight run on all threads: the checks, the conversions, the
 // quantizers, the zero-fills (fresh calloc pages, first touched by the threads that fill
-// them) and the copies. With some of them serial, a 16-core host built a synthetic
+// them) and the copies (but a std::vector's zero-fill, as in HostTensor::to_float). With some of them serial, a 16-core host built a synthetic
 // llama2-7b (`gemlite-bench --device cuda --synthetic llama2-7b -f F -p 0 -n 1 -r 1`, one
 // H200 machine, old -> all parallel) in q4g64 19.7 -> 11.0 s, q8 21.9 -> 11.1, fp6 30.2 ->
 // 18.0, f16 32.0 -> 6.1, and uploaded it in 6.2 -> 1.8, 9.0 -> 2.5, 3.4 -> 1.3 and 8.1 -> 3.1

@@ -1,5 +1,7 @@
 #include "models/llama_weights.h"
 
+#include <algorithm>
+
 namespace gemlite {
 
 LayerTensorNames layer_tensor_names(int layer) {
@@ -39,6 +41,18 @@ std::pair<int64_t, int64_t> linear_shape(const ModelConfig& c, const std::string
 
 std::string source_weight_name(const std::string& module, bool tied_embeddings) {
   return tied_embeddings && module == kLmHeadModule ? kEmbeddingName : module + ".weight";
+}
+
+std::string unused_tensor_error(const std::string& name, int n_layers) {
+  const std::string layers = "model.layers.";
+  if (name.compare(0, layers.size(), layers) == 0) {
+    const std::string rest = name.substr(layers.size());
+    const size_t digits = rest.find_first_not_of("0123456789");
+    if (digits > 0 && digits != std::string::npos && std::stoll(rest.substr(0, std::min<size_t>(digits, 9))) >= n_layers)
+      return "tensor '" + name + "' is not used by a " + std::to_string(n_layers) +
+             "-layer model: config and tensors disagree";
+  }
+  return "tensor '" + name + "' is not used by this model: config and tensors disagree";
 }
 
 }  // namespace gemlite

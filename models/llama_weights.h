@@ -30,6 +30,11 @@ std::vector<std::string> linear_module_names(int n_layers);
 // importers' required tensors both ask here).
 std::pair<int64_t, int64_t> linear_shape(const ModelConfig& c, const std::string& module);
 
+// Why a checkpoint's tensor `name` that a model of `n_layers` layers does not read is refused:
+// "tensor '<name>' is not used by a <n>-layer model ..." for a layer at or beyond n_layers,
+// "tensor '<name>' is not used by this model ..." for anything else.
+std::string unused_tensor_error(const std::string& name, int n_layers);
+
 // The source tensor that holds `module`'s weight: "<module>.weight", or the embedding for
 // a tied lm_head.
 std::string source_weight_name(const std::string& module, bool tied_embeddings);

@@ -79,8 +79,7 @@ void check_all_tensors_used(const std::vector<std::string>& names, const std::se
     if (used.count(name)) continue;
     if (ckpt.lm_head_tied && name.compare(0, head_prefix.size(), head_prefix) == 0)
       fail(tensors_path, "tensor '" + name + "' is not used: config.json marks lm_head \"tied\" to the embedding");
-    fail(tensors_path, "tensor '" + name + "' is not used by a " + std::to_string(ckpt.config.n_layers) +
-                           "-layer model: config and tensors disagree");
+    fail(tensors_path, unused_tensor_error(name, ckpt.config.n_layers));
   }
 }
 

@@ -87,8 +87,7 @@ void check_no_unused_tensors(const SourceModel& model, const std::vector<TensorS
   for (const TensorSpec& spec : required) used.insert(spec.name);
   auto check = [&](const std::string& name) {
     if (!used.count(name) && !ignored_source_tensor(name, model.config))
-      fail(where, "tensor '" + name + "' is not used by a " + std::to_string(model.config.n_layers) +
-                      "-layer model: config and tensors disagree");
+      fail(where, unused_tensor_error(name, model.config.n_layers));
   };
   for (const auto& [name, tensor] : model.tensors) check(name);
   for (const auto& [name, blocks] : model.block_sources) check(name);

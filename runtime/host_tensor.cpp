@@ -27,9 +27,10 @@ HostTensor HostTensor::zeros(DType dtype, std::vector<int64_t> shape) {
   HostTensor t;
   t.dtype = dtype;
   t.shape = std::move(shape);
-  // calloc, not a zero-filled vector: glibc hands large blocks out as fresh pages, already
-  // zero, so nothing touches them here and the (parallel) quantizers that fill them take
-  // the page faults on their own threads (kernels/parallel.h has the measurement).
+  // calloc, not a zero-filled vector: glibc serves blocks above its mmap threshold (128 KiB,
+  // raised up to 32 MiB by large frees) as fresh zero pages that nothing touches here, so
+  // the (parallel) quantizers that fill them take the page faults on their own threads
+  // (kernels/parallel.h has the measurement); smaller blocks it clears itself.
   void* storage = std::calloc(std::max<size_t>(t.nbytes(), 1), 1);
   if (!storage) throw std::bad_alloc();
   t.data = static_cast<const uint8_t*>(storage);
@@ -77,19 +78,25 @@ float HostTensor::float_at(int64_t i) const {
 
 int64_t first_non_finite(const HostTensor& t) {
   // All exponent bits set is inf or NaN in each format. Blocks without an early exit
-  // vectorise (checkpoint scales run to hundreds of MB); only a block with a hit is searched.
+  // vectorise, on all threads (checkpoint scales run to gigabytes at group 32); only a
+  // block with a hit is searched, and the first such index wins.
   auto scan = [&](auto bits, auto exponent) -> int64_t {
     constexpr int64_t kBlock = 4096;
-    const int64_t n = t.numel();
-    for (int64_t begin = 0; begin < n; begin += kBlock) {
-      const int64_t end = std::min(n, begin + kBlock);
+    const int64_t n = t.numel(), blocks = (n + kBlock - 1) / kBlock;
+    int64_t first = n;
+#pragma omp parallel for reduction(min : first) schedule(static) if (n >= kMinParallelWork)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t begin = b * kBlock, end = std::min(n, begin + kBlock);
       bool any = false;
       for (int64_t i = begin; i < end; ++i) any |= (bits[i] & exponent) == exponent;
       if (!any) continue;
       for (int64_t i = begin; i < end; ++i)
-        if ((bits[i] & exponent) == exponent) return i;
+        if ((bits[i] & exponent) == exponent) {
+          first = std::min(first, i);
+          break;
+        }
     }
-    return -1;
+    return first < n ? first : int64_t(-1);
   };
   switch (t.dtype) {
     case DType::F32: return scan(t.as<uint32_t>(), 0x7f800000u);

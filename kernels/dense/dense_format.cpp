@@ -19,7 +19,7 @@ void dense_quantize(const float* w, PackedWeight* out) {
   const int64_t count = weight.numel();
   switch (weight.dtype) {
     case DType::F32:
-      std::memcpy(weight.mutable_as<float>(), w, weight.nbytes());
+      parallel_copy(weight.mutable_as<float>(), w, weight.nbytes());
       break;
     case DType::F16: {
       uint16_t* out = weight.mutable_as<uint16_t>();

@@ -284,7 +284,8 @@ TEST(ImportHf, NamesATensorTheConfigDoesNotUse) {
   EXPECT_EQ(model.config.n_layers, 2);
   // Untied, the same lm_head.weight is required and used; a stray lm_head.bias is not.
   write_hf_directory(dir, tiny_qwen2(), "", {{"lm_head.bias", {64}}});
-  expect_error_mentions([&] { load_hf_directory(dir.path()); }, {dir.path() + ": tensor 'lm_head.bias' is not used"});
+  expect_error_mentions([&] { load_hf_directory(dir.path()); },
+                        {dir.path() + ": tensor 'lm_head.bias' is not used by this model"});
 }
 
 TEST(ImportHf, NamesTheMissingConfigOrWeights) {
