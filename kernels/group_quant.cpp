@@ -24,9 +24,4 @@ GroupQuantParams fit_group(float lo, float hi, int bits) {
   return {magnitude, constant < 0 ? 1.0f : 0.0f};
 }
 
-int quantize_to_code(float w, GroupQuantParams params, int bits) {
-  const float code = std::nearbyint(w / params.scale + params.zero);
-  return int(std::clamp(code, 0.0f, float((1 << bits) - 1)));
-}
-
 }  // namespace gemlite

@@ -2,6 +2,8 @@
 // Asymmetric min/max quantization of one group of weights to `bits`-bit codes, shared by
 // the qN and s7 formats: w ≈ (q - zero) * scale with q in [0, 2^bits - 1] and scale,
 // zero stored as fp16.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace gemlite {
@@ -17,7 +19,11 @@ struct GroupQuantParams {
 GroupQuantParams fit_group(float lo, float hi, int bits);
 
 // The code of w under `params`: round(w / scale + zero), clamped to [0, 2^bits - 1].
-int quantize_to_code(float w, GroupQuantParams params, int bits);
+// Inline so that a group's loop over it vectorises (it was an out-of-line call per weight).
+inline int quantize_to_code(float w, GroupQuantParams params, int bits) {
+  const float code = std::nearbyint(w / params.scale + params.zero);
+  return int(std::clamp(code, 0.0f, float((1 << bits) - 1)));
+}
 
 // Groups along K: G = `group`, or the whole row when group == 0 (per output channel).
 inline int64_t group_size(int group, int64_t K) { return group > 0 ? group : K; }
