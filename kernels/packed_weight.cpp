@@ -90,8 +90,8 @@ PackedWeight quantize_weight(const float* w, int64_t N, int64_t K, const WeightF
     fail(where, "weight shape [" + std::to_string(N) + ", " + std::to_string(K) + "] is empty");
   // fp16 storage would turn a weight beyond kHalfMax into infinity (the model then printed only <unk>).
   const float limit = format.kind == FormatKind::Dense && format.dense_dtype == DType::F16 ? kHalfMax : INFINITY;
-  // The first bad weight, found by all threads (kernels/parallel.h says why every pass over a
-  // whole weight is parallel).
+  // The first bad weight, found by all threads (kernels/parallel.h says why the passes over a
+  // whole weight are parallel).
   int64_t bad = N * K;
 #pragma omp parallel for reduction(min : bad) schedule(static) if (N * K >= kMinParallelWork)
   for (int64_t i = 0; i < N * K; ++i)
