@@ -324,7 +324,7 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const KernelFn narrow = pick_kernel(w, false, x_shared);  // the 16-row kernel's occupancy: close enough
-    warps = qn_warps_per_block(blocks, sms, wide,
+    warps = qn_warps_per_block(blocks, sms, wide, x_shared,
                                [&](int per_block) { return resident_blocks(narrow, per_block, dynamic_shared); });
   }
   warps = int(std::clamp<int64_t>(std::min<int64_t>(warps, tiles), 1, wide ? kMaxWarpsOf<kGemvQnMaxRows> : kMaxWarps));

@@ -30,7 +30,20 @@ namespace gemlite {
 // 31.8 -> 30.3, M = 16 q4g64 41.3 -> 34.1, q8 45.0 -> 39.6; on the Llama-2-7B shapes and
 // 8192 x 8192 / 57344 the choice was the best or within 6 % of it (4096 x 22016 at M = 16:
 // q4g64 42.4 at 4, 41.0 at 8; q8 45.2, 42.8), and 5 or 6 warps never beat it by more than 2 %.
-int qn_warps_per_block(int64_t blocks, int sms, bool sixteen_rows,
+//
+// With x staged (M = 1: every block starts by copying x, gemv_qn_kernel.cuh's XS), 8-warp
+// blocks only where one wave of them holds the grid: past that 4 or 3
+// warps, whichever fills its last wave better. 8 warps had won grids of 1-2 waves of 4-warp
+// blocks on their fuller last wave; with each block's copy of x they no longer do. H200
+// sweep (2026-11-29, GEMLITE_BENCH_WARPS=3,4,8 GEMLITE_BENCH_M=1, fp16, cold L2; the
+// x-staged sweep of tests/cpu/test_launch_rules.cpp), 8 -> 4 warps: q4g64 4096 x 12288
+// (768 blocks, Llama-2-7B's q/k/v) 11.7 -> 10.1 µs, 4096 x 11008 11.3 -> 9.9, 2048 x 11264
+// (TinyLlama's gate/up) 8.3 -> 6.7; q3g64 alike; q6g64 equal, q8 +3-4 %. tg128 (one H200,
+// interleaved, two rounds, `gemlite-bench --device cuda --synthetic MODEL -f q4g64,q8 -p 0
+// -n 128 -r 2`): llama2-7b q4g64 637.4 / 637.3 -> 679.0 / 678.7 tok/s (+6.5 %), tinyllama-1.1b
+// q4g64 1866.9 / 1864.4 -> 1996.2 / 2015.3 (+7.5 %), q8 of both and llama3-8b (no such grid)
+// within 1 %.
+int qn_warps_per_block(int64_t blocks, int sms, bool sixteen_rows, bool x_staged,
                        const std::function<int(int warps)>& resident_blocks) {
   const auto last_wave_fill = [&](int warps) {
     const int resident = std::max(resident_blocks(warps), 1);
@@ -38,9 +51,11 @@ int qn_warps_per_block(int64_t blocks, int sms, bool sixteen_rows,
     return waves / std::ceil(waves);
   };
   if (!sixteen_rows && blocks >= 2 * int64_t(sms) * std::max(resident_blocks(4), 1)) return 4;
+  const bool eight_fit_one_wave = blocks <= int64_t(sms) * std::max(resident_blocks(8), 1);
   int warps = 4;
   double fill = last_wave_fill(warps);
   for (int candidate : {8, 3}) {
+    if (candidate == 8 && x_staged && !sixteen_rows && !eight_fit_one_wave) continue;
     const double candidate_fill = last_wave_fill(candidate);
     if (candidate_fill > fill + 0.02) {
       warps = candidate;

@@ -12,8 +12,9 @@ namespace gemlite {
 // Warps splitting K in each block of 16 rows (the automatic choice): `blocks` = ceil(N /
 // 16) blocks on `sms` SMs, each holding resident_blocks(warps) blocks of that many warps
 // (on the H100 16 / warps: the kernel's 128 registers a thread, while the scale slab fits);
-// sixteen_rows: the launch runs gemv_qn's 16-row kernel (M > kGemvMaxM).
-int qn_warps_per_block(int64_t blocks, int sms, bool sixteen_rows,
+// sixteen_rows: the launch runs gemv_qn's 16-row kernel (M > kGemvMaxM); x_staged: its
+// 8-row kernel at M = 1 with x staged in shared memory (gemv_qn_stages_x).
+int qn_warps_per_block(int64_t blocks, int sms, bool sixteen_rows, bool x_staged,
                        const std::function<int(int warps)>& resident_blocks);
 
 // x rows a block of gemm_qn's tiled kernel takes with `warps` warps at tiles of
