@@ -42,7 +42,13 @@ namespace gemlite {
 // interleaved, two rounds, `gemlite-bench --device cuda --synthetic MODEL -f q4g64,q8 -p 0
 // -n 128 -r 2`): llama2-7b q4g64 637.4 / 637.3 -> 679.0 / 678.7 tok/s (+6.5 %), tinyllama-1.1b
 // q4g64 1866.9 / 1864.4 -> 1996.2 / 2015.3 (+7.5 %), q8 of both and llama3-8b (no such grid)
-// within 1 %.
+// within 1 %. The fill decides between 4 and 3 past two waves of 4-warp blocks as well,
+// where the clause above gives unstaged launches 4: 4096 x 28672 (1792 blocks, Llama-3-8B's
+// gate/up; 3 warps' last wave 90 % full, 4 warps' 85 %) 4 -> 3 warps q8 32.5 -> 30.7 µs,
+// q6g64 30.7 -> 29.3, q3g64 22.9 -> 20.7, q4g64 20.3 -> 20.5; 4096 x 22016 (1376 blocks,
+// 3 warps' last wave 4 % full) stays at 4. llama3-8b tg128 (5ddabcd's gemlite-bench against
+// this rule's, one H200, interleaved, two rounds, `-r 2`): q8 447.9 / 449.2 -> 458.1 / 453.8
+// tok/s (+1.6 %), q4g64 627.2 / 626.0 -> 627.1 / 625.9.
 int qn_warps_per_block(int64_t blocks, int sms, bool sixteen_rows, bool x_staged,
                        const std::function<int(int warps)>& resident_blocks) {
   const auto last_wave_fill = [&](int warps) {
@@ -50,12 +56,13 @@ int qn_warps_per_block(int64_t blocks, int sms, bool sixteen_rows, bool x_staged
     const double waves = double(blocks) / double(int64_t(sms) * resident);
     return waves / std::ceil(waves);
   };
-  if (!sixteen_rows && blocks >= 2 * int64_t(sms) * std::max(resident_blocks(4), 1)) return 4;
   const bool eight_fit_one_wave = blocks <= int64_t(sms) * std::max(resident_blocks(8), 1);
+  const bool staged_long = x_staged && !sixteen_rows && !eight_fit_one_wave;  // 4 or 3 warps by fill
+  if (!sixteen_rows && !staged_long && blocks >= 2 * int64_t(sms) * std::max(resident_blocks(4), 1)) return 4;
   int warps = 4;
   double fill = last_wave_fill(warps);
   for (int candidate : {8, 3}) {
-    if (candidate == 8 && x_staged && !sixteen_rows && !eight_fit_one_wave) continue;
+    if (candidate == 8 && staged_long) continue;
     const double candidate_fill = last_wave_fill(candidate);
     if (candidate_fill > fill + 0.02) {
       warps = candidate;
