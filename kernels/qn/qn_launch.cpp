@@ -32,9 +32,9 @@ namespace gemlite {
 // q4g64 42.4 at 4, 41.0 at 8; q8 45.2, 42.8), and 5 or 6 warps never beat it by more than 2 %.
 //
 // With x staged (M = 1: every block starts by copying x, gemv_qn_kernel.cuh's XS), 8-warp
-// blocks only where one wave of them holds the grid: past that 4 or 3
-// warps, whichever fills its last wave better. 8 warps had won grids of 1-2 waves of 4-warp
-// blocks on their fuller last wave; with each block's copy of x they no longer do. H200
+// blocks only where one wave of them holds the grid: past that 4 or 3 warps, whichever
+// fills its last wave better. 8 warps had won grids of 1-2 waves of 4-warp blocks on their
+// fuller last wave; with each block's copy of x they no longer do. H200
 // sweep (2026-11-29, GEMLITE_BENCH_WARPS=3,4,8 GEMLITE_BENCH_M=1, fp16, cold L2; the
 // x-staged sweep of tests/cpu/test_launch_rules.cpp), 8 -> 4 warps: q4g64 4096 x 12288
 // (768 blocks, Llama-2-7B's q/k/v) 11.7 -> 10.1 µs, 4096 x 11008 11.3 -> 9.9, 2048 x 11264
