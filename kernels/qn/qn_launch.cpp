@@ -36,7 +36,7 @@ namespace gemlite {
 // fills its last wave better. On the kernel of 2026-11-28 (x staged through .cg, before
 // the early epilogue loads; the sweeps above) 8 warps had tied or won grids of 1-2 waves of
 // 4-warp blocks on their fuller last wave (q4g64 4096 x 12288 12.4 / 12.0 µs at 8 / 4, q8
-// 15.8 / 17.0); on today's kernel 4 win there (why the balance moved was not measured). H200
+// 15.8 / 17.0); on the kernel of 2026-11-29 4 win there (why was not measured). H200
 // sweep (2026-11-29, GEMLITE_BENCH_WARPS=3,4,8 GEMLITE_BENCH_M=1, fp16, cold L2; the
 // x-staged sweep of tests/cpu/test_launch_rules.cpp), 8 -> 4 warps: q4g64 4096 x 12288
 // (768 blocks, Llama-2-7B's q/k/v) 11.7 -> 10.1 µs, 4096 x 11008 11.3 -> 9.9, 2048 x 11264

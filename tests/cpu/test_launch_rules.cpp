@@ -160,7 +160,7 @@ TEST(LaunchRules, GemvQnWarpsNearTheBestMeasured) {
       // The H200 M = 1 sweeps above (2026-11-28) ran the kernel of that day, which staged x
       // through .cg, before the early epilogue loads; they hold the rule's branch for
       // launches without x staged (M = 1 past the K that stages, M = 2..8), whose choices
-      // they set. The staged branch follows the sweep of today's kernel below (H200,
+      // they set. The staged branch follows the sweep of the kernel of 2026-11-29 below (H200,
       // 2026-11-29, GEMLITE_BENCH_WARPS=3,4,8 GEMLITE_BENCH_M=1
       // GEMLITE_BENCH_FORMATS=q4g64,q8,q6g64,q3g64 over these shapes; qn_launch.cpp), where q8
       // 4096x12288 moved from 15.8 / 17.0 µs at 8 / 4 warps to 15.2 / 15.6.
