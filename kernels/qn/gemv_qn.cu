@@ -345,6 +345,9 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
 // stage_x = 1 takes all the opt-in gives.
 bool gemv_qn_stages_x(const QnDeviceWeight& w, int M, const void* x, const GemvQnConfig& config) {
   if (config.stage_x == 0 || M != 1 || !x_vectorized(w, x)) return false;
+  // A raw-code kernel applies a group's scale once per two 32-k blocks (qn_raw_codes,
+  // gemv_qn_kernel.cuh): its groups of 32 k run unstaged.
+  if (qn_raw_codes(w.bits, w.act == DType::BF16, w.sparse) && w.n_groups > 1 && w.group_shift < 1) return false;
   const size_t dynamic = staged_dynamic_bytes(w);
   if (dynamic + kStaticSharedBound <= kDefaultSharedBytes) return true;
   if (allowed_dynamic_of(pick_kernel(w, false, true)) < dynamic) return false;

@@ -71,6 +71,19 @@
 // µs where the copy before the first tile is not hidden (4096 x 4096, one wave of two tiles
 // a warp), but in the model it gains there too, so it runs wherever it fits.
 //
+// Raw codes (the staged kernel at 2 and 4 bits in fp16, qn_raw_codes): the lop3 ORs no
+// magic, so each half is the fp16 subnormal 2^(offset - 24) q, exact, and the tensor cores
+// take it as it is (subnormal A operands run as fast as normal ones). A chunk's two blocks
+// (one group) each get their own mma chain; then, in fp32, acc += scale (the chains times
+// 2^-offset) + bias 2^-24 Σ x, Σ x of the chunk summed by each warp from the staged x a
+// tile ahead (raw_tile_sums). It drops the two fma2 a pair (192 of the q4 loop's ~348
+// instructions a tile become 64 lop3s and the sums' ~30), and no weight is rounded to
+// fp16. H200, fp16, M = 1, cold L2, against the fma2 kernel in one run: q4g64 4096 x 22016
+// 16.4 -> 15.8 µs, 4096 x 4096 4.3 -> 4.1, 8192 x 57344 85.8 -> 81.2; q2g64 -4 to -15 %;
+// llama2-7b q4g64 tg128 +1.5 %, llama3-8b +1.2 %. At 3, 6 and 8 bits it lost on the
+// 4096-wide shapes (q8 llama2-7b tg128 -2.9 %), so they keep the fma2 path
+// (kernels/qn/MEASURED.md has the sums' other placements that lost).
+//
 // What limits it: the q4 fp16 loop issued ~348 instructions a tile per warp (2.7 a weight;
 // the SASS before x was staged, which took the kernel's 3640 -> 3112), 192 of them the
 // dequantization (a lop3 and two fma2 per pair: exact, and the floor of this decoding), 16
@@ -96,6 +109,13 @@
 
 namespace gemlite {
 namespace {
+
+// Which staged-x (M = 1) kernels run on raw codes (the header): fp16 at 2 and 4 bits, where
+// it won (kernels/qn/MEASURED.md; 3, 6 and 8 bits lost on the 4096-wide shapes, 1 bit
+// spilled). The launch reads it too: such weights stage x only with groups of >= 64 k.
+__host__ __device__ constexpr bool qn_raw_codes(int bits, bool bf16, bool sparse) {
+  return !bf16 && !sparse && (bits == 2 || bits == 4);
+}
 
 constexpr int kRowsPerBlock = 16;  // the m of the mma
 constexpr int kMaxWarps = 16;
@@ -164,7 +184,8 @@ struct LaneInputs {
   // Group 0's {row gid, row gid + 8} pair: this shared-memory address of the block's slab
   // (group g at + 64 g bytes).
   uint32_t sb_slab;
-  uint32_t magic;  // CodeLayout::magic(), opaque to the compiler so that it stays in one register
+  uint32_t magic;  // CodeLayout::magic() (0: raw codes), opaque to the compiler so that it stays in one register
+  uint32_t x_pieces;  // raw codes: the shared-memory address of the staged x's first 16-byte piece
 };
 
 // What one chunk of JC k blocks needs besides the words: scale/bias per row and block, and
@@ -382,6 +403,86 @@ constexpr int kChunks = (E + kChunkBlocks - 1) / kChunkBlocks;
 template <int E>
 constexpr int kFirstChunkBlocks = E < kChunkBlocks ? E : kChunkBlocks;
 
+// ---- raw codes: the staged-x fp16 kernel of 2 and 4 bits (see the header) ---------------
+
+template <int BITS, bool BF16, bool SPARSE, bool XS>
+constexpr bool kRawCodes = XS && qn_raw_codes(BITS, BF16, SPARSE);
+// A chunk (two 32-k blocks, starting at an even block: 8 and 16 blocks a tile) lies in one
+// group (the launch stages x for groups of >= 64 k only), so its sums take one {scale,
+// bias} pair and one Σ x.
+constexpr int kRawChunkPieces = 4 * kChunkBlocks;  // 16-byte pieces of x in a chunk
+template <int E>
+constexpr int kRawSumRounds = (4 * E + 31) / 32;  // a tile's pieces of x, one a lane a round
+
+// 2^-24 Σ x of each chunk of a tile: chunk h in round h / 4, on the 8 lanes from 8 (h % 4).
+template <int E>
+struct RawTileSums {
+  float round[kRawSumRounds<E>];
+};
+
+// Tile t's sums from the staged x: each lane adds one 16-byte piece a round, the chunk's
+// 8 lanes by a butterfly, all in fp32. (Pairs first added in fp16 failed the GemvQn tests
+// at q8 per channel, when raw codes ran every width: its bias -z s, z ~ 128, multiplies
+// the error of Σ x.)
+template <int BITS>
+__device__ __forceinline__ RawTileSums<kTileBlocks<BITS, false>> raw_tile_sums(uint32_t x_pieces, int t, int lane) {
+  constexpr int E = kTileBlocks<BITS, false>;
+  RawTileSums<E> sums;
+#pragma unroll
+  for (int r = 0; r < kRawSumRounds<E>; ++r) {
+    const int piece = 32 * r + lane;  // of the tile
+    float sum = 0;
+    if (piece < 4 * E) {
+      uint4 v;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(x_pieces + 16u * uint32_t(4 * E * t + piece)));
+      const float2 a = __half22float2(as_pair<false>(v.x)), b = __half22float2(as_pair<false>(v.y));
+      const float2 c = __half22float2(as_pair<false>(v.z)), e = __half22float2(as_pair<false>(v.w));
+      sum = ((a.x + a.y) + (b.x + b.y)) + ((c.x + c.y) + (e.x + e.y));
+    }
+#pragma unroll
+    for (int o = 1; o < kRawChunkPieces; o *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    sums.round[r] = sum * 0x1p-24f;
+  }
+  return sums;
+}
+
+// Raw codes: chunk h's mmas (8-row kernel, M = 1) on the codes as fp16 subnormals,
+// 2^(offset - 24) q (code_bits with magic 0, exact), a fresh chain per block b, d[b] =
+// 2^(offset_b - 24) Σ q x; then, with the group's pair in fp32, acc += scale Σ_b
+// 2^-offset_b d[b] + bias 2^-24 Σ x: no weight is rounded to fp16. acc is 2^-24 of the
+// outputs (the kernel scales it after the loop). Applied as soon as the chunk's mmas are
+// issued: one chunk later, the K = 4096 shapes had run 5-15 % slower.
+template <int BITS, int J0, int JC, int CAP>
+__device__ __forceinline__ void compute_chunk_raw(const LaneInputs<kGemvMaxM, true>& in,
+                                                  const WordPair (&words)[2][2][2],
+                                                  const ChunkInputs<CAP, kGemvMaxM>& ci,
+                                                  const RawTileSums<kTileBlocks<BITS, false>>& sums,
+                                                  float (&acc)[2][4]) {
+  using L = CodeLayout<BITS, false>;
+  static_assert(JC == kChunkBlocks && J0 % kChunkBlocks == 0, "raw codes take whole chunks");
+  constexpr int h = J0 / kChunkBlocks;  // the chunk of the tile
+  const float sum_x = __shfl_sync(0xffffffffu, sums.round[h / 4], kRawChunkPieces * (h % 4));
+  float d[kChunkBlocks][4] = {};
+  static_for<0, kChunkBlocks>([&](auto bb) {
+    constexpr int b = decltype(bb)::value, J = J0 + b;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const auto w = [&](int r, int v) { return code_bits<BITS, false, J, BITS>(words[r][c][v], in.magic); };
+      mma_16816<false>(d[b], w(0, 0), w(1, 0), w(0, 1), w(1, 1), ci.xb[0][b][c].x, ci.xb[0][b][c].y);
+    }
+  });
+  constexpr float f0 = 1.0f / float(1 << L::offset(J0)), f1 = 1.0f / float(1 << L::offset(J0 + 1));
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {  // block rows gid and gid + 8 of activation row 0: d[b][0], d[b][2]
+    const float codes = fmaf(d[0][2 * r], f0, d[1][2 * r] * f1);
+    const __half2 sb = as_pair<false>(ci.sb[0][r]);
+    acc[0][2 * r] = fmaf(__low2float(sb), codes, acc[0][2 * r]);
+    acc[1][2 * r] = fmaf(__high2float(sb), sum_x, acc[1][2 * r]);
+  }
+}
+
 // The 16-row x 32E-column tile starting at 32-column block `block32`: 2E mmas (4E in the
 // 16-row kernel) into acc. FULL: every k of the tile is below K; otherwise each chunk is checked: below K
 // it takes the fast loads, across K the clamped ones, past K it is skipped.
@@ -391,7 +492,8 @@ template <int BITS, bool BF16, bool SPARSE, bool FULL, int XROWS, bool XS>
 __device__ __forceinline__ void tile_step(const GemvQnParams& p, const LaneInputs<XROWS, XS>& in,
                                           const uint4 (&words)[2][2], int block32, int next_block32,
                                           ChunkInputs<kChunkBlocks, XROWS>& a, ChunkInputs<kChunkBlocks, XROWS>& b,
-                                          float (&acc)[2][4]) {
+                                          float (&acc)[2][4],
+                                          const RawTileSums<kTileBlocks<BITS, SPARSE>>& raw_sums) {
   constexpr int E = kTileBlocks<BITS, SPARSE>, H = kChunks<E>;
   // [row r][chunk c][words {x, y} or {z, w} of the uint4]: A registers a0..a3 of an mma.
   WordPair pairs[2][2][2];
@@ -430,7 +532,12 @@ __device__ __forceinline__ void tile_step(const GemvQnParams& p, const LaneInput
       load_chunk_inputs<kFirstChunkBlocks<E>, true>(p, in, next_block32, other);
     }
     // Past K (only when !FULL) the chunk adds nothing.
-    if (FULL || (block32 + J0) * 32 < p.K) compute_chunk<BITS, BF16, SPARSE, J0, JC>(in, pairs, cur, acc);
+    if (FULL || (block32 + J0) * 32 < p.K) {
+      if constexpr (kRawCodes<BITS, BF16, SPARSE, XS>)
+        compute_chunk_raw<BITS, J0, JC>(in, pairs, cur, raw_sums, acc);
+      else
+        compute_chunk<BITS, BF16, SPARSE, J0, JC>(in, pairs, cur, acc);
+    }
   });
   if constexpr (H % 2 == 1) {
     if (next_block32 >= 0) a = b;  // the next tile's first chunk landed in b
@@ -469,7 +576,8 @@ __device__ __noinline__ Accumulators last_tile(const GemvQnParams& p, const Lane
     load_chunk_inputs<kFirstChunkBlocks<E>, true>(p, in, t * E, inputs_a);
   else
     load_chunk_inputs<kFirstChunkBlocks<E>, false>(p, in, t * E, inputs_a);
-  tile_step<BITS, BF16, SPARSE, false>(p, in, words.v, t * E, -1, inputs_a, inputs_b, sum.v);
+  const RawTileSums<E> no_sums{};  // raw codes never take this path
+  tile_step<BITS, BF16, SPARSE, false>(p, in, words.v, t * E, -1, inputs_a, inputs_b, sum.v, no_sums);
   return sum;
 }
 
@@ -483,6 +591,7 @@ template <int BITS, bool BF16, bool SPARSE, int XROWS, bool XS>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_constant__ GemvQnParams p) {
   static_assert(!XS || XROWS == kGemvMaxM, "x is staged for the 8-row kernel only");
   constexpr int E = kTileBlocks<BITS, SPARSE>;
+  constexpr bool RAW = kRawCodes<BITS, BF16, SPARSE, XS>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int gid = lane / 4, tig = lane % 4;
   const int64_t row_base = int64_t(blockIdx.x) * kRowsPerBlock;  // block rows (scale_bias)
@@ -498,8 +607,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   extern __shared__ uint4 scale_slab[];
   in.sb_slab = uint32_t(__cvta_generic_to_shared(scale_slab)) + 8u * uint32_t(gid);
   uint4* x_stage = scale_slab + 4 * p.n_groups;  // XS: [K / 8] 16-byte pieces of x row 0
-  in.x_shared = uint32_t(__cvta_generic_to_shared(x_stage)) + 16u * uint32_t(tig);
-  asm volatile("mov.b32 %0, %1;" : "=r"(in.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
+  in.x_pieces = uint32_t(__cvta_generic_to_shared(x_stage));
+  in.x_shared = in.x_pieces + 16u * uint32_t(tig);
+  asm volatile("mov.b32 %0, %1;" : "=r"(in.magic) : "n"(RAW ? 0u : CodeLayout<BITS, BF16>::magic()));
   const int tiles = int(p.Kw / 32);
 
   // The next tile's four 16-byte loads stay in flight while this one is dequantized.
@@ -570,6 +680,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   const uint16_t early_residual = residual_early ? p.residual[norm_row] : uint16_t(0);
   cp_async_wait<0>();
   __syncthreads();
+  RawTileSums<E> raw_sums{};  // raw codes: tile t's, computed a tile ahead
+  if constexpr (RAW) {
+    if (warp < full_tiles) raw_sums = raw_tile_sums<BITS>(in.x_pieces, warp, lane);
+  }
   if (warp < full_tiles) {
     load_chunk_scales<kFirstChunkBlocks<E>, true>(p, in, warp * E, inputs_a);
     prefetch_tile_x<BITS, SPARSE>(p, in, warp, lane);
@@ -584,7 +698,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     if (t_next < tiles) load_tile(block_words, t_next, next);
     const bool next_full = t_next < full_tiles;
     if (next_full) prefetch_tile_x<BITS, SPARSE>(p, in, t_next, lane);
-    tile_step<BITS, BF16, SPARSE, true>(p, in, cur, t * E, next_full ? t_next * E : -1, inputs_a, inputs_b, acc);
+    RawTileSums<E> next_sums{};
+    if constexpr (RAW) {
+      if (next_full) next_sums = raw_tile_sums<BITS>(in.x_pieces, t_next, lane);
+    }
+    tile_step<BITS, BF16, SPARSE, true>(p, in, cur, t * E, next_full ? t_next * E : -1, inputs_a, inputs_b, acc,
+                                        raw_sums);
+    if constexpr (RAW) raw_sums = next_sums;
   };
   int t = warp;
   bool in_b = false;  // tile t's words are in words_b
@@ -597,6 +717,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     }
     full_step(words_b, words_a, t);
   }
+  if constexpr (RAW) {  // acc was 2^-24 of the outputs
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[c][i] *= 0x1p24f;
+  }
   if (t < tiles) {  // t == full_tiles: the tile reaching past K
     TileWords words;
 #pragma unroll
@@ -608,7 +734,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     for (int c = 0; c < 2; ++c)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum.v[c][i] = acc[c][i];
-    sum = last_tile<BITS, BF16, SPARSE, XROWS, XS>(p, in, words, t, sum);
+    if constexpr (RAW) {  // the fma2 path (the unstaged kernel's), x from global memory
+      LaneInputs<XROWS, false> plain;
+      plain.x_row[0] = in.x_row[0];
+      plain.x_lane[0] = in.x_lane[0];
+      plain.sb_slab = in.sb_slab;
+      asm volatile("mov.b32 %0, %1;" : "=r"(plain.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
+      sum = last_tile<BITS, BF16, SPARSE, XROWS, false>(p, plain, words, t, sum);
+    } else {
+      sum = last_tile<BITS, BF16, SPARSE, XROWS, XS>(p, in, words, t, sum);
+    }
 #pragma unroll
     for (int c = 0; c < 2; ++c)
 #pragma unroll

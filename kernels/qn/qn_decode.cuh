@@ -109,6 +109,31 @@ __device__ __forceinline__ WordPair word_pair(uint32_t lo, uint32_t hi) {
   return {lo, hi, __byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632)};
 }
 
+// Codes j of words lo and hi in the two halves' low bits at L::offset(J), ORed with
+// `magic`: with L::magic() each half reads magic + 2^offset q; with 0 (fp16) it is the
+// subnormal 2^(offset - 24) q, exact, which the raw-code GEMV multiplies on tensor cores
+// as it is (gemv_qn_kernel.cuh). Not for bf16 8-bit codes (code_pair's float path).
+template <int BITS, bool BF16, int J, int WIDTH>
+__device__ __forceinline__ uint32_t code_bits(const WordPair& w, uint32_t magic) {
+  using L = CodeLayout<BITS, BF16, WIDTH>;
+  static_assert(!(BF16 && WIDTH == 8), "bf16 8-bit codes do not fit the integer bits");
+  uint32_t window;
+  if constexpr (L::half(J) == 0) {
+    window = w.x >> L::half_shift(J);
+  } else if constexpr (L::half(J) == 1) {
+    window = w.y >> L::half_shift(J);
+  } else {
+    window = __byte_perm(w.lo, w.hi, L::selector(J));
+    if constexpr (L::window_shift(J) > 0) window >>= L::window_shift(J);
+  }
+  // (window & mask) | magic in one lop3 with `magic` in a register: written as and + or,
+  // the compiler emitted two LOP3s (a LOP3 takes one immediate), a third of the
+  // dequantization's instructions.
+  uint32_t bits;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(bits) : "r"(window), "n"(L::mask(J)), "r"(magic));
+  return bits;
+}
+
 // The codes j of words lo and hi as the exact integers {q_lo, q_hi} in the pair type.
 template <int BITS, bool BF16, int J, int WIDTH>
 __device__ __forceinline__ Pair<BF16> code_pair(const WordPair& w, uint32_t magic) {
@@ -121,21 +146,7 @@ __device__ __forceinline__ Pair<BF16> code_pair(const WordPair& w, uint32_t magi
     const float f_hi = __uint_as_float(__byte_perm(w.hi, 0x4B000000u, sel)) - 8388608.0f;
     return as_pair<BF16>(__byte_perm(__float_as_uint(f_lo), __float_as_uint(f_hi), 0x7632));
   } else {
-    uint32_t window;
-    if constexpr (L::half(J) == 0) {
-      window = w.x >> L::half_shift(J);
-    } else if constexpr (L::half(J) == 1) {
-      window = w.y >> L::half_shift(J);
-    } else {
-      window = __byte_perm(w.lo, w.hi, L::selector(J));
-      if constexpr (L::window_shift(J) > 0) window >>= L::window_shift(J);
-    }
-    // (window & mask) | magic in one lop3 with `magic` (== L::magic()) in a register:
-    // written as and + or, the compiler emitted two LOP3s (a LOP3 takes one immediate),
-    // a third of the dequantization's instructions.
-    uint32_t bits;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(bits) : "r"(window), "n"(L::mask(J)), "r"(magic));
-    const Pair<BF16> h = as_pair<BF16>(bits);
+    const Pair<BF16> h = as_pair<BF16>(code_bits<BITS, BF16, J, WIDTH>(w, magic));  // magic == L::magic()
     return __hfma2(h, as_pair<BF16>(L::unscale(J)), as_pair<BF16>(L::unoffset(J)));
   }
 }

@@ -21,6 +21,11 @@
 // |x w|), so both fail it. That worst-case part grows as K^2: 1.2 |x w| at K = 11008, 30
 // at K = 57344, too wide to see one group there, so GemvQnEdges.EveryGroupHasItsOwnScale
 // puts each row of x on one group instead.
+// The raw-code kernels (fp16 at 2 and 4 bits, M = 1, x staged) never round a weight to
+// fp16: they differ from this reference by Σ x_k (w_k - fl(w_k)), a sum of independent
+// roundings ~ u / sqrt(3) sqrt(K) |x w| (0.02 |x w| at K = 4096, 0.03 at 11008), inside the
+// bound's accumulation part (0.18 and 1.2 |x w| there); they stage x only where K % 8 == 0,
+// so K = 33 and 4100 take the fma2 kernel.
 // Outputs are poisoned with 0xFF bytes (NaN in fp16 and bf16) before every launch, so an
 // unwritten output fails.
 #include <gtest/gtest.h>
@@ -315,6 +320,33 @@ TEST(GemvQnEdges, StagedAndGlobalActivationsAtM1) {
           EXPECT_EQ(r.failures, 0) << r.first_failure;
         }
       }
+      free_qn_weight(&dw);
+    }
+  }
+}
+
+// The raw-code kernels (fp16 at 2 and 4 bits, gemv_qn_kernel.cuh) apply a group's scale once
+// per two 32-k blocks, so their groups of 32 run unstaged even where staging is asked for;
+// in bf16 the same weights stage. Both still match the reference.
+TEST(GemvQnEdges, RawCodeWidthsStageGroupsOf64AndMore) {
+  std::mt19937_64 rng(test_seed() + 31);
+  StreamGuard stream;
+  const int64_t N = 200, K = 4096;
+  const std::vector<float> w = random_weight(N, K, rng);
+  DeviceBuffer aligned(size_t(K) * 2);
+  GemvQnConfig forced;
+  forced.stage_x = 1;
+  for (const char* name : {"q4g32", "q2g32", "q4g64", "q2g128"}) {
+    const PackedWeight packed = quantize_weight(w.data(), N, K, WeightFormat::parse(name));
+    const bool group32 = packed.format.group == 32;
+    for (DType act : {DType::F16, DType::BF16}) {
+      SCOPED_TRACE(std::string(name) + " " + dtype_name(act) + " seed=" + std::to_string(test_seed()));
+      QnDeviceWeight dw = upload_qn_weight(packed, act);
+      const bool staged = !(group32 && act == DType::F16);
+      EXPECT_EQ(gemv_qn_stages_x(dw, 1, aligned.ptr), staged);
+      EXPECT_EQ(gemv_qn_stages_x(dw, 1, aligned.ptr, forced), staged);
+      const CheckResult r = run_and_compare(packed, dw, act, 1, rng, stream.stream, 0, forced);
+      EXPECT_EQ(r.failures, 0) << r.first_failure;
       free_qn_weight(&dw);
     }
   }
