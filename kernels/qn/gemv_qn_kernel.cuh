@@ -735,7 +735,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum.v[c][i] = acc[c][i];
     if constexpr (RAW) {  // the fma2 path (the unstaged kernel's), x from global memory
-      LaneInputs<XROWS, false> plain;
+      LaneInputs<XROWS, false> plain{};
       plain.x_row[0] = in.x_row[0];
       plain.x_lane[0] = in.x_lane[0];
       plain.sb_slab = in.sb_slab;
