@@ -76,9 +76,9 @@
 // take it as it is (subnormal A operands run as fast as normal ones). A chunk's two blocks
 // (one group) each get their own mma chain; then, in fp32, acc += scale (the chains times
 // 2^-offset) + bias 2^-24 Σ x, Σ x of the chunk summed by each warp from the staged x a
-// tile ahead (raw_tile_sums). It drops the two fma2 a pair (192 of the q4 loop's ~348
-// instructions a tile become 64 lop3s and the sums' ~30), and no weight is rounded to
-// fp16. H200, fp16, M = 1, cold L2, against the fma2 kernel in one run: q4g64 4096 x 22016
+// tile ahead (raw_tile_sums). It drops the two fma2 a pair (counted in the source, the q4
+// loop's 192 decoding instructions a tile become 64 lop3s plus ~50 for the four chunks'
+// folds and the tile's sums), and no weight is rounded to fp16. H200, fp16, M = 1, cold L2, against the fma2 kernel in one run: q4g64 4096 x 22016
 // 16.4 -> 15.8 µs, 4096 x 4096 4.3 -> 4.1, 8192 x 57344 85.8 -> 81.2; q2g64 -4 to -15 %;
 // llama2-7b q4g64 tg128 +1.5 %, llama3-8b +1.2 %. At 3, 6 and 8 bits it lost on the
 // 4096-wide shapes (q8 llama2-7b tg128 -2.9 %), so they keep the fma2 path
