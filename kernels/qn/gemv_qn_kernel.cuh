@@ -78,11 +78,12 @@
 // 2^-offset) + bias 2^-24 Σ x, Σ x of the chunk summed by each warp from the staged x a
 // tile ahead (raw_tile_sums). It drops the two fma2 a pair (counted in the source, the q4
 // loop's 192 decoding instructions a tile become 64 lop3s plus ~50 for the four chunks'
-// folds and the tile's sums), and no weight is rounded to fp16. H200, fp16, M = 1, cold L2, against the fma2 kernel in one run: q4g64 4096 x 22016
-// 16.4 -> 15.8 µs, 4096 x 4096 4.3 -> 4.1, 8192 x 57344 85.8 -> 81.2; q2g64 -4 to -15 %;
-// llama2-7b q4g64 tg128 +1.5 %, llama3-8b +1.2 %. At 3, 6 and 8 bits it lost on the
-// 4096-wide shapes (q8 llama2-7b tg128 -2.9 %), so they keep the fma2 path
-// (kernels/qn/MEASURED.md has the sums' other placements that lost).
+// folds and the tile's sums), and no weight is rounded to fp16. H200, fp16, M = 1, cold
+// L2, against the fma2 kernel in one run: q4g64 4096 x 22016 16.4 -> 15.8 µs, 4096 x 4096
+// 4.3 -> 4.1, but 4096 x 12288 10.0 -> 10.3 (8192 x 57344 85.8 -> 81.2 in an earlier
+// build); q2g64 -4 to -15 %; llama2-7b q4g64 tg128 +1.8 %, llama3-8b +1.2 %. At 3, 6 and
+// 8 bits it lost on the 4096-wide shapes (q8 llama2-7b tg128 -2.9 %), so they keep the
+// fma2 path (kernels/qn/MEASURED.md has the sums' other placements that lost).
 //
 // What limits it: the q4 fp16 loop issued ~348 instructions a tile per warp (2.7 a weight;
 // the SASS before x was staged, which took the kernel's 3640 -> 3112), 192 of them the
