@@ -127,8 +127,8 @@ struct GemvQnConfig {
   int warps_per_block = 0;  // warps that split K for one block of 16 rows; 0 = automatic
                             // (at most 16; at most 8 when M > kGemvMaxM, larger values clamped)
   // At M = 1 each block stages x in shared memory, where x is 16-byte aligned, K % 8 == 0
-  // and x fits beside the scale slab: -1 (automatic) while an SM still holds four blocks
-  // (K up to ~15.7k at group 64, ~23k per channel), 1 wherever the opt-in has room, 0 never,
+  // and x fits beside the scale slab: -1 (automatic) while an SM still holds two blocks
+  // (K up to ~34k at group 64, ~51k per channel), 1 wherever the opt-in has room, 0 never,
   // reading x from global memory as at M > 1 (for tests and A/Bs; kernels/qn/MEASURED.md
   // has the measurements).
   int stage_x = -1;

@@ -51,8 +51,20 @@ namespace gemlite {
 // 3 warps' last wave 4 % full) stays at 4. llama3-8b tg128 (5ddabcd's gemlite-bench against
 // this rule's, one H200, interleaved, two rounds, `-r 2`): q8 447.9 / 449.2 -> 458.1 / 453.8
 // tok/s (+1.6 %), q4g64 627.2 / 626.0 -> 627.1 / 625.9.
+//
+// Where shared memory, not registers, bounds the blocks an SM holds (a staged x of K > ~16k
+// at group 64, two or three blocks an SM; a slab of scales past ~100 KB, one), 8-warp
+// blocks, the most warps it then holds. H200 (2026-11-29, GEMLITE_BENCH_WARPS=3,4,8
+// GEMLITE_BENCH_STAGE_X=1, fp16, M = 1, cold L2), 28672 x 8192 (84 KB a block at g64, two an
+// SM), 3 / 4 / 8 warps: q4g64 54.2 / 44.0 / 36.1 µs, q8 88.3 / 75.0 / 56.4, q3g64 48.6 / 38.9
+// / 37.4, q2g64 40.8 / 32.2 / 28.7; 22016 x 8192 (65 KB, three an SM), 4 / 8 warps: q6g64
+// 56.6 / 41.2, q4g64 35.1 / 29.7, q8 44.8 / 44.8; x from global at 57344 x 4096, group 32
+// (114 KB of scales, one block an SM), 4 / 8 warps: q4g32 97.6 / 60.8, q8g32 133.5 / 82.6
+// (tests/cpu/test_launch_rules.cpp holds the staged sweeps).
 int qn_warps_per_block(int64_t blocks, int sms, bool sixteen_rows, bool x_staged,
                        const std::function<int(int warps)>& resident_blocks) {
+  const auto resident_warps = [&](int warps) { return std::max(resident_blocks(warps), 1) * warps; };
+  if (resident_warps(4) < resident_warps(8)) return 8;
   const auto last_wave_fill = [&](int warps) {
     const int resident = std::max(resident_blocks(warps), 1);
     const double waves = double(blocks) / double(int64_t(sms) * resident);

@@ -272,10 +272,11 @@ TEST(GemvQnEdges, AutomaticWarpsOnALongGrid) {
 // At M = 1 x is staged in shared memory where it fits (GemvQnConfig::stage_x): both ways of
 // reading it, with a partial last tile whose first chunks lie below K (read from the staged
 // copy in last_tile) -- K = 4104 for q3g64 (tiles of 320 k), 4168 for the tiles of 256 and
-// 128 k (q4g64, s7, q8), 14408 and 40008 (q4g64) past the 48 KB a block has without the
-// opt-in (automatically where an SM holds four such blocks: 228 KB, the H100's and H200's;
-// the latter only when asked, stage_x = 1: 39 KB of slab and 78 KB of x, one block an SM,
-// where the opt-in has the room)
+// 128 k (q4g64, s7, q8), 14408, 28680 and 40008 (q4g64) past the 48 KB a block has without
+// the opt-in (automatically where an SM holds two such blocks: 84 KB a block at 28680 of
+// the 228 KB of the H100's and H200's SMs, taken in 8-warp blocks; 40008 only when asked,
+// stage_x = 1: 39 KB of slab and 78 KB of x, one block an SM, where the opt-in has the
+// room)
 // -- a last row block of 8 rows, several warp counts, fp16 and bf16.
 TEST(GemvQnEdges, StagedAndGlobalActivationsAtM1) {
   std::mt19937_64 rng(test_seed() + 29);
@@ -295,6 +296,7 @@ TEST(GemvQnEdges, StagedAndGlobalActivationsAtM1) {
                                    {"s7", 4168, true},
                                    {"q8", 4168, true},
                                    {"q4g64", 14408, sm_shared >= (228 << 10)},
+                                   {"q4g64", 28680, sm_shared >= (228 << 10)},
                                    {"q4g64", 40008, false}};
   for (const auto& [name, K, staged_automatically] : cases) {
     const std::vector<float> w = random_weight(N, K, rng);
