@@ -151,8 +151,8 @@ void gemm_lines(FILE* out, const std::string& name, DType act, const std::vector
   CUDA_CHECK(cudaFree(dense));
 }
 
-// GEMLITE_BENCH_{FORMATS,SHAPES,ACT,M,WARPS,STAGE_X} narrow a run: "q4g64,q2g64",
-// "8192x8192,8192x57344", "fp16", "1,2,4,8", "4,8", "0,1" (bench_util.h). GEMLITE_BENCH_WARM_L2=1
+// GEMLITE_BENCH_{FORMATS,SHAPES,ACT,M,WARPS,STAGE_X,EPILOGUE} narrow a run: "q4g64,q2g64",
+// "8192x8192,8192x57344", "fp16", "1,2,4,8", "4,8", "0,1", "plain,swiglu" (bench_util.h). GEMLITE_BENCH_WARM_L2=1
 // times one weight copy read again by every launch instead of a cold L2: how much of a
 // kernel's time is waiting on DRAM (an experiment's measure, not the table's).
 GemvBenchOptions with_environment(GemvBenchOptions options) {
@@ -162,6 +162,7 @@ GemvBenchOptions with_environment(GemvBenchOptions options) {
   env_ints("GEMLITE_BENCH_M", &options.Ms);
   env_ints("GEMLITE_BENCH_WARPS", &options.warps_per_block);
   env_ints("GEMLITE_BENCH_STAGE_X", &options.stage_x);
+  env_strings("GEMLITE_BENCH_EPILOGUE", &options.epilogues);
   env_ints("GEMLITE_BENCH_GEMM_WARPS", &options.gemm_warps);
   env_ints("GEMLITE_BENCH_GEMM_ROWS", &options.gemm_rows);
   env_ints("GEMLITE_BENCH_GEMM_SPLITS", &options.gemm_splits);
@@ -171,8 +172,66 @@ GemvBenchOptions with_environment(GemvBenchOptions options) {
 
 }  // namespace
 
+namespace {
+
+// What the decode epilogues (GemvBenchOptions::epilogues) read and write besides x and y,
+// for one shape: a pending norm's parts (ones: a finite scale), and a residual stream.
+struct EpilogueBuffers {
+  float* parts = nullptr;        // [M, ceil(K / 16)]: the producer's sums of squares
+  float* norm_weight = nullptr;  // [N]
+  void* residual = nullptr;      // [M, N] act
+  void* scaled = nullptr;        // [M, N] act
+  float* sum_squares = nullptr;  // [M, ceil(N / 16)]
+  QnPendingNorm norm;
+  EpilogueBuffers(int M, int64_t K, int64_t N, cudaStream_t stream) {
+    const int64_t parts_count = (K + 15) / 16;
+    const std::vector<float> ones(size_t(std::max<int64_t>(M * parts_count, N)), 1.0f);
+    CUDA_CHECK(cudaMalloc(&parts, size_t(M * parts_count) * 4));
+    CUDA_CHECK(cudaMalloc(&norm_weight, size_t(N) * 4));
+    CUDA_CHECK(cudaMalloc(&residual, size_t(M * N) * 2));
+    CUDA_CHECK(cudaMalloc(&scaled, size_t(M * N) * 2));
+    CUDA_CHECK(cudaMalloc(&sum_squares, size_t(M * ((N + 15) / 16)) * 4));
+    CUDA_CHECK(cudaMemcpyAsync(parts, ones.data(), size_t(M * parts_count) * 4, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(norm_weight, ones.data(), size_t(N) * 4, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemsetAsync(residual, 0, size_t(M * N) * 2, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // `ones` leaves with this scope
+    norm.sum_squares = parts;
+    norm.parts = int(parts_count);
+    norm.eps = 1e-5f;
+  }
+  ~EpilogueBuffers() {
+    cudaFree(parts);
+    cudaFree(norm_weight);
+    cudaFree(residual);
+    cudaFree(scaled);
+    cudaFree(sum_squares);
+  }
+  EpilogueBuffers(const EpilogueBuffers&) = delete;
+  EpilogueBuffers& operator=(const EpilogueBuffers&) = delete;
+};
+
+void launch_with_epilogue(const std::string& epilogue, const QnDeviceWeight& w, const void* x, void* y, int M,
+                          DType act, const EpilogueBuffers& b, cudaStream_t stream, const GemvQnConfig& config) {
+  if (epilogue == "plain") {
+    gemv_qn(w, x, y, M, act, stream, config);
+  } else if (epilogue == "norm") {
+    gemv_qn(w, x, y, M, act, stream, config, &b.norm);
+  } else if (epilogue == "swiglu") {
+    QnDeviceWeight pair = w;  // random codes and scales: any row order is as random
+    pair.paired_half = w.N / 2;
+    gemv_qn_swiglu(pair, x, y, M, act, stream, config, &b.norm);
+  } else if (epilogue == "residual") {
+    gemv_qn_residual(w, x, b.residual, b.norm_weight, b.scaled, b.sum_squares, M, act, stream, config);
+  }
+}
+
+}  // namespace
+
 void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& given) {
   const GemvBenchOptions options = with_environment(given);
+  for (const std::string& epilogue : options.epilogues)
+    if (epilogue != "plain" && epilogue != "norm" && epilogue != "swiglu" && epilogue != "residual")
+      throw Error("gemlite-bench: unknown epilogue '" + epilogue + "' (expected plain, norm, swiglu or residual)");
   const BenchSession session(out);
   cudaStream_t stream = session.stream;
   cublasHandle_t handle = session.cublas;
@@ -186,6 +245,7 @@ void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& given) {
       CUDA_CHECK(cudaMalloc(&x, size_t(M * K) * 2));
       CUDA_CHECK(cudaMalloc(&y, size_t(M * N) * 2));
       fill_values(static_cast<uint16_t*>(x), M * K, act, 3, stream);
+      const EpilogueBuffers buffers(M, K, N, stream);
       const double io_bytes = double(M) * double(K + N) * 2;
       const double dense_us = cublas_us(handle, stream, act, K, N, M, x, y, options.rotation_bytes, options.replays);
       const double dense_bytes = double(N) * double(K) * 2 + io_bytes;
@@ -203,17 +263,20 @@ void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& given) {
         if (M > kGemvQnMaxRows) {
           gemm_lines(out, name, act, weights, M, x, y, dense_us, handle, options, copy_gbs, stream);
         } else {
+          for (const std::string& epilogue : options.epilogues)
           for (int warps : options.warps_per_block)
           for (int stage_x : options.stage_x) {
             if (M > 1 && stage_x != options.stage_x.front()) continue;  // staging is M = 1's only
+            if (epilogue == "swiglu" && N % 16 != 0) continue;            // pairs of 8 rows
             GemvQnConfig config;
             config.warps_per_block = warps;
             config.stage_x = stage_x;
             const double us = time_graph_us(stream, launches_for(copies), options.replays, [&](int i) {
-              gemv_qn(weights[size_t(i % copies)], x, y, M, act, stream, config);
+              launch_with_epilogue(epilogue, weights[size_t(i % copies)], x, y, M, act, buffers, stream, config);
             });
             const double total = double(bytes) + io_bytes;
             std::string setting;
+            if (epilogue != "plain") setting += " epilogue=" + epilogue;
             if (options.warps_per_block.size() > 1) setting += " warps=" + std::to_string(warps);
             if (M == 1 && options.stage_x.size() > 1) setting += " stage_x=" + std::to_string(stage_x);
             std::fprintf(out, "gemv %s %s K=%lld N=%lld M=%d%s: %.1f us, %.0f GB/s, %.1f %% of copy, %.2fx cuBLAS\n",

@@ -38,6 +38,11 @@ struct GemvBenchOptions {
   // gemv_qn's stage_x (GemvQnConfig) to sweep at M = 1: -1 automatic, 0 x from global
   // memory, 1 staged in shared memory where it fits; lines name it when more than one.
   std::vector<int> stage_x = {-1};
+  // The epilogue each M <= 16 launch runs, as decode does: "plain" (gemv_qn), "norm" (a
+  // pending RMSNorm of ceil(K / 16) parts: q/k/v, the classifier), "swiglu" (the weight as
+  // a [gate; up] pair, with the pending norm: gate/up; N % 16 == 0), "residual" (residual +=,
+  // scaled and the sums of squares written: o, down). Lines name it when it is not plain.
+  std::vector<std::string> epilogues = {"plain"};
   // Above 16 rows, gemm_qn's launch overrides to sweep (GemmQnConfig): warps (8, 16), x
   // rows a block (32, 64, 128) and cluster sizes (1, 2, 4, 8); 0 = automatic. Lines name
   // the settings they force; combinations a width does not have are skipped.
@@ -50,7 +55,8 @@ struct GemvBenchOptions {
 // environment narrows or widens `options` (see with_environment in gemv_bench.cu):
 // GEMLITE_BENCH_FORMATS=q4g64,q2g64 GEMLITE_BENCH_SHAPES=8192x8192 GEMLITE_BENCH_ACT=fp16
 // GEMLITE_BENCH_M=1,2,4,8 GEMLITE_BENCH_WARPS=4,8 GEMLITE_BENCH_STAGE_X=0,1 GEMLITE_BENCH_GEMM_WARPS=8,16
-// GEMLITE_BENCH_GEMM_ROWS=64,128 GEMLITE_BENCH_GEMM_SPLITS=1,2,4,8; GEMLITE_BENCH_WARM_L2=1
+// GEMLITE_BENCH_GEMM_ROWS=64,128 GEMLITE_BENCH_GEMM_SPLITS=1,2,4,8
+// GEMLITE_BENCH_EPILOGUE=plain,norm,swiglu,residual; GEMLITE_BENCH_WARM_L2=1
 // reads one weight copy in every launch (warm L2) instead of rotating copies (cold).
 void run_gemv_benchmarks(FILE* out, const GemvBenchOptions& options = {});
 
