@@ -666,13 +666,20 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // one L2 round trip for both, instead of after the loop on every block's way out. A/B on
   // one H200, interleaved (q4g64 tg128, `--synthetic MODEL -p 0 -n 128 -c 128 -r 2`):
   // llama3-8b 608.1 / 609.2 -> 621.5 / 614.0 tok/s, llama2-7b 617.9 -> 627.4. XS only: the
-  // other kernels sit at 128 registers and spilled 8-12 bytes more with it.
+  // other kernels sit at 128 registers and spilled 8-12 bytes more with it. Warp 0 also
+  // turns them into r_0 here, before the block's barrier, where the x copy's wait hides the
+  // butterfly and the rsqrt that had followed the loop on the way to the outputs (one H200,
+  // fp16, q4g64 with the norm epilogue, GEMLITE_BENCH_EPILOGUE=norm,swiglu: 4096 x 12288 10.8
+  // -> 10.6 µs, gate/up's 4096 x 22016 pair 16.9 -> 16.6-16.7; q8 within 0.1).
+  __shared__ float inv_rms[XROWS];  // r_m of a pending norm
   constexpr int kEarlyNormLoads = 16;  // parts of producers up to 512 blocks (N <= 8192)
-  const bool norm_early = XS && p.norm.sum_squares && warp == 0 && p.norm.parts <= 32 * kEarlyNormLoads;
-  float norm_lane_sum = 0;  // norm_early: warp 0's lane sums of row 0's parts
+  const bool norm_early = XS && p.norm.sum_squares && p.norm.parts <= 32 * kEarlyNormLoads;  // r_0 before the loop
   if constexpr (XS) {
-    if (norm_early) norm_lane_sum = pending_norm_lane_sum_unrolled<kEarlyNormLoads>(p.norm.sum_squares, p.norm.parts);
-    asm volatile("" ::"f"(norm_lane_sum));  // summed here, not kept as 16 registers through the loop
+    if (norm_early && warp == 0) {
+      const float r = inv_rms_of_lane_sums(
+          pending_norm_lane_sum_unrolled<kEarlyNormLoads>(p.norm.sum_squares, p.norm.parts), p.K, p.norm.eps);
+      if (lane == 0) inv_rms[0] = r;
+    }
   }
   // The residual element the epilogue's thread r < 16 adds to (o and down) is ready too:
   // loaded now with them. With gemm_fpx's early epilogue loads, A/B on one H200, q4g64
@@ -765,14 +772,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     for (int i = 0; i < 8; ++i) partial[warp][i][lane] = acc[i / 4][i % 4];
   }
   // A pending norm: r_m from the producer's parts, one warp per activation row (a butterfly
-  // sum, the same order in every block).
-  __shared__ float inv_rms[XROWS];
-  if (p.norm.sum_squares) {
+  // sum, the same order in every block), where the prologue did not (norm_early: m = 0).
+  if (p.norm.sum_squares && !norm_early) {
     for (int m = warp; m < p.M; m += warps) {
-      const float lane_sum = norm_early  // m == 0
-                                 ? norm_lane_sum
-                                 : pending_norm_lane_sum(p.norm.sum_squares + int64_t(m) * p.norm.parts, p.norm.parts);
-      const float r = inv_rms_of_lane_sums(lane_sum, p.K, p.norm.eps);
+      const float r = inv_rms_of_lane_sums(
+          pending_norm_lane_sum(p.norm.sum_squares + int64_t(m) * p.norm.parts, p.norm.parts), p.K, p.norm.eps);
       if (lane == 0) inv_rms[m] = r;
     }
   }
