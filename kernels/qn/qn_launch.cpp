@@ -5,62 +5,24 @@
 
 namespace gemlite {
 
-// The 8-row kernel (M <= 8): 4 warps once the grid holds two waves of 4-warp blocks or
-// more. Otherwise 4, 8 or 3 warps, the count whose last wave of blocks is fullest (4 on a
-// tie, then 8, then 3).
-// The two-wave clause came with an H200 sweep (2026-11-28, GEMLITE_BENCH_WARPS=0,3,4,8
-// GEMLITE_BENCH_M=1, fp16, cold L2; tests/cpu/test_launch_rules.cpp holds it): on long
-// grids the last wave weighs little, and 8-warp blocks (two tiles a warp at K = 4096 and 4
-// bits, two blocks an SM) hid each block's start and end behind one other block where
-// 4-warp ones have three. M = 1, 8 -> 4 warps: q4g64 4096 x 28672 (1792 blocks, Llama-3-8B's
-// gate/up) 25.5 -> 22.9 us, 4096 x 128256 (Llama-3's classifier) 101.9 -> 87.9; q6g64 and
-// q2g64 there 8-23 % faster; q8 1 % slower at 28672 (33.3 -> 33.7), 7 % faster at 128256
-// (136.9 -> 128.0); M = 2 and 8 the same way (q4g64 4096 x 128256 at M = 8 128.9 -> 109.1). llama3-8b tg128 (one H200,
-// interleaved, `gemlite-bench --device cuda --synthetic llama3-8b -f q4g64 -p 0 -n 128 -r
-// 2`): q4g64 509.1 / 511.3 -> 554.3 / 554.3 tok/s (+8.6 %), q8 403.5 -> 411.2. At 768
-// blocks (4096 x 12288, under two waves) q8 still ran 7 % faster at 8 warps (15.8 against
-// 17.0 us), so the clause starts at two waves; and the 16-row kernel (M = 16) lost 9-11 % at
-// 4 warps on 4096 x 28672 (q4g64 50.8 -> 55.4 us, q8 50.7 -> 56.1; it gained 2-3 % on 4096 x
-// 128256), so it keeps the fill rule.
-// The first sweep on the H100 (q8, q4g64, q2g64, GEMLITE_BENCH_WARPS=2,4,8,16): 8 won at
-// N = 4096 (0.5 waves with 4), 4 at N = 8192 and 57344. 3 came with the sixteenth
-// session's sweep (GEMLITE_BENCH_WARPS=0,2,3,4,5,6,8 GEMLITE_BENCH_M=1,16, fp16, µs;
-// tests/cpu/test_launch_rules.cpp holds it): N = 10240 (640 blocks, 0.97 waves of 5 blocks
-// an SM), the sweep's automatic entries (8 warps) -> 3 warps: q4g64 M = 1 22.5 -> 19.5, q8
-// 31.8 -> 30.3, M = 16 q4g64 41.3 -> 34.1, q8 45.0 -> 39.6; on the Llama-2-7B shapes and
-// 8192 x 8192 / 57344 the choice was the best or within 6 % of it (4096 x 22016 at M = 16:
-// q4g64 42.4 at 4, 41.0 at 8; q8 45.2, 42.8), and 5 or 6 warps never beat it by more than 2 %.
-//
-// With x staged (M = 1: every block starts by copying x, gemv_qn_kernel.cuh's XS), 8-warp
-// blocks only where one wave of them holds the grid: past that 4 or 3 warps, whichever
-// fills its last wave better. On the kernel of 2026-11-28 (x staged through .cg, before
-// the early epilogue loads; the sweeps above) 8 warps had tied or won grids of 1-2 waves of
-// 4-warp blocks on their fuller last wave (q4g64 4096 x 12288 12.4 / 12.0 µs at 8 / 4, q8
-// 15.8 / 17.0); on the kernel of 2026-11-29 4 win there (why was not measured). H200
-// sweep (2026-11-29, GEMLITE_BENCH_WARPS=3,4,8 GEMLITE_BENCH_M=1, fp16, cold L2; the
-// x-staged sweep of tests/cpu/test_launch_rules.cpp), 8 -> 4 warps: q4g64 4096 x 12288
-// (768 blocks, Llama-2-7B's q/k/v) 11.7 -> 10.1 µs, 4096 x 11008 11.3 -> 9.9, 2048 x 11264
-// (TinyLlama's gate/up) 8.3 -> 6.7; q3g64 alike; q6g64 equal, q8 +3-4 %. tg128 (one H200,
-// interleaved, two rounds, `gemlite-bench --device cuda --synthetic MODEL -f q4g64,q8 -p 0
-// -n 128 -r 2`): llama2-7b q4g64 637.4 / 637.3 -> 679.0 / 678.7 tok/s (+6.5 %), tinyllama-1.1b
-// q4g64 1866.9 / 1864.4 -> 1996.2 / 2015.3 (+7.5 %), q8 of both and llama3-8b (no such grid)
-// within 1 %. The fill decides between 4 and 3 past two waves of 4-warp blocks as well,
-// where the clause above gives unstaged launches 4: 4096 x 28672 (1792 blocks, Llama-3-8B's
-// gate/up; 3 warps' last wave 90 % full, 4 warps' 85 %) 4 -> 3 warps q8 32.5 -> 30.7 µs,
-// q6g64 30.7 -> 29.3, q3g64 22.9 -> 20.7, q4g64 20.3 -> 20.5; 4096 x 22016 (1376 blocks,
-// 3 warps' last wave 4 % full) stays at 4. llama3-8b tg128 (5ddabcd's gemlite-bench against
-// this rule's, one H200, interleaved, two rounds, `-r 2`): q8 447.9 / 449.2 -> 458.1 / 453.8
-// tok/s (+1.6 %), q4g64 627.2 / 626.0 -> 627.1 / 625.9.
-//
-// Where shared memory, not registers, bounds the blocks an SM holds (a staged x of K > ~16k
-// at group 64, two or three blocks an SM; a slab of scales past ~100 KB, one), 8-warp
-// blocks, the most warps it then holds. H200 (2026-11-29, GEMLITE_BENCH_WARPS=3,4,8
-// GEMLITE_BENCH_STAGE_X=1, fp16, M = 1, cold L2), 28672 x 8192 (84 KB a block at g64, two an
-// SM), 3 / 4 / 8 warps: q4g64 54.2 / 44.0 / 36.1 µs, q8 88.3 / 75.0 / 56.4, q3g64 48.6 / 38.9
-// / 37.4, q2g64 40.8 / 32.2 / 28.7; 22016 x 8192 (65 KB, three an SM), 4 / 8 warps: q6g64
-// 56.6 / 41.2, q4g64 35.1 / 29.7, q8 44.8 / 44.8; x from global at 57344 x 4096, group 32
-// (114 KB of scales, one block an SM), 4 / 8 warps: q4g32 97.6 / 60.8, q8g32 133.5 / 82.6
-// (tests/cpu/test_launch_rules.cpp holds the staged sweeps).
+// Warps a block of gemv_qn (16 rows of W, the warps splitting K), by the first clause that
+// applies:
+//  1. Shared memory, not registers, bounds the blocks an SM holds (a staged x of K > ~16k
+//     at group 64; a slab of scales past ~100 KB): 8, the most warps the SM then holds
+//     (28672 x 8192, x staged, two blocks an SM, 4 -> 8 warps: q4g64 44.0 -> 36.1 µs, q8
+//     75.0 -> 56.4).
+//  2. The 8-row kernel (M <= 8) without x staged, on a grid of two waves of 4-warp blocks
+//     or more: 4. On long grids the last wave weighs little, and 4-warp blocks hide each
+//     block's start and end behind three others where 8-warp ones have one (Llama-3-8B's
+//     gate/up, 1792 blocks, 8 -> 4 warps: q4g64 25.5 -> 22.9 µs; llama3-8b tg128 +8.6 %).
+//  3. Otherwise 4, unless 8 or 3 fills its last wave of blocks more than 2 points fuller (8
+//     tried first) -- with x staged (M = 1), 8 only where one wave of 8-warp blocks holds
+//     the whole grid (Llama-2-7B's q/k/v, 768 blocks, 8 -> 4 warps: 11.7 -> 10.1 µs;
+//     llama2-7b q4g64 tg128 +6.5 %).
+// The 16-row kernel (M 9..16) skips clause 2: it lost 9-11 % at 4 warps on the long grid.
+// The sweeps behind each clause, with their commands and every shape, are in
+// kernels/qn/MEASURED.md ("The GEMV's warps a block: the sweeps"); the numbers the rule
+// must stay within 5 % of are tests/cpu/test_launch_rules.cpp's.
 int qn_warps_per_block(int64_t blocks, int sms, bool sixteen_rows, bool x_staged,
                        const std::function<int(int warps)>& resident_blocks) {
   const auto resident_warps = [&](int warps) { return std::max(resident_blocks(warps), 1) * warps; };

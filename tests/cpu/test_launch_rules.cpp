@@ -2,7 +2,7 @@
 // held against what was measured on the H100 (the tiled FPx shapes and part of gemv_qn's
 // sweeps on an H200 of the same 132 SMs): for each shape, the time of every setting in a
 // sweep (fp16, cold L2, µs; one run each unless a test says otherwise; the commands are in
-// qn_launch.cpp and fpx_launch.cpp), and the rule's choice must be a measured setting within
+// kernels/qn/MEASURED.md, qn_launch.cpp and fpx_launch.cpp), and the rule's choice must be a measured setting within
 // 5 % of the best one -- or, for the few shapes where no rule found was better, within the
 // bound named with that shape. A rule that picks a setting measured slower, or one never
 // measured, fails here. Machines differ by ~5 % and single runs by a few %, so a bound is a
@@ -162,7 +162,7 @@ TEST(LaunchRules, GemvQnWarpsNearTheBestMeasured) {
       // launches without x staged (M = 1 past the K that stages, M = 2..8), whose choices
       // they set. The staged branch follows the sweep of the kernel of 2026-11-29 below (H200,
       // 2026-11-29, GEMLITE_BENCH_WARPS=3,4,8 GEMLITE_BENCH_M=1
-      // GEMLITE_BENCH_FORMATS=q4g64,q8,q6g64,q3g64 over these shapes; qn_launch.cpp), where q8
+      // GEMLITE_BENCH_FORMATS=q4g64,q8,q6g64,q3g64 over these shapes; kernels/qn/MEASURED.md), where q8
       // 4096x12288 moved from 15.8 / 17.0 µs at 8 / 4 warps to 15.2 / 15.6.
       {"H200 x staged q4g64 M=1", false,
        {{4096, 4096, at_3_4_8(7.5, 5.7, 4.3)},     {4096, 6144, at_3_4_8(8.0, 6.3, 6.9)},
@@ -213,7 +213,7 @@ TEST(LaunchRules, GemvQnWarpsNearTheBestMeasured) {
 
 // Past ~16k k at group 64 a staged x leaves room for two or three blocks an SM, whatever
 // their warps (shared memory, not registers, bounds them): H200, 2026-11-29, fp16, M = 1,
-// x staged (qn_launch.cpp): K = 28672, 84 KB a block, two an SM (GEMLITE_BENCH_WARPS=3,4,8
+// x staged (kernels/qn/MEASURED.md): K = 28672, 84 KB a block, two an SM (GEMLITE_BENCH_WARPS=3,4,8
 // GEMLITE_BENCH_STAGE_X=1), and K = 22016, 65 KB, three an SM (GEMLITE_BENCH_WARPS=4,8,
 // another run).
 TEST(LaunchRules, GemvQnWarpsWhereSharedMemoryBoundsTheBlocks) {
