@@ -170,16 +170,12 @@ GemvBenchOptions with_environment(GemvBenchOptions options) {
   return options;
 }
 
-}  // namespace
-
-namespace {
-
 // What the decode epilogues (GemvBenchOptions::epilogues) read and write besides x and y,
 // for one shape: a pending norm's parts (ones: a finite scale), and a residual stream.
 struct EpilogueBuffers {
   float* parts = nullptr;        // [M, ceil(K / 16)]: the producer's sums of squares
   float* norm_weight = nullptr;  // [N]
-  void* residual = nullptr;      // [M, N] act
+  void* residual = nullptr;      // [M, N] act; grows with the replays (to inf in fp16: the time does not depend on it)
   void* scaled = nullptr;        // [M, N] act
   float* sum_squares = nullptr;  // [M, ceil(N / 16)]
   QnPendingNorm norm;

@@ -341,14 +341,15 @@ void launch_gemv_qn(const QnDeviceWeight& w, const void* x, void* y, int M, DTyp
 // One activation row staged in shared memory after the slab: where both fit the 48 KB a
 // block has without the opt-in (K up to ~13k at group 64), and past that in the opt-in
 // (gemv_qn_allow_shared_memory) while an SM still holds two blocks, the 16 warps of 8-warp
-// blocks the registers allow (qn_warps_per_block takes 8 there; K up to ~35k at group 64
-// on an H100 or H200, Llama-2-70B's down projection among them); stage_x = 1 takes all the
-// opt-in gives. Two blocks, not four as before: one H200, fp16, M = 1, cold L2, automatic
-// warps, x from global -> staged (GEMLITE_BENCH_STAGE_X=0,-1), 2026-11-29: 22016 x 8192
-// (three blocks an SM) q4g64 34.9 -> 28.9 µs, q2g64 29.0 -> 23.1, q8 46.1 -> 44.7, q6g64
-// 44.1 -> 43.6, s7 34.1 -> 31.2; 28672 x 8192 (two) q4g64 44.7 -> 39.1, q2g64 36.6 -> 28.7,
-// q8 59.9 -> 57.8, q6g64 59.9 -> 55.6; 32768 x 4096 (two) q4g64 24.5 -> 21.1; bf16 28672 x
-// 8192 q4g64 45.6 -> 42.6, q8 65.9 -> 60.8. No format slower.
+// blocks the registers allow (qn_warps_per_block takes 8 there; K up to ~35k at group 64,
+// ~52k per channel, on the 228 KB SMs of an H100 or H200: Llama-2-70B's down projection
+// among them); stage_x = 1 takes all the opt-in gives. Two blocks, not four as before: one
+// H200, fp16, M = 1, cold L2, automatic warps, x from global -> staged
+// (GEMLITE_BENCH_STAGE_X=0,-1), 2026-11-29: 22016 x 8192 (three blocks an SM at group 64)
+// q4g64 34.9 -> 28.9 µs, q2g64 29.0 -> 23.1, q8 46.1 -> 44.7, q6g64 44.1 -> 43.6, s7 34.1 ->
+// 31.2; 28672 x 8192 (two) q4g64 44.7 -> 39.1, q2g64 36.6 -> 28.7, q8 59.9 -> 57.8, q6g64
+// 59.9 -> 55.6; 32768 x 4096 (two) q4g64 24.5 -> 21.1; bf16 28672 x 8192 q4g64 45.6 -> 42.6,
+// q8 65.9 -> 60.8. No format slower.
 bool gemv_qn_stages_x(const QnDeviceWeight& w, int M, const void* x, const GemvQnConfig& config) {
   if (config.stage_x == 0 || M != 1 || !x_vectorized(w, x)) return false;
   // A raw-code kernel applies a group's scale once per two 32-k blocks (qn_raw_codes,

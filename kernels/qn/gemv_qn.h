@@ -128,7 +128,7 @@ struct GemvQnConfig {
                             // (at most 16; at most 8 when M > kGemvMaxM, larger values clamped)
   // At M = 1 each block stages x in shared memory, where x is 16-byte aligned, K % 8 == 0
   // and x fits beside the scale slab: -1 (automatic) while an SM still holds two blocks
-  // (K up to ~34k at group 64, ~51k per channel), 1 wherever the opt-in has room, 0 never,
+  // (K up to ~35k at group 64, ~52k per channel on an H100), 1 wherever the opt-in has room, 0 never,
   // reading x from global memory as at M > 1 (for tests and A/Bs; kernels/qn/MEASURED.md
   // has the measurements).
   int stage_x = -1;

@@ -673,7 +673,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // -> 10.6 µs, gate/up's 4096 x 22016 pair 16.9 -> 16.6-16.7; q8 within 0.1).
   __shared__ float inv_rms[XROWS];  // r_m of a pending norm
   constexpr int kEarlyNormLoads = 16;  // parts of producers up to 512 blocks (N <= 8192)
-  const bool norm_early = XS && p.norm.sum_squares && p.norm.parts <= 32 * kEarlyNormLoads;  // r_0 before the loop
+  const bool norm_early = XS && p.norm.sum_squares && p.norm.parts <= 32 * kEarlyNormLoads;  // XS: M = 1, r_0 is all
   if constexpr (XS) {
     if (norm_early && warp == 0) {
       const float r = inv_rms_of_lane_sums(

@@ -7,10 +7,13 @@ namespace gemlite {
 
 // Warps a block of gemv_qn (16 rows of W, the warps splitting K), by the first clause that
 // applies:
-//  1. Shared memory, not registers, bounds the blocks an SM holds (a staged x of K > ~16k
-//     at group 64; a slab of scales past ~100 KB): 8, the most warps the SM then holds
-//     (28672 x 8192, x staged, two blocks an SM, 4 -> 8 warps: q4g64 44.0 -> 36.1 µs, q8
-//     75.0 -> 56.4).
+//  1. Shared memory, not registers, lets an SM hold fewer warps in 4-warp blocks than in
+//     8-warp ones (on an H100 or H200 a staged x of K > ~16k at group 64, two or three
+//     blocks an SM; unstaged, a slab of scales past ~46 KB): 8, which keep 16 warps an SM
+//     where two blocks fit (28672 x 8192, x staged, 4 -> 8 warps: q4g64, two blocks an SM,
+//     44.0 -> 36.1 µs; q8, three, 75.0 -> 56.4; one unstaged case, 57344 x 4096 at group 32,
+//     114 KB of scales and one block an SM: q4g32 97.6 -> 60.8; 16-warp blocks there and
+//     slabs of 46-114 KB were not measured).
 //  2. The 8-row kernel (M <= 8) without x staged, on a grid of two waves of 4-warp blocks
 //     or more: 4. On long grids the last wave weighs little, and 4-warp blocks hide each
 //     block's start and end behind three others where 8-warp ones have one (Llama-3-8B's
