@@ -24,7 +24,8 @@
 //   C = y for the 16 rows x 8 activation rows, fp32.
 // Pairing the same code j of two neighbouring words keeps both halves of an A register
 // in one group (one broadcast scale), and the 8 k of a lane for both chunks are
-// consecutive: one 16-byte load of x per 32-k block, no shared-memory staging of x.
+// consecutive: one 16-byte load of x per 32-k block, with x in its own order (staged in
+// shared memory at M = 1, below, it is a plain copy).
 //
 // Dequantization of a pair, for fp16 (bf16 in brackets): the same code of two
 // neighbouring words sits in the two 16-bit halves of one register (two shared permutes
@@ -92,7 +93,7 @@
 // thread); the largest stall is long scoreboard (the x and scale loads of the
 // dequantization chain), then fixed-latency dependencies. It is bound by issue and
 // latency, not by bytes in flight: 92 % of the copy bandwidth at q4g64 8192 x 57344 on the
-// H100, 52-73 % on the 4096-wide Llama shapes on an H200 (x through L1, 2026-11-29), whose
+// H100, 54-77 % on the 4096-wide Llama shapes on an H200 (raw codes, 2026-11-29), whose
 // grids are one to three waves of short blocks. Register and shared-memory rings, TMA
 // copies, stream-K, blocks looping over row blocks, int8 activations, fp16 accumulation, 96
 // registers, folded scales and L2 prefetches were each built, measured and dropped
