@@ -93,7 +93,7 @@
 // thread); the largest stall is long scoreboard (the x and scale loads of the
 // dequantization chain), then fixed-latency dependencies. It is bound by issue and
 // latency, not by bytes in flight: 92 % of the copy bandwidth at q4g64 8192 x 57344 on the
-// H100, 54-77 % on the 4096-wide Llama shapes on an H200 (raw codes, 2026-11-29), whose
+// H100, 56-77 % on the 4096-wide Llama shapes on an H200 (raw codes, 2026-11-29), whose
 // grids are one to three waves of short blocks. Register and shared-memory rings, TMA
 // copies, stream-K, blocks looping over row blocks, int8 activations, fp16 accumulation, 96
 // registers, folded scales and L2 prefetches were each built, measured and dropped
