@@ -100,7 +100,7 @@ size_t allowed_dynamic_of(KernelFn kernel) {
 }
 
 // The dynamic shared memory of a launch with x staged: the scale slab, then x row 0.
-size_t staged_dynamic_bytes(const QnDeviceWeight& w) { return gemv_qn_scale_slab_bytes(w) + size_t(w.K) * 2; }
+size_t staged_dynamic_bytes(const QnDeviceWeight& w) { return gemv_qn_scale_slab_bytes(w) + gemv_qn_staged_x_bytes(w); }
 
 size_t sm_shared_bytes() {
   static const size_t bytes = [] {
@@ -147,6 +147,12 @@ std::array<KernelFn, 2> kernels_of(const QnDeviceWeight& w) {
 }  // namespace
 
 size_t gemv_qn_scale_slab_bytes(const QnDeviceWeight& w) { return size_t(w.n_groups) * 64; }
+
+// Kw / 32 tiles of 32 E k blocks (kTileBlocks: E a code of a word, two a pair byte of s7).
+size_t gemv_qn_staged_x_bytes(const QnDeviceWeight& w) {
+  const int64_t tile_blocks = w.sparse ? 2 * qn_codes_per_word(8) : qn_codes_per_word(w.bits);
+  return size_t(w.Kw * tile_blocks) * 2;
+}
 
 void gemv_qn_allow_shared_memory(const QnDeviceWeight& w, const std::string& where) {
   const size_t slab = gemv_qn_scale_slab_bytes(w), staged = staged_dynamic_bytes(w);

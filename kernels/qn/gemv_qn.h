@@ -116,6 +116,9 @@ void free_qn_weight(QnDeviceWeight* w);  // frees and clears; safe on an empty w
 // gemv_qn_allow_shared_memory grants; upload_qn_weight calls it, and gemv_qn* throw for a
 // weight whose slab was not allowed.
 size_t gemv_qn_scale_slab_bytes(const QnDeviceWeight& w);
+// The bytes of the x row a block stages at M = 1 (GemvQnConfig::stage_x): K rounded up to
+// the end of the last tile, zeros past K.
+size_t gemv_qn_staged_x_bytes(const QnDeviceWeight& w);
 // Grants the kernels of `w` the opt-in shared memory they need past 48 KB: the slab's, and
 // at M = 1 the slab and a staged x row's (GemvQnConfig::stage_x; where the GPU has it).
 // Throws Error (prefixed with `where`) when the GPU cannot give a block the weight's slab.

@@ -274,7 +274,7 @@ template <int JC, bool FULL, int CAP, int XROWS, bool XS>
 __device__ __forceinline__ void load_chunk_x(const GemvQnParams& p, const LaneInputs<XROWS, XS>& in, int b0,
                                              ChunkInputs<CAP, XROWS>& ci) {
   static_assert(JC <= CAP, "chunk larger than its buffer");
-  if constexpr (XS && FULL) {  // x staged in shared memory: one 16-byte load a block, 64 bytes apart
+  if constexpr (XS) {  // x staged in shared memory, zeros past K: one 16-byte load a block, 64 bytes apart
 #pragma unroll
     for (int j = 0; j < JC; ++j) {
       uint4 v;
@@ -497,6 +497,7 @@ __device__ __forceinline__ void tile_step(const GemvQnParams& p, const LaneInput
                                           float (&acc)[2][4],
                                           const RawTileSums<kTileBlocks<BITS, SPARSE>>& raw_sums) {
   constexpr int E = kTileBlocks<BITS, SPARSE>, H = kChunks<E>;
+  constexpr bool kRaw = kRawCodes<BITS, BF16, SPARSE, XS> && FULL;  // the tile reaching past K: fma2
   // [row r][chunk c][words {x, y} or {z, w} of the uint4]: A registers a0..a3 of an mma.
   WordPair pairs[2][2][2];
 #pragma unroll
@@ -535,7 +536,7 @@ __device__ __forceinline__ void tile_step(const GemvQnParams& p, const LaneInput
     }
     // Past K (only when !FULL) the chunk adds nothing.
     if (FULL || (block32 + J0) * 32 < p.K) {
-      if constexpr (kRawCodes<BITS, BF16, SPARSE, XS>)
+      if constexpr (kRaw)
         compute_chunk_raw<BITS, J0, JC>(in, pairs, cur, raw_sums, acc);
       else
         compute_chunk<BITS, BF16, SPARSE, J0, JC>(in, pairs, cur, acc);
@@ -568,7 +569,10 @@ struct TileWords {
 
 // The last tile t of a row block, reaching past K (its words loaded), added to `sum`. Out
 // of line: inlined into the kernel's loop, its slow path made the loop spill at 128
-// registers.
+// registers. XS: x from the staged copy, zero past K up to the tile's end, as in the loop
+// (it had read x from global memory, clamped: one H200, fp16, M = 1, A/B in one run, µs,
+// q6g64 4096 x 12288 15.7 -> 15.2, 4096 x 22016 23.7 -> 23.1, q2g64 4160 x 12288 12.1 ->
+// 10.6; llama2-7b q6g64 tg128 +2.1 %; kernels/qn/MEASURED.md).
 template <int BITS, bool BF16, bool SPARSE, int XROWS, bool XS>
 __device__ __noinline__ Accumulators last_tile(const GemvQnParams& p, const LaneInputs<XROWS, XS> in,
                                                const TileWords words, int t, Accumulators sum) {
@@ -608,7 +612,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // [n_groups, 4]: the block's 16 rows' pairs of each group, 64 bytes (gemv_qn_scale_slab_bytes).
   extern __shared__ uint4 scale_slab[];
   in.sb_slab = uint32_t(__cvta_generic_to_shared(scale_slab)) + 8u * uint32_t(gid);
-  uint4* x_stage = scale_slab + 4 * p.n_groups;  // XS: [K / 8] 16-byte pieces of x row 0
+  // XS: [tiles * 4 E] 16-byte pieces of x row 0, zeros past K (the last tile's end).
+  uint4* x_stage = scale_slab + 4 * p.n_groups;
   in.x_pieces = uint32_t(__cvta_generic_to_shared(x_stage));
   in.x_shared = in.x_pieces + 16u * uint32_t(tig);
   asm volatile("mov.b32 %0, %1;" : "=r"(in.magic) : "n"(RAW ? 0u : CodeLayout<BITS, BF16>::magic()));
@@ -661,6 +666,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     // tg128 llama3-8b 556.4 -> 615.2, llama2-7b 585.9 -> 616.9 tok/s (kernels/qn/MEASURED.md).
     const uint4* x16 = reinterpret_cast<const uint4*>(p.x);
     for (int i = threadIdx.x; i < p.K / 8; i += blockDim.x) cp_async16_ca(&x_stage[i], x16 + i);
+    for (int i = p.K / 8 + threadIdx.x; i < tiles * 4 * E; i += blockDim.x) x_stage[i] = make_uint4(0, 0, 0, 0);
     cp_async_commit();
   }
   // A pending norm's parts are ready now: at M = 1 warp 0 loads them beside the copy of x,
@@ -743,16 +749,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     for (int c = 0; c < 2; ++c)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum.v[c][i] = acc[c][i];
-    if constexpr (RAW) {  // the fma2 path (the unstaged kernel's), x from global memory
-      LaneInputs<XROWS, false> plain{};
-      plain.x_row[0] = in.x_row[0];
-      plain.x_lane[0] = in.x_lane[0];
-      plain.sb_slab = in.sb_slab;
-      asm volatile("mov.b32 %0, %1;" : "=r"(plain.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
-      sum = last_tile<BITS, BF16, SPARSE, XROWS, false>(p, plain, words, t, sum);
-    } else {
-      sum = last_tile<BITS, BF16, SPARSE, XROWS, XS>(p, in, words, t, sum);
-    }
+    // The fma2 path even in a raw-code kernel (tile_step's kRaw), so that a row shorter than
+    // a tile (stories260K's dim of 64) sums at M = 1 what it sums at M > 1.
+    LaneInputs<XROWS, XS> fma2 = in;
+    asm volatile("mov.b32 %0, %1;" : "=r"(fma2.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
+    sum = last_tile<BITS, BF16, SPARSE, XROWS, XS>(p, fma2, words, t, sum);
 #pragma unroll
     for (int c = 0; c < 2; ++c)
 #pragma unroll

@@ -271,8 +271,9 @@ TEST(GemvQnEdges, AutomaticWarpsOnALongGrid) {
 
 // At M = 1 x is staged in shared memory where it fits (GemvQnConfig::stage_x): both ways of
 // reading it, with a partial last tile whose first chunks lie below K (read from the staged
-// copy in last_tile) -- K = 4104 for q3g64 (tiles of 320 k), 4168 for the tiles of 256 and
-// 128 k (q4g64, s7, q8), 14408, 28680 (a last tile of 8 k) and 40008 (q4g64) past the 48 KB
+// copy, zeros past K; at fp16 q4g64 on raw codes) -- K = 4104 for q3g64 and q6g64 (tiles of
+// 320 and 160 k), 4168 for the tiles of 256 and 128 k (q4g64, s7, q8), 14408, 28680 (a last
+// tile of 8 k) and 40008 (q4g64) past the 48 KB
 // a block has without the opt-in (automatically where an SM holds two such blocks: 84 KB a
 // block at 28680 of the 228 KB of the H100's and H200's SMs, taken in 8-warp blocks; 40008
 // only when asked, stage_x = 1: 39 KB of slab and 78 KB of x, one block an SM, where the
@@ -290,7 +291,7 @@ TEST(GemvQnEdges, StagedAndGlobalActivationsAtM1) {
     const char* name;
     int64_t K;
   };
-  const std::vector<Case> cases = {{"q3g64", 4104}, {"q4g64", 4168},  {"s7", 4168},
+  const std::vector<Case> cases = {{"q3g64", 4104}, {"q6g64", 4104},  {"q4g64", 4168},  {"s7", 4168},
                                    {"q8", 4168},    {"q4g64", 14408}, {"q4g64", 28680}, {"q4g64", 40008}};
   for (const auto& [name, K] : cases) {
     const std::vector<float> w = random_weight(N, K, rng);
@@ -299,13 +300,17 @@ TEST(GemvQnEdges, StagedAndGlobalActivationsAtM1) {
       QnDeviceWeight dw = upload_qn_weight(packed, act);
       // launch_and_compare's x is 16-byte aligned at offset 0 (as in the model).
       DeviceBuffer aligned(size_t(K) * 2);
-      // The rule: slab, x and the kernels' static memory (bounded by 10 KB) within the 48 KB a
-      // block has without the opt-in, or two such blocks (and 1 KB each the driver keeps) an SM.
-      const size_t block = gemv_qn_scale_slab_bytes(dw) + size_t(K) * 2 + (10 << 10);
+      // The rule: slab, x (to the last tile's end) and the kernels' static memory (bounded by
+      // 10 KB) within the 48 KB a block has without the opt-in, or two such blocks (and 1 KB
+      // each the driver keeps) an SM.
+      const size_t staged_x = gemv_qn_staged_x_bytes(dw);
+      EXPECT_GE(staged_x, size_t(K) * 2);
+      EXPECT_LT(staged_x, size_t(K + 1024) * 2) << "more than a tile past K (1024 k at 1 bit)";
+      const size_t block = gemv_qn_scale_slab_bytes(dw) + staged_x + (10 << 10);
       const bool staged_automatically = block <= (48 << 10) || 2 * (block + 1024) <= size_t(sm_shared);
       EXPECT_EQ(gemv_qn_stages_x(dw, 1, aligned.ptr), staged_automatically) << name << " K = " << K;
       // Forced, wherever slab, x and the kernel's static memory (under 10 KB) fit the opt-in.
-      const bool fits = gemv_qn_scale_slab_bytes(dw) + size_t(K) * 2 + (10 << 10) <= size_t(optin);
+      const bool fits = gemv_qn_scale_slab_bytes(dw) + staged_x + (10 << 10) <= size_t(optin);
       for (int stage_x : {0, 1}) {
         GemvQnConfig config;
         config.stage_x = stage_x;
