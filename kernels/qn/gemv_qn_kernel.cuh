@@ -738,7 +738,22 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[c][i] *= 0x1p24f;
   }
-  if (t < tiles) {  // t == full_tiles: the tile reaching past K
+  // The tile reaching past K (t == full_tiles), inline in the staged fp16 3-bit kernel, out
+  // of line (last_tile) in the others. Inline, one H200, fp16, M = 1, A/B in one run: q3g64
+  // 4096 x 12288 11.5 -> 10.9 µs, 4096 x 22016 18.5 -> 17.6, 28672 x 8192 37.5 -> 36.8, but
+  // q5g64 4-12 % slower everywhere and q6g64 mixed; bf16 not measured (kernels/qn/MEASURED.md).
+  constexpr bool kInlineLastTile = XS && !RAW && !BF16 && BITS == 3;
+  if constexpr (kInlineLastTile) {
+    if (t < tiles) {
+      uint4 words[2][2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) words[r][c] = in_b ? words_b[r][c] : words_a[r][c];
+      load_chunk_inputs<kFirstChunkBlocks<E>, false>(p, in, t * E, inputs_a);
+      tile_step<BITS, BF16, SPARSE, false>(p, in, words, t * E, -1, inputs_a, inputs_b, acc, raw_sums);
+    }
+  } else if (t < tiles) {
     TileWords words;
 #pragma unroll
     for (int r = 0; r < 2; ++r)
