@@ -57,7 +57,8 @@ void fill_words(uint32_t* p, int64_t n, uint32_t seed, cudaStream_t stream) {
 }
 
 void fill_values(uint16_t* p, int64_t n, DType t, uint32_t seed, cudaStream_t stream) {
-  // fp16: exponent 10..14 of 15 bias (2^-5..2^-1); bf16: exponent 122..126.
+  // The exponent field base | (2 random bits) is 10 or 11 (fp16, bias 15), 122 or 123 (bf16,
+  // bias 127): magnitudes 2^-5..2^-3, finite, with a random sign and mantissa.
   const uint16_t base = t == DType::BF16 ? uint16_t(122 << 7) : uint16_t(10 << 10);
   const uint16_t mask = t == DType::BF16 ? uint16_t(0x8000 | 0x3 << 7 | 0x7F) : uint16_t(0x8000 | 0x3 << 10 | 0x3FF);
   fill_random_halves<<<1024, 256, 0, stream>>>(p, n, seed, base, mask);

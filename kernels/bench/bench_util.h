@@ -46,7 +46,7 @@ __device__ inline uint32_t bench_hash32(uint64_t i, uint32_t seed) {
 
 // words [n] random bits (packed codes: every bit pattern is a valid set of codes).
 void fill_words(uint32_t* words, int64_t n, uint32_t seed, cudaStream_t stream);
-// values [n] of fp16/bf16 (t): magnitude ~0.03..1 with random sign.
+// values [n] of fp16/bf16 (t): magnitude 2^-5..2^-3 (~0.03..0.125) with random sign.
 void fill_values(uint16_t* values, int64_t n, DType t, uint32_t seed, cudaStream_t stream);
 const char* act_name(DType t);  // "fp16" or "bf16"
 

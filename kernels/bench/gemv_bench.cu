@@ -68,7 +68,7 @@ QnDeviceWeight random_qn_weight(const WeightFormat& format, int64_t K, int64_t N
   w.qweight = q;
   w.scale_bias = sb;
   fill_words(q, qn_padded_rows(N) * w.Kw, seed, stream);
-  // scale ~2^-5..2^-1, -zero*scale of either sign: each a random 16-bit value
+  // scale and -zero*scale each a random value of 2^-5..2^-3 and either sign (fill_values)
   fill_values(reinterpret_cast<uint16_t*>(sb), 2 * qn_padded_rows(N) * w.n_groups, act, seed + 7, stream);
   gemv_qn_allow_shared_memory(w, "gemv benchmark (" + format.name() + ")");
   return w;
