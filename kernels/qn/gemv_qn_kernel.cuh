@@ -64,10 +64,10 @@
 // 64) take the opt-in shared memory, fewer blocks an SM.
 //
 // At M = 1 (decode) each block also copies x (8 KB at K = 4096) into shared memory after
-// the slab, through L1 (one L2 read an SM), once its PDL wait is over (XS;
-// GemvQnConfig::stage_x has where it fits), and the loop reads x there: one 16-byte shared
-// load a 32-k block at a 32-bit address, no L1 prefetches of the next tile's x lines, no
-// 64-bit address per chunk (the q4 fp16 kernel's SASS 3640 -> 3112 instructions; H200:
+// the slab, through L1 (one L2 read an SM), once its PDL wait is over, with zeros past K up
+// to the last tile's end (XS; GemvQnConfig::stage_x has where it fits), and every tile,
+// the one reaching past K too, reads x there: one 16-byte shared load a 32-k block at a
+// 32-bit address, no L1 prefetches of the next tile's x lines, no 64-bit address per chunk (the q4 fp16 kernel's SASS 3640 -> 3112 instructions; H200:
 // q4g64 4096 x 22016 20.6 -> 18.3 µs, llama2-7b q4g64 tg128 +11 %). Alone it loses 0.1-0.6
 // µs where the copy before the first tile is not hidden (4096 x 4096, one wave of two tiles
 // a warp), but in the model it gains there too, so it runs wherever it fits.
