@@ -738,11 +738,17 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[c][i] *= 0x1p24f;
   }
-  // The tile reaching past K (t == full_tiles), inline in the staged fp16 3-bit kernel, out
-  // of line (last_tile) in the others. Inline, one H200, fp16, M = 1, A/B in one run: q3g64
-  // 4096 x 12288 11.5 -> 10.9 µs, 4096 x 22016 18.5 -> 17.6, 28672 x 8192 37.5 -> 36.8, but
-  // q5g64 4-12 % slower everywhere and q6g64 mixed; bf16 not measured (kernels/qn/MEASURED.md).
-  constexpr bool kInlineLastTile = XS && !RAW && !BF16 && BITS == 3;
+  // The tile reaching past K (t == full_tiles), inline in the staged fp16 2- and 3-bit
+  // kernels, out of line (last_tile) in the others. Inline, one H200, fp16, M = 1, A/B in one
+  // run: q3g64 4096 x 12288 11.5 -> 10.9 µs, 4096 x 22016 18.5 -> 17.6, 28672 x 8192 37.5 ->
+  // 36.8; q2g64 11008 x 4096 7.5 -> 7.0 (llama2-7b q2g64 tg128 +2.3 %); but q5g64 4-12 %
+  // slower everywhere and q6g64 mixed; q4g64 not tried (no model K leaves it a partial
+  // tile); bf16 not measured (kernels/qn/MEASURED.md).
+  constexpr bool kInlineLastTile = XS && !BF16 && (BITS == 3 || BITS == 2);
+  // The fma2 path even in a raw-code kernel (tile_step's kRaw), so that a row shorter than
+  // a tile (stories260K's dim of 64) sums at M = 1 what it sums at M > 1.
+  LaneInputs<XROWS, XS> fma2 = in;
+  asm volatile("mov.b32 %0, %1;" : "=r"(fma2.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
   if constexpr (kInlineLastTile) {
     if (t < tiles) {
       uint4 words[2][2];
@@ -750,8 +756,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int c = 0; c < 2; ++c) words[r][c] = in_b ? words_b[r][c] : words_a[r][c];
-      load_chunk_inputs<kFirstChunkBlocks<E>, false>(p, in, t * E, inputs_a);
-      tile_step<BITS, BF16, SPARSE, false>(p, in, words, t * E, -1, inputs_a, inputs_b, acc, raw_sums);
+      load_chunk_inputs<kFirstChunkBlocks<E>, false>(p, fma2, t * E, inputs_a);
+      tile_step<BITS, BF16, SPARSE, false>(p, fma2, words, t * E, -1, inputs_a, inputs_b, acc, raw_sums);
     }
   } else if (t < tiles) {
     TileWords words;
@@ -764,10 +770,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     for (int c = 0; c < 2; ++c)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum.v[c][i] = acc[c][i];
-    // The fma2 path even in a raw-code kernel (tile_step's kRaw), so that a row shorter than
-    // a tile (stories260K's dim of 64) sums at M = 1 what it sums at M > 1.
-    LaneInputs<XROWS, XS> fma2 = in;
-    asm volatile("mov.b32 %0, %1;" : "=r"(fma2.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
     sum = last_tile<BITS, BF16, SPARSE, XROWS, XS>(p, fma2, words, t, sum);
 #pragma unroll
     for (int c = 0; c < 2; ++c)
