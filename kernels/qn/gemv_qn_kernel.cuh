@@ -67,8 +67,9 @@
 // the slab, through L1 (one L2 read an SM), once its PDL wait is over, with zeros past K up
 // to the last tile's end (XS; GemvQnConfig::stage_x has where it fits), and every tile,
 // the one reaching past K too, reads x there: one 16-byte shared load a 32-k block at a
-// 32-bit address, no L1 prefetches of the next tile's x lines, no 64-bit address per chunk (the q4 fp16 kernel's SASS 3640 -> 3112 instructions; H200:
-// q4g64 4096 x 22016 20.6 -> 18.3 µs, llama2-7b q4g64 tg128 +11 %). Alone it loses 0.1-0.6
+// 32-bit address, no L1 prefetches of the next tile's x lines, no 64-bit address per chunk
+// (when it came, the q4 fp16 kernel's SASS 3640 -> 3112 instructions; H200: q4g64 4096 x
+// 22016 20.6 -> 18.3 µs, llama2-7b q4g64 tg128 +11 %). Alone it loses 0.1-0.6
 // µs where the copy before the first tile is not hidden (4096 x 4096, one wave of two tiles
 // a warp), but in the model it gains there too, so it runs wherever it fits.
 //
@@ -79,12 +80,14 @@
 // 2^-offset) + bias 2^-24 Σ x, Σ x of the chunk summed by each warp from the staged x a
 // tile ahead (raw_tile_sums). It drops the two fma2 a pair (counted in the source, the q4
 // loop's 192 decoding instructions a tile become 64 lop3s plus ~50 for the four chunks'
-// folds and the tile's sums), and no weight is rounded to fp16. H200, fp16, M = 1, cold
-// L2, against the fma2 kernel in one run: q4g64 4096 x 22016 16.4 -> 15.8 µs, 4096 x 4096
-// 4.3 -> 4.1, but 4096 x 12288 10.0 -> 10.3 (8192 x 57344 85.8 -> 81.2 in an earlier
-// build); q2g64 -4 to -15 %; llama2-7b q4g64 tg128 +1.8 %, llama3-8b +1.2 %. At 3, 6 and
-// 8 bits it lost on the 4096-wide shapes (q8 llama2-7b tg128 -2.9 %), so they keep the
-// fma2 path (kernels/qn/MEASURED.md has the sums' other placements that lost).
+// folds and the tile's sums), and no weight of a full tile is rounded to fp16 (the tile
+// reaching past K decodes fma2, so that a row shorter than a tile sums at M = 1 what it
+// sums at M > 1). H200, fp16, M = 1, cold L2, against the fma2 kernel in one run: q4g64
+// 4096 x 22016 16.4 -> 15.8 µs, 4096 x 4096 4.3 -> 4.1, but 4096 x 12288 10.0 -> 10.3 (8192
+// x 57344 85.8 -> 81.2 in an earlier build); q2g64 -4 to -15 %; llama2-7b q4g64 tg128 +1.8
+// %, llama3-8b +1.2 %. At 3, 6 and 8 bits it lost on the 4096-wide shapes (q8 llama2-7b
+// tg128 -2.9 %), so they keep the fma2 path (kernels/qn/MEASURED.md has the sums' other
+// placements that lost).
 //
 // What limits it: the q4 fp16 loop issued ~348 instructions a tile per warp (2.7 a weight;
 // the SASS before x was staged, which took the kernel's 3640 -> 3112), 192 of them the
@@ -172,11 +175,12 @@ __device__ __forceinline__ uint4 load_streaming(const uint32_t* p) {  // 16 byte
 }
 
 // What a lane needs besides its words: its activation rows (gid, and gid + 8 in the 16-row
-// kernel) and its two block rows' scale/bias pairs. Lanes whose m >= M read row 0 and rows past N read row N - 1: an mma output
-// element depends only on its own row of A and column of B, so those lanes produce
-// garbage only in outputs that are never stored, and need no masking.
-// XS (one activation row, M = 1): the block has staged x in shared memory (x_shared), and
-// the loads below K read it there.
+// kernel) and its two block rows' scale/bias pairs. Lanes whose m >= M read row 0 and rows
+// past N read row N - 1: an mma output element depends only on its own row of A and column
+// of B, so those lanes produce garbage only in outputs that are never stored, and need no
+// masking.
+// XS (one activation row, M = 1): the block has staged x in shared memory (x_shared), zero
+// past K to the last tile's end, and every load of x reads it there.
 template <int XROWS, bool XS = false>
 struct LaneInputs {
   // [xh]: activation row gid + 8 xh.
@@ -569,10 +573,11 @@ struct TileWords {
 
 // The last tile t of a row block, reaching past K (its words loaded), added to `sum`. Out
 // of line: inlined into the kernel's loop, its slow path made the loop spill at 128
-// registers. XS: x from the staged copy, zero past K up to the tile's end, as in the loop
-// (it had read x from global memory, clamped: one H200, fp16, M = 1, A/B in one run, µs,
-// q6g64 4096 x 12288 15.7 -> 15.2, 4096 x 22016 23.7 -> 23.1, q2g64 4160 x 12288 12.1 ->
-// 10.6; llama2-7b q6g64 tg128 +2.1 %; kernels/qn/MEASURED.md).
+// registers (the staged 2- and 3-bit fp16 kernels run it inline: kInlineLastTile). XS: x
+// from the staged copy, zero past K up to the tile's end, as in the loop (it had read x
+// from global memory, clamped: one H200, fp16, M = 1, A/B in one run, µs, q6g64 4096 x
+// 12288 15.7 -> 15.2, 4096 x 22016 23.7 -> 23.1; llama2-7b q6g64 tg128 +2.1 %;
+// kernels/qn/MEASURED.md).
 template <int BITS, bool BF16, bool SPARSE, int XROWS, bool XS>
 __device__ __noinline__ Accumulators last_tile(const GemvQnParams& p, const LaneInputs<XROWS, XS> in,
                                                const TileWords words, int t, Accumulators sum) {
@@ -582,7 +587,7 @@ __device__ __noinline__ Accumulators last_tile(const GemvQnParams& p, const Lane
     load_chunk_inputs<kFirstChunkBlocks<E>, true>(p, in, t * E, inputs_a);
   else
     load_chunk_inputs<kFirstChunkBlocks<E>, false>(p, in, t * E, inputs_a);
-  const RawTileSums<E> no_sums{};  // raw codes never take this path
+  const RawTileSums<E> no_sums{};  // tile_step<FULL = false> decodes fma2, no raw sums
   tile_step<BITS, BF16, SPARSE, false>(p, in, words.v, t * E, -1, inputs_a, inputs_b, sum.v, no_sums);
   return sum;
 }
@@ -748,7 +753,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // The fma2 path even in a raw-code kernel (tile_step's kRaw), so that a row shorter than
   // a tile (stories260K's dim of 64) sums at M = 1 what it sums at M > 1.
   LaneInputs<XROWS, XS> fma2 = in;
-  asm volatile("mov.b32 %0, %1;" : "=r"(fma2.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
+  if constexpr (RAW) asm volatile("mov.b32 %0, %1;" : "=r"(fma2.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
   if constexpr (kInlineLastTile) {
     if (t < tiles) {
       uint4 words[2][2];
