@@ -753,7 +753,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   // The fma2 path even in a raw-code kernel (tile_step's kRaw), so that a row shorter than
   // a tile (stories260K's dim of 64) sums at M = 1 what it sums at M > 1.
   LaneInputs<XROWS, XS> fma2 = in;
-  if constexpr (RAW) asm volatile("mov.b32 %0, %1;" : "=r"(fma2.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
+  asm volatile("mov.b32 %0, %1;" : "=r"(fma2.magic) : "n"(CodeLayout<BITS, BF16>::magic()));
   if constexpr (kInlineLastTile) {
     if (t < tiles) {
       uint4 words[2][2];
