@@ -77,15 +77,16 @@
 // magic, so each half is the fp16 subnormal 2^(offset - 24) q, exact, and the tensor cores
 // take it as it is (subnormal A operands run as fast as normal ones). A chunk's two blocks
 // (one group) each get their own mma chain; then, in fp32, acc += scale (the chains times
-// 2^-offset) + bias 2^-24 Σ x, Σ x of the chunk summed by each warp from the staged x a
-// tile ahead (raw_tile_sums). It drops the two fma2 a pair (counted in the source, the q4
-// loop's 192 decoding instructions a tile become 64 lop3s plus ~50 for the four chunks'
-// folds and the tile's sums), and no weight of a full tile is rounded to fp16 (the tile
-// reaching past K decodes fma2, so that a row shorter than a tile sums at M = 1 what it
-// sums at M > 1). H200, fp16, M = 1, cold L2, against the fma2 kernel in one run: q4g64
-// 4096 x 22016 16.4 -> 15.8 µs, 4096 x 4096 4.3 -> 4.1, but 4096 x 12288 10.0 -> 10.3 (8192
-// x 57344 85.8 -> 81.2 in an earlier build); q2g64 -4 to -15 %; llama2-7b q4g64 tg128 +1.8
-// %, llama3-8b +1.2 %. At 3, 6 and 8 bits it lost on the 4096-wide shapes (q8 llama2-7b
+// 2^-offset) + bias Σ x, Σ x of the chunk from a third mma chain whose A is all ones at 4
+// bits (kRawSumsByMma), summed by each warp from the staged x a tile ahead at 2
+// (raw_tile_sums). It drops the two fma2 a pair (counted in the source, the q4 loop's 192
+// decoding instructions a tile become 64 lop3s plus ~50 for the four chunks' folds and the
+// tile's sums, which the ones chain later replaced by 16 mmas), and no weight of a full
+// tile is rounded to fp16 (the tile reaching past K decodes fma2, so that a row shorter
+// than a tile sums at M = 1 what it sums at M > 1). H200, fp16, M = 1, cold L2, against the
+// fma2 kernel in one run (before the ones chain): q4g64 4096 x 22016 16.4 -> 15.8 µs, 4096
+// x 4096 4.3 -> 4.1, but 4096 x 12288 10.0 -> 10.3 (8192 x 57344 85.8 -> 81.2 in an earlier
+// build); q2g64 -4 to -15 %; llama2-7b q4g64 tg128 +1.8 %, llama3-8b +1.2 %. At 3, 6 and 8 bits it lost on the 4096-wide shapes (q8 llama2-7b
 // tg128 -2.9 %), so they keep the fma2 path (kernels/qn/MEASURED.md has the sums' other
 // placements that lost).
 //
@@ -419,6 +420,26 @@ constexpr bool kRawCodes = XS && qn_raw_codes(BITS, BF16, SPARSE);
 constexpr int kRawChunkPieces = 4 * kChunkBlocks;  // 16-byte pieces of x in a chunk
 template <int E>
 constexpr int kRawSumRounds = (4 * E + 31) / 32;  // a tile's pieces of x, one a lane a round
+// Where a chunk's Σ x comes from. At 4 bits a third mma chain, A = ones, gives Σ x in every
+// row (exact products, fp32 sums): 4 mmas a chunk in place of the tile's sums below. One
+// H200, fp16, M = 1, cold L2, before / after in one run, µs: q4g64 14336 x 4096 10.2 -> 9.4
+// (+8 %), 4096 x 14336 11.0 -> 10.4, 11008 x 4096 8.4 -> 8.0, 8192 x 8192 11.2 -> 10.7,
+// 8192 x 10240 14.2 -> 13.5, 4096 x 4096 4.0 -> 4.1 (-1.5 %), K >= 28672 equal; llama3-8b
+// q4g64 tg128 644.6 / 648.7 -> 677.8 / 678.7 tok/s (+4.8 %), llama2-7b 693.6 / 697.0 ->
+// 701.1 / 700.1 (+0.8 %; kernels/qn/MEASURED.md). At 2 bits (twice the chunks a tile) the
+// chain made the kernel spill 156 bytes and run 15-25 % slower, so its warps sum each
+// tile's x from the staged copy (raw_tile_sums).
+template <int BITS>
+constexpr bool kRawSumsByMma = BITS == 4;
+constexpr uint32_t kOnesPair = 0x3C003C00u;  // fp16 {1, 1}
+
+// The units of the accumulators in a raw-code kernel: where the tile's sums give Σ x, 2^-24
+// of the outputs (the kernel scales them after the loop); where the mma chain does, the
+// outputs' own (both measured fastest so: the 4-bit kernel in 2^-24 units, its chain's A
+// the subnormal 2^-24, ran llama3-8b q4g64 tg128 2 % slower and spilled 20 bytes more; the
+// 2-bit kernel in output units lost 1 %).
+template <int BITS>
+constexpr float kRawAccUnit = kRawSumsByMma<BITS> ? 1.0f : 0x1p-24f;
 
 // 2^-24 Σ x of each chunk of a tile: chunk h in round h / 4, on the 8 lanes from 8 (h % 4).
 template <int E>
@@ -457,9 +478,9 @@ __device__ __forceinline__ RawTileSums<kTileBlocks<BITS, false>> raw_tile_sums(u
 // Raw codes: chunk h's mmas (8-row kernel, M = 1) on the codes as fp16 subnormals,
 // 2^(offset - 24) q (code_bits with magic 0, exact), a fresh chain per block b, d[b] =
 // 2^(offset_b - 24) Σ q x; then, with the group's pair in fp32, acc += scale Σ_b
-// 2^-offset_b d[b] + bias 2^-24 Σ x: no weight is rounded to fp16. acc is 2^-24 of the
-// outputs (the kernel scales it after the loop). Applied as soon as the chunk's mmas are
-// issued: one chunk later, the K = 4096 shapes had run 5-15 % slower.
+// 2^(24 - offset_b) d[b] + bias Σ x, in kRawAccUnit: no weight is rounded to fp16. Applied
+// as soon as the chunk's mmas are issued: one chunk later, the K = 4096 shapes had run 5-15
+// % slower.
 template <int BITS, int J0, int JC, int CAP>
 __device__ __forceinline__ void compute_chunk_raw(const LaneInputs<kGemvMaxM, true>& in,
                                                   const WordPair (&words)[2][2][2],
@@ -469,17 +490,24 @@ __device__ __forceinline__ void compute_chunk_raw(const LaneInputs<kGemvMaxM, tr
   using L = CodeLayout<BITS, false>;
   static_assert(JC == kChunkBlocks && J0 % kChunkBlocks == 0, "raw codes take whole chunks");
   constexpr int h = J0 / kChunkBlocks;  // the chunk of the tile
-  const float sum_x = __shfl_sync(0xffffffffu, sums.round[h / 4], kRawChunkPieces * (h % 4));
+  float sum_x = 0;
+  if constexpr (!kRawSumsByMma<BITS>)  // issued first: after the mmas, the 2-bit kernel ran 3-6 % slower
+    sum_x = __shfl_sync(0xffffffffu, sums.round[h / 4], kRawChunkPieces * (h % 4));
   float d[kChunkBlocks][4] = {};
+  float sums_by_mma[4] = {};  // kRawSumsByMma: every row's Σ x of activation rows 2tig, 2tig + 1
   static_for<0, kChunkBlocks>([&](auto bb) {
     constexpr int b = decltype(bb)::value, J = J0 + b;
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const auto w = [&](int r, int v) { return code_bits<BITS, false, J, BITS>(words[r][c][v], in.magic); };
       mma_16816<false>(d[b], w(0, 0), w(1, 0), w(0, 1), w(1, 1), ci.xb[0][b][c].x, ci.xb[0][b][c].y);
+      if constexpr (kRawSumsByMma<BITS>)
+        mma_16816<false>(sums_by_mma, kOnesPair, kOnesPair, kOnesPair, kOnesPair, ci.xb[0][b][c].x, ci.xb[0][b][c].y);
     }
   });
-  constexpr float f0 = 1.0f / float(1 << L::offset(J0)), f1 = 1.0f / float(1 << L::offset(J0 + 1));
+  if constexpr (kRawSumsByMma<BITS>) sum_x = sums_by_mma[0];  // M = 1: lanes tig = 0 hold activation row 0
+  constexpr float f0 = float(1 << (24 - L::offset(J0))) * kRawAccUnit<BITS>;
+  constexpr float f1 = float(1 << (24 - L::offset(J0 + 1))) * kRawAccUnit<BITS>;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {  // block rows gid and gid + 8 of activation row 0: d[b][0], d[b][2]
     const float codes = fmaf(d[0][2 * r], f0, d[1][2 * r] * f1);
@@ -701,7 +729,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
   cp_async_wait<0>();
   __syncthreads();
   RawTileSums<E> raw_sums{};  // raw codes: tile t's, computed a tile ahead
-  if constexpr (RAW) {
+  if constexpr (RAW && !kRawSumsByMma<BITS>) {
     if (warp < full_tiles) raw_sums = raw_tile_sums<BITS>(in.x_pieces, warp, lane);
   }
   if (warp < full_tiles) {
@@ -719,7 +747,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     const bool next_full = t_next < full_tiles;
     if (next_full) prefetch_tile_x<BITS, SPARSE>(p, in, t_next, lane);
     RawTileSums<E> next_sums{};
-    if constexpr (RAW) {
+    if constexpr (RAW && !kRawSumsByMma<BITS>) {
       if (next_full) next_sums = raw_tile_sums<BITS>(in.x_pieces, t_next, lane);
     }
     tile_step<BITS, BF16, SPARSE, true>(p, in, cur, t * E, next_full ? t_next * E : -1, inputs_a, inputs_b, acc,
@@ -737,11 +765,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_qn_kernel(const __grid_co
     }
     full_step(words_b, words_a, t);
   }
-  if constexpr (RAW) {  // acc was 2^-24 of the outputs
+  if constexpr (RAW && kRawAccUnit<BITS> != 1.0f) {  // to the outputs' units
 #pragma unroll
     for (int c = 0; c < 2; ++c)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[c][i] *= 0x1p24f;
+      for (int i = 0; i < 4; ++i) acc[c][i] *= 1.0f / kRawAccUnit<BITS>;
   }
   // The tile reaching past K (t == full_tiles), inline in the staged fp16 2- and 3-bit
   // kernels, out of line (last_tile) in the others. Inline, one H200, fp16, M = 1, A/B in one
