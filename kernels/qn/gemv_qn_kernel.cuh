@@ -192,7 +192,7 @@ struct LaneInputs {
   // (group g at + 64 g bytes).
   uint32_t sb_slab;
   uint32_t magic;  // CodeLayout::magic() (0: raw codes), opaque to the compiler so that it stays in one register
-  uint32_t x_pieces;  // raw codes: the shared-memory address of the staged x's first 16-byte piece
+  uint32_t x_pieces;  // raw codes summing x by warp (raw_tile_sums): the staged x's first 16-byte piece, in shared memory
 };
 
 // What one chunk of JC k blocks needs besides the words: scale/bias per row and block, and
